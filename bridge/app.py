@@ -1,0 +1,91 @@
+"""``create_app(settings)``: the aiohttp application, its typed state and its lifetimes.
+
+Backends are chosen once: proxy mode talks to Tempo and Pyroscope over HTTP (one ``ClientSession`` each, created in
+a cleanup context, explicit timeouts); standalone mode serves the same mounts from the embedded store. Either way
+``traces_of(app)`` and ``profiles_of(app)`` are what the resolver, the pages and ``/readyz`` use.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from bridge.config import Settings
+from bridge.metrics import Metrics
+from bridge.middleware import make_middleware
+from bridge.spancache import SpanCache
+from bridge.upstream.base import ProfileSource, TraceSource
+
+SETTINGS = web.AppKey("settings", Settings)
+METRICS = web.AppKey("metrics", Metrics)
+SPAN_CACHE = web.AppKey("span_cache", SpanCache)
+
+
+@dataclass(slots=True)
+class Backends:
+    """Filled while the app starts (an aiohttp app's own state is frozen by then), read through ``traces_of`` and
+    ``profiles_of``. ``extras`` holds what a mode opens besides (the store, gRPC servers, scrapers)."""
+
+    traces: TraceSource | None = None
+    profiles: ProfileSource | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+BACKENDS = web.AppKey("backends", Backends)
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """Wall-clock time (``time.time``), injectable so tests never depend on the real clock."""
+
+    now: Callable[[], float] = time.time
+
+
+CLOCK = web.AppKey("clock", Clock)
+
+
+def traces_of(app: web.Application) -> TraceSource:
+    traces = app[BACKENDS].traces
+    if traces is None:
+        raise RuntimeError("the app has not started: no trace backend yet")
+    return traces
+
+
+def profiles_of(app: web.Application) -> ProfileSource:
+    profiles = app[BACKENDS].profiles
+    if profiles is None:
+        raise RuntimeError("the app has not started: no profile backend yet")
+    return profiles
+
+
+def create_app(settings: Settings, *, wall_clock: Callable[[], float] = time.time) -> web.Application:
+    metrics = Metrics()
+    app = web.Application(middlewares=[make_middleware(metrics)], client_max_size=settings.max_body_bytes)
+    app[SETTINGS] = settings
+    app[METRICS] = metrics
+    app[CLOCK] = Clock(wall_clock)
+    app[BACKENDS] = Backends()
+    app[SPAN_CACHE] = SpanCache(settings.span_cache_size, settings.span_cache_bytes, settings.span_cache_ttl)
+
+    from bridge.routes import health
+
+    health.setup(app)
+    app.cleanup_ctx.append(_backends)
+    return app
+
+
+async def _backends(app: web.Application) -> AsyncIterator[None]:
+    """Open the backends for the app's lifetime: HTTP clients in proxy mode, the store in standalone mode."""
+    settings = app[SETTINGS]
+    if settings.is_standalone:
+        raise NotImplementedError("standalone mode arrives with the embedded store")
+    from bridge.upstream.http import open_clients
+
+    async with open_clients(settings, app[METRICS]) as (traces, profiles):
+        app[BACKENDS].traces = traces
+        app[BACKENDS].profiles = profiles
+        yield

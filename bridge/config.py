@@ -1,0 +1,427 @@
+"""Settings: parsed once in ``cli.main()`` from the environment (prefix ``PROFILE_BRIDGE_``), an optional TOML file and
+command-line flags; nothing else reads ``os.environ``.
+
+Precedence, lowest first: built-in default < TOML file (``--config``; keys are the setting names in lower case
+without the prefix, e.g. ``pyroscope_url = "http://pyroscope:4040"``) < environment < command-line flags.
+
+Every setting is one row of ``FIELDS``: the environment key, the attribute, a parser, the default and the help text.
+``serve --help`` and README's settings table are both generated from that table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+from urllib.parse import urlsplit
+
+PREFIX: Final = "PROFILE_BRIDGE_"
+
+Mode = Literal["proxy", "standalone"]
+EnrichPolicy = Literal["all", "profiled-services", "off"]
+
+
+class ConfigError(ValueError):
+    """A setting has a value the bridge cannot use. ``str()`` is the one line the CLI prints."""
+
+    def __init__(self, key: str, value: object, reason: str) -> None:
+        self.key = key
+        self.value = value
+        self.reason = reason
+        super().__init__(f"{key} has value {value!r}: {reason}")
+
+
+# --------------------------------------------------------------------------------------------- parsers (pure)
+
+
+def parse_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError("not an http(s) URL like http://host:port")
+    return value.rstrip("/")
+
+
+def parse_optional_url(value: str) -> str:
+    return "" if value.strip() == "" else parse_url(value)
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        raise ValueError("not HOST:PORT")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, parse_port(port)
+
+
+def parse_port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise ValueError("not a valid port") from None
+    if not 0 <= port <= 65535:
+        raise ValueError("not a valid port")
+    return port
+
+
+def parse_seconds(value: str) -> float:
+    """``15``, ``15s``, ``250ms``, ``5m``, ``24h`` → seconds. Must be positive."""
+    text = value.strip().lower()
+    units = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0), ("d", 86400.0))
+    factor = 1.0
+    for suffix, mult in units:
+        if text.endswith(suffix) and text[: -len(suffix)].replace(".", "", 1).isdigit():
+            text, factor = text[: -len(suffix)], mult
+            break
+    try:
+        seconds = float(text) * factor
+    except ValueError:
+        raise ValueError("not a duration like 15s, 250ms, 5m or 24h") from None
+    if not seconds > 0 or seconds != seconds:
+        raise ValueError("must be a positive duration")
+    return seconds
+
+
+def parse_bytes(value: str) -> int:
+    """``33554432``, ``32MiB``, ``1GiB``, ``512KiB``, ``10MB`` → bytes. Must be positive."""
+    text = value.strip()
+    units = (("KiB", 1024), ("MiB", 1024**2), ("GiB", 1024**3), ("KB", 1000), ("MB", 1000**2), ("GB", 1000**3),
+             ("B", 1))
+    factor = 1
+    for suffix, mult in units:
+        if text.endswith(suffix):
+            text, factor = text[: -len(suffix)].strip(), mult
+            break
+    try:
+        number = int(text)
+    except ValueError:
+        raise ValueError("not a size like 33554432, 32MiB or 1GiB") from None
+    if number <= 0:
+        raise ValueError("must be a positive size")
+    return number * factor
+
+
+def parse_positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError("not a whole number") from None
+    if number <= 0:
+        raise ValueError("must be a positive whole number")
+    return number
+
+
+def parse_label_map(value: str) -> tuple[tuple[str, str], ...]:
+    """``service.name=service_name,k8s.pod.name=pod`` → pairs (resource attribute, profile label)."""
+    pairs: list[tuple[str, str]] = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        attr, sep, label = item.partition("=")
+        attr, label = attr.strip(), label.strip()
+        if not sep or not attr or not label:
+            raise ValueError("not a list like service.name=service_name,k8s.pod.name=pod")
+        if not (label[0].isalpha() or label[0] == "_") or not all(c.isalnum() or c == "_" for c in label):
+            raise ValueError(f"{label!r} is not a valid profile label name")
+        pairs.append((attr, label))
+    if not pairs:
+        raise ValueError("needs at least one attribute=label pair")
+    return tuple(pairs)
+
+
+def parse_link_keys(value: str) -> tuple[tuple[str, str], ...]:
+    """``otel.profile.trace_id/otel.profile.span_id,trace_id/span_id,/profile_id`` → (trace key, span key) pairs,
+    tried in order; an empty trace key means the span id comes without a trace id."""
+    pairs: list[tuple[str, str]] = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        trace_key, sep, span_key = item.partition("/")
+        if not sep or not span_key.strip():
+            raise ValueError("not a list like trace_id/span_id,/profile_id (trace key / span key)")
+        pairs.append((trace_key.strip(), span_key.strip()))
+    if not pairs:
+        raise ValueError("needs at least one trace_key/span_key pair")
+    return tuple(pairs)
+
+
+def parse_url_list(value: str) -> tuple[str, ...]:
+    return tuple(parse_url(item.strip()) for item in value.split(",") if item.strip())
+
+
+def parse_choice(*choices: str) -> Callable[[str], str]:
+    def parse(value: str) -> str:
+        if value not in choices:
+            raise ValueError("must be one of " + ", ".join(choices))
+        return value
+
+    return parse
+
+
+def parse_bool(value: str) -> bool:
+    text = value.strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
+
+
+def parse_str(value: str) -> str:
+    return value
+
+
+def parse_nonempty(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value.strip()
+
+
+# --------------------------------------------------------------------------------------------- the settings
+
+
+DEFAULT_PROFILE_TYPE: Final = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
+DEFAULT_PYROSCOPE_URL: Final = "http://localhost:4040"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the bridge can be told. Build with ``Settings.from_env``; tests use ``Settings.for_tests``."""
+
+    # where it listens
+    listen_host: str = "0.0.0.0"
+    listen_port: int = 4041
+    # backends; ``mode`` says whether they are used (proxy) or the embedded store serves instead (standalone)
+    mode: Mode = "standalone"
+    pyroscope_url: str = DEFAULT_PYROSCOPE_URL
+    tempo_url: str = "http://localhost:3200"
+    # upstream timeouts (seconds) and the per-request budget cap
+    connect_timeout: float = 2.0
+    upstream_timeout: float = 10.0
+    max_request_timeout: float = 30.0
+    # resolution
+    capture_window: float = 15.0
+    clock_skew: float = 2.0
+    label_map: tuple[tuple[str, str], ...] = (("service.name", "service_name"),)
+    profile_type: str = DEFAULT_PROFILE_TYPE
+    # caches
+    lookup_cache_size: int = 10_000
+    lookup_cache_ttl: float = 300.0
+    span_cache_size: int = 200_000
+    span_cache_bytes: int = 64 * 1024**2
+    span_cache_ttl: float = 3600.0
+    services_cache_ttl: float = 60.0
+    # limits
+    max_body_bytes: int = 32 * 1024**2
+    # Tempo enrichment
+    enrich: EnrichPolicy = "all"
+    # standalone store
+    data_dir: str = "./profile-bridge-data"
+    retention_age: float = 24 * 3600.0
+    retention_bytes: int = 1024**3
+    otlp_grpc_listen: tuple[str, int] = ("0.0.0.0", 4317)
+    otlp_grpc_enabled: bool = True
+    # OTLP profile link gateway
+    link_keys: tuple[tuple[str, str], ...] = (
+        ("otel.profile.trace_id", "otel.profile.span_id"),
+        ("trace_id", "span_id"),
+        ("", "profile_id"),
+    )
+    profiles_forward: Literal["http", "grpc"] = "http"
+    pyroscope_grpc_target: str = ""
+    pprof_targets: tuple[str, ...] = ()
+    pprof_interval: float = 15.0
+    # the bridge's own pages
+    grafana_url: str = ""
+    grafana_profiles_uid: str = "profile-bridge-pyroscope"
+    grafana_tempo_uid: str = "profile-bridge-tempo"
+    # logs
+    log_level: str = "info"
+    log_format: Literal["text", "json"] = "text"
+    # where the settings came from, for /readyz and doctor (not a setting)
+    explicit: frozenset[str] = field(default_factory=frozenset, compare=False)
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str],
+        *,
+        file_values: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, str] | None = None,
+    ) -> Settings:
+        """Parse settings. ``file_values`` is a parsed TOML table, ``overrides`` are command-line values keyed by
+        environment key. Raises ``ConfigError`` naming the first bad key."""
+        raw: dict[str, tuple[str, str]] = {}  # env key -> (source description key, text)
+        for key, value in (file_values or {}).items():
+            env_key = PREFIX + str(key).upper()
+            if env_key not in FIELDS_BY_KEY:
+                raise ConfigError(f"{key} (config file)", value, "unknown setting")
+            raw[env_key] = (env_key, _toml_to_text(value))
+        for env_key, value in environ.items():
+            if env_key.startswith(PREFIX) and env_key in FIELDS_BY_KEY:
+                raw[env_key] = (env_key, value)
+        for env_key, value in (overrides or {}).items():
+            raw[env_key] = (env_key, value)
+
+        values: dict[str, Any] = {}
+        for spec in FIELDS:
+            if spec.key not in raw:
+                continue
+            source, text = raw[spec.key]
+            try:
+                parsed = spec.parse(text)
+            except ValueError as exc:
+                raise ConfigError(source, text, str(exc)) from None
+            spec.assign(values, parsed)
+
+        explicit = frozenset(raw)
+        if "mode" not in values:
+            # Configured backend URLs select proxy mode; with none, the embedded store serves (fresh machine).
+            has_backend = any(k in explicit for k in (PREFIX + "PYROSCOPE_URL", PREFIX + "TEMPO_URL"))
+            values["mode"] = "proxy" if has_backend else "standalone"
+        if not values.get("pyroscope_grpc_target"):
+            values["pyroscope_grpc_target"] = urlsplit(values.get("pyroscope_url", DEFAULT_PYROSCOPE_URL)).netloc
+        return cls(**values, explicit=explicit)
+
+    @classmethod
+    def for_tests(cls, **changes: Any) -> Settings:
+        """Defaults suitable for tests: loopback, ephemeral ports, no gRPC listener unless asked."""
+        base = cls(listen_host="127.0.0.1", listen_port=0, otlp_grpc_enabled=False)
+        return dataclasses.replace(base, **changes)
+
+    @property
+    def is_standalone(self) -> bool:
+        return self.mode == "standalone"
+
+
+def load_toml(path: str) -> dict[str, Any]:
+    """Read a TOML settings file; a missing or malformed file is a ConfigError naming ``--config``."""
+    try:
+        with Path(path).open("rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError("--config", path, exc.strerror or "cannot be read") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("--config", path, f"not valid TOML ({exc})") from None
+
+
+def _toml_to_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(_toml_to_text(v) for v in value)
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    key: str  # environment key
+    attrs: tuple[str, ...]  # attribute(s) of Settings it sets
+    parse: Callable[[str], Any]
+    default: str  # as a user would write it
+    help: str
+    flag: str = ""  # serve's command-line flag, when it has one
+
+    def assign(self, values: dict[str, Any], parsed: Any) -> None:
+        if len(self.attrs) == 1:
+            values[self.attrs[0]] = parsed
+        else:
+            for attr, part in zip(self.attrs, parsed, strict=True):
+                values[attr] = part
+
+
+def _f(name: str, attrs: str, parse: Callable[[str], Any], default: str, help: str, flag: str = "") -> FieldSpec:
+    return FieldSpec(PREFIX + name, tuple(attrs.split(",")), parse, default, help, flag)
+
+
+FIELDS: Final[tuple[FieldSpec, ...]] = (
+    _f("LISTEN", "listen_host,listen_port", parse_host_port, "0.0.0.0:4041",
+       "HOST:PORT the HTTP server listens on (Grafana, SDK ingest, pages, API, metrics)", "--listen"),
+    _f("MODE", "mode", parse_choice("proxy", "standalone"), "(auto)",
+       "proxy (use Tempo and Pyroscope) or standalone (embedded store); auto: proxy when a backend URL is set",
+       ""),
+    _f("PYROSCOPE_URL", "pyroscope_url", parse_url, "http://localhost:4040",
+       "Pyroscope base URL (proxy mode)", "--pyroscope-url"),
+    _f("TEMPO_URL", "tempo_url", parse_url, "http://localhost:3200", "Tempo base URL (proxy mode)", "--tempo-url"),
+    _f("CONNECT_TIMEOUT", "connect_timeout", parse_seconds, "2s", "TCP connect timeout for upstream calls"),
+    _f("UPSTREAM_TIMEOUT", "upstream_timeout", parse_seconds, "10s",
+       "longest wait for one upstream answer (capped by the request's own budget)"),
+    _f("MAX_REQUEST_TIMEOUT", "max_request_timeout", parse_seconds, "30s",
+       "cap on a request's whole budget, also when Connect-Timeout-Ms asks for more"),
+    _f("CAPTURE_WINDOW", "capture_window", parse_seconds, "15s",
+       "profile capture window: time-window lookups start this much before the span"),
+    _f("CLOCK_SKEW", "clock_skew", parse_seconds, "2s", "extra widening of time windows for clock skew"),
+    _f("LABEL_MAP", "label_map", parse_label_map, "service.name=service_name",
+       "span resource attributes → profile labels for time-window lookups, e.g. "
+       "service.name=service_name,k8s.pod.name=pod"),
+    _f("PROFILE_TYPE", "profile_type", parse_nonempty, DEFAULT_PROFILE_TYPE,
+       "profile type the API, pages and doctor use when none is given"),
+    _f("LOOKUP_CACHE_SIZE", "lookup_cache_size", parse_positive_int, "10000",
+       "span lookups (Tempo search results) kept per bridge"),
+    _f("LOOKUP_CACHE_TTL", "lookup_cache_ttl", parse_seconds, "5m", "how long a span lookup is kept"),
+    _f("SPAN_CACHE_SIZE", "span_cache_size", parse_positive_int, "200000",
+       "spans remembered from enriched traces (entries)"),
+    _f("SPAN_CACHE_BYTES", "span_cache_bytes", parse_bytes, "64MiB",
+       "memory bound of the span cache (estimated)"),
+    _f("SPAN_CACHE_TTL", "span_cache_ttl", parse_seconds, "1h", "how long a remembered span is kept"),
+    _f("SERVICES_CACHE_TTL", "services_cache_ttl", parse_seconds, "60s",
+       "how long Pyroscope's list of profiled services is cached (enrich=profiled-services)"),
+    _f("MAX_BODY_BYTES", "max_body_bytes", parse_bytes, "32MiB",
+       "largest request body the bridge decodes, also after gzip decompression"),
+    _f("ENRICH", "enrich", parse_choice("all", "profiled-services", "off"), "all",
+       "which spans of trace-by-ID answers get pyroscope.profile.id: all, profiled-services or off"),
+    _f("DATA_DIR", "data_dir", parse_nonempty, "./profile-bridge-data",
+       "standalone store directory (SQLite, WAL)", "--data-dir"),
+    _f("RETENTION_AGE", "retention_age", parse_seconds, "24h", "standalone store: drop data older than this"),
+    _f("RETENTION_BYTES", "retention_bytes", parse_bytes, "1GiB",
+       "standalone store: drop oldest data above this size"),
+    _f("OTLP_GRPC_LISTEN", "otlp_grpc_listen", parse_host_port, "0.0.0.0:4317",
+       "HOST:PORT of the OTLP gRPC receiver (traces in standalone mode, profiles for the link gateway)",
+       "--otlp-grpc-listen"),
+    _f("OTLP_GRPC_ENABLED", "otlp_grpc_enabled", parse_bool, "true", "run the OTLP gRPC receiver"),
+    _f("LINK_KEYS", "link_keys", parse_link_keys,
+       "otel.profile.trace_id/otel.profile.span_id,trace_id/span_id,/profile_id",
+       "sample attribute keys (trace/span, in order) the link gateway turns into OTLP Links"),
+    _f("PROFILES_FORWARD", "profiles_forward", parse_choice("http", "grpc"), "http",
+       "how linked OTLP profiles are forwarded to Pyroscope: http (POST /v1development/profiles) or grpc"),
+    _f("PYROSCOPE_GRPC_TARGET", "pyroscope_grpc_target", parse_str, "(host:port of the Pyroscope URL)",
+       "gRPC target for forwarding OTLP profiles when PROFILES_FORWARD=grpc"),
+    _f("PPROF_TARGETS", "pprof_targets", parse_url_list, "",
+       "comma-separated /debug/pprof/profile?seconds=N URLs to scrape, link and forward"),
+    _f("PPROF_INTERVAL", "pprof_interval", parse_seconds, "15s", "how often each pprof target is scraped"),
+    _f("GRAFANA_URL", "grafana_url", parse_optional_url, "",
+       "Grafana base URL; when set, span pages link to Explore"),
+    _f("GRAFANA_PROFILES_UID", "grafana_profiles_uid", parse_nonempty, "profile-bridge-pyroscope",
+       "uid of the Profiles data source, for Explore links"),
+    _f("GRAFANA_TEMPO_UID", "grafana_tempo_uid", parse_nonempty, "profile-bridge-tempo",
+       "uid of the Tempo data source, for Explore links"),
+    _f("LOG_LEVEL", "log_level", parse_choice("debug", "info", "warning", "error"), "info", "log level"),
+    _f("LOG_FORMAT", "log_format", parse_choice("text", "json"), "text",
+       "text or json (one JSON object per line)"),
+)
+
+FIELDS_BY_KEY: Final[dict[str, FieldSpec]] = {spec.key: spec for spec in FIELDS}
+
+
+def settings_help() -> str:
+    """The settings table for ``serve --help``."""
+    lines = ["settings (environment; also keys of the --config TOML file in lower case without the prefix):"]
+    for spec in FIELDS:
+        flag = f" [{spec.flag}]" if spec.flag else ""
+        lines.append(f"  {spec.key}{flag}\n      {spec.help} (default: {spec.default or 'unset'})")
+    return "\n".join(lines)
+
+
+def settings_markdown() -> str:
+    """The settings table for README.md (a test keeps README in step with FIELDS)."""
+    rows = ["| setting | flag | default | what it does |", "|---|---|---|---|"]
+    for spec in FIELDS:
+        default = spec.default.replace("|", "\\|") if spec.default else "unset"
+        rows.append(f"| `{spec.key}` | {('`' + spec.flag + '`') if spec.flag else ''} | `{default}` | {spec.help} |")
+    return "\n".join(rows)

@@ -1,0 +1,198 @@
+"""Sans-I/O Connect unary codec, as Pyroscope serves it (../shared/contracts/pyroscope.md §1).
+
+Nothing here touches a socket: handlers pass bytes and header values in, and get messages, bytes and headers out.
+"""
+
+from __future__ import annotations
+
+import enum
+import gzip
+import json
+import time
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
+
+from bridge.errors import CODE_TO_HTTP, Code, InvalidArgument, ResourceExhausted
+
+M = TypeVar("M", bound=Message)
+
+PROTO: Final = "application/proto"
+JSON: Final = "application/json"
+
+
+class Codec(enum.Enum):
+    PROTO = PROTO
+    JSON = JSON
+
+    @property
+    def content_type(self) -> str:
+        return self.value
+
+
+def codec_for(content_type: str | None) -> Codec:
+    """The codec named by a request's Content-Type (parameters such as ``charset`` ignored)."""
+    base = (content_type or "").split(";", 1)[0].strip().lower()
+    if base in (PROTO, "application/x-protobuf", "application/protobuf"):
+        return Codec.PROTO
+    if base == JSON:
+        return Codec.JSON
+    raise InvalidArgument(
+        f"unsupported Content-Type {content_type!r}: send application/proto or application/json"
+    )
+
+
+def decompress(body: bytes, content_encoding: str | None, max_bytes: int) -> bytes:
+    """Undo ``Content-Encoding`` (identity or gzip), refusing anything larger than ``max_bytes`` after it."""
+    encoding = (content_encoding or "identity").strip().lower()
+    if len(body) > max_bytes:
+        raise ResourceExhausted(f"request body of {len(body)} bytes is over the limit of {max_bytes} bytes")
+    if encoding in ("", "identity"):
+        return body
+    if encoding != "gzip":
+        raise InvalidArgument(f"unsupported Content-Encoding {content_encoding!r}: send gzip or identity")
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(body, max_bytes + 1)
+    except zlib.error as exc:
+        raise InvalidArgument(f"request body is not valid gzip ({exc})") from exc
+    if len(out) > max_bytes:
+        raise ResourceExhausted(f"request body is over the limit of {max_bytes} bytes after gzip decompression")
+    if not inflater.eof:
+        raise InvalidArgument("request body is truncated gzip")
+    return out
+
+
+def decode_message(data: bytes, codec: Codec, cls: type[M]) -> M:
+    """Decode a message in either codec; malformed input is an InvalidArgument naming the message type."""
+    msg = cls()
+    name = cls.DESCRIPTOR.full_name
+    if codec is Codec.PROTO:
+        try:
+            msg.ParseFromString(data)
+        except DecodeError as exc:
+            raise InvalidArgument(f"request body is not a valid {name} protobuf message ({exc})") from exc
+        return msg
+    try:
+        json_format.Parse(data.decode("utf-8") if data else "{}", msg, ignore_unknown_fields=True)
+    except (json_format.ParseError, UnicodeDecodeError, RecursionError) as exc:
+        raise InvalidArgument(f"request body is not a valid {name} JSON message ({exc})") from exc
+    return msg
+
+
+def decode_request(
+    body: bytes, content_type: str | None, content_encoding: str | None, cls: type[M], max_bytes: int
+) -> tuple[M, Codec]:
+    codec = codec_for(content_type)
+    return decode_message(decompress(body, content_encoding, max_bytes), codec, cls), codec
+
+
+def encode_message(msg: Message, codec: Codec) -> bytes:
+    if codec is Codec.PROTO:
+        return msg.SerializeToString()
+    return json_format.MessageToJson(msg, indent=None).encode()
+
+
+def accepts_gzip(accept_encoding: str | None) -> bool:
+    for part in (accept_encoding or "").split(","):
+        token, _, params = part.strip().partition(";")
+        if token.strip().lower() == "gzip" and params.replace(" ", "") not in ("q=0", "q=0.0"):
+            return True
+    return False
+
+
+def encode_response(msg: Message, codec: Codec, accept_encoding: str | None) -> tuple[bytes, dict[str, str]]:
+    """A unary success: body and headers, gzipped when the client accepts it."""
+    body = encode_message(msg, codec)
+    headers = {"Content-Type": codec.content_type}
+    if accepts_gzip(accept_encoding):
+        body = gzip.compress(body, compresslevel=5)
+        headers["Content-Encoding"] = "gzip"
+    return body, headers
+
+
+def encode_error(code: Code, message: str) -> tuple[int, bytes, dict[str, str]]:
+    """A Connect error: HTTP status, JSON body and headers."""
+    body = json.dumps({"code": code.value, "message": message, "details": []}).encode()
+    return CODE_TO_HTTP[code], body, {"Content-Type": "application/json"}
+
+
+def decode_error(status: int, body: bytes) -> tuple[Code, str] | None:
+    """A Connect error body from an upstream, or None when the body is not one."""
+    try:
+        doc = json.loads(body)
+        code = Code(doc["code"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    message = doc.get("message", "") if isinstance(doc, dict) else ""
+    return code, str(message)
+
+
+# --------------------------------------------------------------------------------------------- deadlines
+
+
+MAX_TIMEOUT_DIGITS: Final = 10
+
+
+def parse_timeout_ms(value: str | None) -> float | None:
+    """``Connect-Timeout-Ms`` → seconds; None when absent. Malformed → InvalidArgument (as connect-go does)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not text.isdigit() or len(text) > MAX_TIMEOUT_DIGITS:
+        raise InvalidArgument(f"Connect-Timeout-Ms {value!r} is not a positive whole number of milliseconds")
+    return int(text) / 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """One budget per request: every upstream call gets what remains. ``clock`` is injectable for tests."""
+
+    expires_at: float
+    clock: Callable[[], float] = time.monotonic
+
+    @classmethod
+    def start(
+        cls, requested: float | None, cap: float, clock: Callable[[], float] = time.monotonic
+    ) -> Deadline:
+        budget = cap if requested is None else min(requested, cap)
+        return cls(clock() + budget, clock)
+
+    def remaining(self) -> float:
+        return max(0.0, self.expires_at - self.clock())
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0.0
+
+
+def headers_get(headers: Mapping[str, str], name: str) -> str | None:
+    """Case-insensitive header lookup on a plain mapping (aiohttp's CIMultiDict is already insensitive)."""
+    value = headers.get(name)
+    if value is not None:
+        return value
+    lname = name.lower()
+    for key, val in headers.items():
+        if key.lower() == lname:
+            return val
+    return None
+
+
+__all__ = [
+    "Code",
+    "Codec",
+    "Deadline",
+    "accepts_gzip",
+    "codec_for",
+    "decode_error",
+    "decode_message",
+    "decode_request",
+    "decompress",
+    "encode_error",
+    "encode_message",
+    "encode_response",
+    "parse_timeout_ms",
+]

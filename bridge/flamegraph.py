@@ -1,0 +1,235 @@
+"""Pure flame-graph functions: Pyroscope's level encoding ↔ a call tree, merging, folding, relabelling.
+
+Encoding (../shared/contracts/pyroscope.md §4): ``names[0]`` is ``"total"``; ``levels[i].values`` holds one
+4-tuple per node of row *i*, left to right: ``[x_offset_delta, total, self, name_index]``, the offset delta-encoded
+against the end of the previous node in the same row. "No data" is a missing flame graph or one holding only
+``total`` with a single ``[0,0,0,0]`` level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Final
+
+from bridge._proto import querier_pb2 as pb
+
+ROOT_NAME: Final = "total"
+OTHER_NAME: Final = "other"
+
+
+class Node:
+    """One frame of a call tree. Children are keyed by function name."""
+
+    __slots__ = ("name", "total", "self", "children")
+
+    def __init__(self, name: str, total: int = 0, self_value: int = 0) -> None:
+        self.name = name
+        self.total = total
+        self.self = self_value
+        self.children: dict[str, Node] = {}
+
+    def child(self, name: str) -> Node:
+        node = self.children.get(name)
+        if node is None:
+            node = self.children[name] = Node(name)
+        return node
+
+    def count(self) -> int:
+        """Number of nodes in this subtree, itself included."""
+        total = 1
+        stack = list(self.children.values())
+        while stack:
+            node = stack.pop()
+            total += 1
+            stack.extend(node.children.values())
+        return total
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"Node({self.name!r}, total={self.total}, self={self.self}, children={len(self.children)})"
+
+
+def build_tree(stacks: Iterable[tuple[Sequence[str], int]]) -> Node:
+    """Stacks given root frame first, with their value, → a call tree under a ``total`` root."""
+    root = Node(ROOT_NAME)
+    for frames, value in stacks:
+        if value == 0:
+            continue
+        root.total += value
+        node = root
+        for name in frames:
+            node = node.child(name)
+            node.total += value
+        node.self += value
+    return root
+
+
+def merge_into(dst: Node, src: Node) -> Node:
+    """Add ``src`` (a tree) into ``dst`` in place and return ``dst``. Roots are merged whatever their names."""
+    pairs = [(dst, src)]
+    while pairs:
+        d, s = pairs.pop()
+        d.total += s.total
+        d.self += s.self
+        for name, sc in s.children.items():
+            pairs.append((d.child(name), sc))
+    return dst
+
+
+def iter_stacks(root: Node) -> Iterator[tuple[tuple[str, ...], int]]:
+    """Every stack with a non-zero self value, root frame first (the root itself excluded)."""
+    stack: list[tuple[Node, tuple[str, ...]]] = [(c, (c.name,)) for c in reversed(_sorted_children(root))]
+    while stack:
+        node, path = stack.pop()
+        if node.self:
+            yield path, node.self
+        for child in reversed(_sorted_children(node)):
+            stack.append((child, (*path, child.name)))
+
+
+def _sorted_children(node: Node) -> list[Node]:
+    return [node.children[name] for name in sorted(node.children)]
+
+
+def decode(fg: pb.FlameGraph | None) -> Node:
+    """A flame graph message → a call tree. Nodes are matched to their parent by x-offset ranges."""
+    root = Node(ROOT_NAME)
+    if fg is None or not fg.levels:
+        return root
+    names = list(fg.names)
+    prev_row: list[tuple[int, int, Node]] = []  # (x, end, node)
+    for depth, level in enumerate(fg.levels):
+        values = level.values
+        row: list[tuple[int, int, Node]] = []
+        x_end = 0
+        parent_i = 0
+        for i in range(0, len(values) - 3, 4):
+            x = x_end + values[i]
+            total, self_value, name_i = values[i + 1], values[i + 2], values[i + 3]
+            x_end = x + total
+            name = names[name_i] if 0 <= name_i < len(names) else f"<unknown name {name_i}>"
+            if depth == 0:
+                root.name, root.total, root.self = name, total, self_value
+                row.append((x, x_end, root))
+                continue
+            while parent_i + 1 < len(prev_row) and prev_row[parent_i][1] <= x:
+                parent_i += 1
+            if not prev_row:
+                break
+            parent = prev_row[parent_i][2]
+            node = parent.children.get(name)
+            if node is None:
+                node = parent.children[name] = Node(name)
+            node.total += total
+            node.self += self_value
+            row.append((x, x_end, node))
+        prev_row = row
+        if not row:
+            break
+    return root
+
+
+def encode(root: Node, max_nodes: int | None = None) -> pb.FlameGraph:
+    """A call tree → Pyroscope's flame graph encoding. With ``max_nodes`` (> 0), nodes whose total is below the
+    ``max_nodes``-th largest total are folded, per parent, into one node named ``other``."""
+    threshold = _fold_threshold(root, max_nodes)
+    names: list[str] = [ROOT_NAME]
+    name_index: dict[str, int] = {ROOT_NAME: 0}
+    levels: list[list[int]] = []
+    prev_end: list[int] = []
+    max_self = 0
+
+    def index_of(name: str) -> int:
+        idx = name_index.get(name)
+        if idx is None:
+            idx = name_index[name] = len(names)
+            names.append(name)
+        return idx
+
+    # iterative pre-order walk: (node, depth, x)
+    work: list[tuple[Node, int, int]] = [(root, 0, 0)]
+    while work:
+        node, depth, x = work.pop()
+        if depth == len(levels):
+            levels.append([])
+            prev_end.append(0)
+        levels[depth].extend((x - prev_end[depth], node.total, node.self, index_of(node.name)))
+        prev_end[depth] = x + node.total
+        if node.self > max_self:
+            max_self = node.self
+        kept: list[Node] = []
+        other_total = 0
+        for child in _sorted_children(node):
+            if child.total <= 0:
+                continue
+            if child.total < threshold:
+                other_total += child.total
+            else:
+                kept.append(child)
+        if other_total:
+            kept.append(Node(OTHER_NAME, other_total, other_total))
+        child_x = x
+        placed: list[tuple[Node, int, int]] = []
+        for child in kept:
+            placed.append((child, depth + 1, child_x))
+            child_x += child.total
+        work.extend(reversed(placed))
+    return pb.FlameGraph(
+        names=names,
+        levels=[pb.Level(values=vals) for vals in levels],
+        total=root.total,
+        max_self=max_self,
+    )
+
+
+def _fold_threshold(root: Node, max_nodes: int | None) -> int:
+    if not max_nodes or max_nodes <= 0:
+        return 0
+    totals: list[int] = []
+    stack = list(root.children.values())
+    while stack:
+        node = stack.pop()
+        totals.append(node.total)
+        stack.extend(node.children.values())
+    if len(totals) <= max_nodes:
+        return 0
+    totals.sort(reverse=True)
+    return totals[max_nodes - 1] + 1 if totals[max_nodes - 1] == totals[max_nodes] else totals[max_nodes - 1]
+
+
+def empty(root_name: str = ROOT_NAME) -> pb.FlameGraph:
+    """Pyroscope v2.2's "no data": only the root, one level ``[0,0,0,0]``."""
+    return pb.FlameGraph(names=[root_name], levels=[pb.Level(values=[0, 0, 0, 0])], total=0, max_self=0)
+
+
+def is_empty(fg: pb.FlameGraph | None) -> bool:
+    """True for both encodings of "no data" (../shared/contracts/pyroscope.md §4) and a zero total."""
+    if fg is None or len(fg.levels) <= 1:
+        return True
+    return fg.total == 0
+
+
+def relabel_root(fg: pb.FlameGraph, label: str) -> pb.FlameGraph:
+    """A copy whose root bar reads ``label``. The root's name index is pointed at a name of its own, so a function
+    that happens to share the root's name keeps its label."""
+    out = pb.FlameGraph()
+    out.CopyFrom(fg)
+    if not out.levels or len(out.levels[0].values) < 4:
+        out.levels.add().values.extend([0, out.total, 0, 0])
+    root_idx = out.levels[0].values[3]
+    shared = any(
+        level.values[i] == root_idx for level in out.levels[1:] for i in range(3, len(level.values), 4)
+    )
+    if not out.names:
+        out.names.append(label)
+        out.levels[0].values[3] = 0
+    elif shared:
+        out.names.append(label)
+        out.levels[0].values[3] = len(out.names) - 1
+    else:
+        out.names[root_idx] = label
+    return out
+
+
+def root_label(reason: str) -> str:
+    """The text Grafana shows on the root bar: ``total — <reason>``."""
+    return f"{ROOT_NAME} — {reason}"

@@ -1,0 +1,81 @@
+"""The one middleware: errors become answers in the shape the caller speaks, and every request is logged once and
+counted.
+
+- ``BridgeError`` under ``/api/`` → ``{"error": {"code", "message"}}``; under ``/tempo/`` → plain text, as Tempo
+  answers; anywhere else → Connect error JSON.
+- Anything else → logged with its stack, answered with a generic ``internal`` error (no stack trace leaks).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from bridge.connect import encode_error
+from bridge.errors import CODE_TO_HTTP, BridgeError, Code
+from bridge.metrics import Metrics
+
+log = logging.getLogger("bridge.http")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+ROUTE_LABEL = "route_label"  # handlers may set request[ROUTE_LABEL] to a finer label (e.g. the RPC name)
+
+
+def error_response(path: str, code: Code, message: str) -> web.Response:
+    status = CODE_TO_HTTP[code]
+    if path.startswith("/api/"):
+        body = json.dumps({"error": {"code": code.value, "message": message}})
+        return web.Response(status=status, body=body.encode(), content_type="application/json")
+    if path.startswith("/tempo/"):
+        return web.Response(status=status, text=message + "\n", content_type="text/plain")
+    status, data, headers = encode_error(code, message)
+    return web.Response(status=status, body=data, headers=headers)
+
+
+def make_middleware(metrics: Metrics) -> Middleware:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except BridgeError as exc:
+            response = error_response(request.path, exc.code, exc.message)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except Exception:
+            log.exception("unhandled error serving %s %s", request.method, request.path)
+            response = error_response(request.path, Code.INTERNAL, "internal error in profile-bridge (see its log)")
+            status = response.status
+            return response
+        finally:
+            elapsed = time.perf_counter() - started
+            label = request.get(ROUTE_LABEL) or _route_of(request)
+            metrics.requests.labels(label, str(status)).inc()
+            metrics.request_seconds.labels(label).observe(elapsed)
+            log.info(
+                "%s %s %d %.1fms",
+                request.method,
+                request.path,
+                status,
+                elapsed * 1000,
+                extra={"fields": {"route": label, "tenant": request.headers.get("X-Scope-OrgID", "")}},
+            )
+
+    return middleware
+
+
+def _route_of(request: web.Request) -> str:
+    info = request.match_info.route.resource
+    return info.canonical if info is not None else "unmatched"

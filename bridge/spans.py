@@ -1,0 +1,370 @@
+"""Pure span model: ``Span`` and ``Trace``; parsers for Tempo JSON (base64 ids), OTLP JSON (hex ids), OTLP/Tempo
+protobuf and Tempo search answers; tree walks (local root, descendant local roots).
+
+A *local root* is the first span of a request inside one process: no parent, a parent that is remote (OTLP span
+flags say so when the SDK sets them), a parent in another service or process, or a SERVER/CONSUMER span whose
+parent is a CLIENT/PRODUCER. SDKs (``pyroscope-otel``, ``otel-profiling-go``) label CPU samples with the id of the
+local root, so that is where a child span's CPU is found.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
+
+PROFILE_ID_ATTR: Final = "pyroscope.profile.id"
+SERVICE_NAME: Final = "service.name"
+
+SPAN_KIND_UNSPECIFIED: Final = 0
+SPAN_KIND_INTERNAL: Final = 1
+SPAN_KIND_SERVER: Final = 2
+SPAN_KIND_CLIENT: Final = 3
+SPAN_KIND_PRODUCER: Final = 4
+SPAN_KIND_CONSUMER: Final = 5
+KIND_NAMES: Final = {
+    0: "SPAN_KIND_UNSPECIFIED",
+    1: "SPAN_KIND_INTERNAL",
+    2: "SPAN_KIND_SERVER",
+    3: "SPAN_KIND_CLIENT",
+    4: "SPAN_KIND_PRODUCER",
+    5: "SPAN_KIND_CONSUMER",
+}
+KIND_BY_NAME: Final = {name: num for num, name in KIND_NAMES.items()}
+
+# OTLP Span.flags bits (trace.proto SpanFlags)
+FLAG_HAS_IS_REMOTE: Final = 0x100
+FLAG_IS_REMOTE: Final = 0x200
+
+# resource attributes that tell two processes of one service apart
+PROCESS_KEYS: Final = ("service.instance.id", "host.name", "process.pid", "k8s.pod.uid", "k8s.pod.name")
+
+_HEX16 = re.compile(r"^[0-9a-f]{16}$")
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+_HEX_ANY = re.compile(r"^[0-9a-fA-F]{1,32}$")
+
+Attrs = tuple[tuple[str, str], ...]
+
+
+def is_span_id(value: str) -> bool:
+    return bool(_HEX16.match(value))
+
+
+def normalise_span_id(value: str) -> str | None:
+    """16 hex characters in either case → lower case; anything else → None."""
+    low = value.strip().lower()
+    return low if _HEX16.match(low) else None
+
+
+def normalise_trace_id(value: str) -> str | None:
+    """Up to 32 hex characters in either case → 32 lower-case hex, left-padded with zeros (Tempo's rule)."""
+    text = value.strip()
+    if not _HEX_ANY.match(text):
+        return None
+    return text.lower().rjust(32, "0")
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    trace_id: str  # 32 lower-case hex
+    span_id: str  # 16 lower-case hex
+    parent_span_id: str  # "" for a root
+    name: str
+    kind: int
+    service: str
+    start_ns: int
+    end_ns: int
+    resource: Attrs = ()  # resource attributes as strings, shared between the spans of one resource
+    profile_id: str = ""  # the span's own pyroscope.profile.id attribute, when it has one
+    flags: int = 0
+    attributes: Attrs = ()  # the span's own attributes as strings
+
+    @property
+    def duration_ns(self) -> int:
+        return max(0, self.end_ns - self.start_ns)
+
+    @property
+    def kind_name(self) -> str:
+        return KIND_NAMES.get(self.kind, "SPAN_KIND_UNSPECIFIED")
+
+    def resource_value(self, key: str) -> str | None:
+        for k, v in self.resource:
+            if k == key:
+                return v
+        return None
+
+    def process_key(self) -> tuple[str | None, ...]:
+        return (self.service, *(self.resource_value(k) for k in PROCESS_KEYS))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "traceId": self.trace_id,
+            "spanId": self.span_id,
+            "parentSpanId": self.parent_span_id,
+            "name": self.name,
+            "kind": self.kind_name,
+            "service": self.service,
+            "startTimeUnixNano": str(self.start_ns),
+            "endTimeUnixNano": str(self.end_ns),
+            "durationNanos": str(self.duration_ns),
+            "resource": dict(self.resource),
+        }
+
+
+def starts_local_root(span: Span, parent: Span | None) -> bool:
+    """Is ``span`` the local root of its request, given its parent (None when the parent is not known)?"""
+    if not span.parent_span_id:
+        return True
+    if span.flags & FLAG_HAS_IS_REMOTE:
+        return bool(span.flags & FLAG_IS_REMOTE)
+    if parent is None:
+        return True
+    if parent.process_key() != span.process_key():
+        return True
+    return span.kind in (SPAN_KIND_SERVER, SPAN_KIND_CONSUMER) and parent.kind in (
+        SPAN_KIND_CLIENT,
+        SPAN_KIND_PRODUCER,
+    )
+
+
+@dataclass(slots=True)
+class Trace:
+    """The spans of one trace, indexed for tree walks."""
+
+    trace_id: str
+    spans: dict[str, Span] = field(default_factory=dict)
+    children: dict[str, list[str]] = field(default_factory=dict)
+
+    @classmethod
+    def from_spans(cls, spans: Iterable[Span], trace_id: str | None = None) -> Trace:
+        trace = cls(trace_id or "")
+        for span in spans:
+            if not trace.trace_id:
+                trace.trace_id = span.trace_id
+            trace.spans[span.span_id] = span
+        for span in trace.spans.values():
+            if span.parent_span_id:
+                trace.children.setdefault(span.parent_span_id, []).append(span.span_id)
+        for kids in trace.children.values():
+            kids.sort(key=lambda sid: (trace.spans[sid].start_ns, sid))
+        return trace
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def get(self, span_id: str) -> Span | None:
+        return self.spans.get(span_id)
+
+    def parent(self, span: Span) -> Span | None:
+        return self.spans.get(span.parent_span_id) if span.parent_span_id else None
+
+    def is_local_root(self, span: Span) -> bool:
+        return starts_local_root(span, self.parent(span))
+
+    def local_root(self, span_id: str) -> Span | None:
+        """The local root of ``span_id`` (itself when it is one); None when the span is not in the trace."""
+        span = self.spans.get(span_id)
+        seen: set[str] = set()
+        while span is not None and span.span_id not in seen:
+            seen.add(span.span_id)
+            parent = self.parent(span)
+            if starts_local_root(span, parent):
+                return span
+            span = parent
+        return span
+
+    def roots(self) -> list[Span]:
+        """Spans with no parent in this trace, earliest first."""
+        found = [s for s in self.spans.values() if not s.parent_span_id or s.parent_span_id not in self.spans]
+        return sorted(found, key=lambda s: (s.start_ns, s.span_id))
+
+    def descendants(self, span_id: str) -> Iterator[Span]:
+        """Every span below ``span_id``, depth first, in start order."""
+        stack = list(reversed(self.children.get(span_id, [])))
+        while stack:
+            sid = stack.pop()
+            span = self.spans[sid]
+            yield span
+            stack.extend(reversed(self.children.get(sid, [])))
+
+    def descendant_local_roots(self, span_id: str) -> list[Span]:
+        """Local roots below ``span_id``: the requests other processes served on its behalf."""
+        return [s for s in self.descendants(span_id) if self.is_local_root(s)]
+
+    def walk(self) -> Iterator[tuple[int, Span]]:
+        """(depth, span) for every span, roots first, depth first, in start order."""
+        stack = [(0, s) for s in reversed(self.roots())]
+        while stack:
+            depth, span = stack.pop()
+            yield depth, span
+            stack.extend((depth + 1, self.spans[c]) for c in reversed(self.children.get(span.span_id, [])))
+
+
+# --------------------------------------------------------------------------------------------- attribute values
+
+
+def any_value_to_str(value: Mapping[str, Any]) -> str:
+    """An OTLP JSON AnyValue → its string form."""
+    for key in ("stringValue", "intValue", "doubleValue", "boolValue"):
+        if key in value:
+            v = value[key]
+            return ("true" if v else "false") if key == "boolValue" else str(v)
+    if "arrayValue" in value:
+        return ",".join(any_value_to_str(v) for v in value["arrayValue"].get("values", []))
+    if "bytesValue" in value:
+        return str(value["bytesValue"])
+    return ""
+
+
+def pb_any_value_to_str(value: Any) -> str:
+    """An OTLP protobuf AnyValue → its string form."""
+    which = value.WhichOneof("value")
+    if which is None:
+        return ""
+    if which == "bool_value":
+        return "true" if value.bool_value else "false"
+    if which == "array_value":
+        return ",".join(pb_any_value_to_str(v) for v in value.array_value.values)
+    if which == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode()
+    if which == "kvlist_value":
+        return ",".join(f"{kv.key}={pb_any_value_to_str(kv.value)}" for kv in value.kvlist_value.values)
+    return str(getattr(value, which))
+
+
+# --------------------------------------------------------------------------------------------- parsers
+
+
+def spans_from_otlp(resource_spans: Iterable[otlp_trace.ResourceSpans]) -> list[Span]:
+    """OTLP / Tempo protobuf ResourceSpans → spans."""
+    out: list[Span] = []
+    for rs in resource_spans:
+        resource: Attrs = tuple((kv.key, pb_any_value_to_str(kv.value)) for kv in rs.resource.attributes)
+        service = dict(resource).get(SERVICE_NAME, "")
+        for ss in rs.scope_spans:
+            for s in ss.spans:
+                attrs: Attrs = tuple((kv.key, pb_any_value_to_str(kv.value)) for kv in s.attributes)
+                out.append(
+                    Span(
+                        trace_id=s.trace_id.hex().rjust(32, "0"),
+                        span_id=s.span_id.hex(),
+                        parent_span_id=s.parent_span_id.hex(),
+                        name=s.name,
+                        kind=int(s.kind),
+                        service=service,
+                        start_ns=int(s.start_time_unix_nano),
+                        end_ns=int(s.end_time_unix_nano),
+                        resource=resource,
+                        profile_id=dict(attrs).get(PROFILE_ID_ATTR, ""),
+                        flags=int(s.flags),
+                        attributes=attrs,
+                    )
+                )
+    return out
+
+
+def decode_b64_id(value: str) -> str:
+    """Tempo JSON ids are standard base64 of the id bytes."""
+    try:
+        return base64.b64decode(value, validate=True).hex()
+    except (binascii.Error, ValueError):
+        raise ValueError(f"id {value!r} is not base64") from None
+
+
+def decode_hex_id(value: str) -> str:
+    low = value.lower()
+    if not re.fullmatch(r"[0-9a-f]*", low):
+        raise ValueError(f"id {value!r} is not hex")
+    return low
+
+
+def spans_from_json(resource_spans: Iterable[Mapping[str, Any]], *, ids: str = "base64") -> list[Span]:
+    """OTLP-shaped JSON ResourceSpans → spans. ``ids="base64"`` for Tempo's answers, ``"hex"`` for OTLP/JSON."""
+    decode_id = decode_b64_id if ids == "base64" else decode_hex_id
+    out: list[Span] = []
+    for rs in resource_spans:
+        resource: Attrs = tuple(
+            (kv.get("key", ""), any_value_to_str(kv.get("value", {})))
+            for kv in rs.get("resource", {}).get("attributes", [])
+        )
+        service = dict(resource).get(SERVICE_NAME, "")
+        for ss in rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", [])):
+            for s in ss.get("spans", []):
+                attrs: Attrs = tuple(
+                    (kv.get("key", ""), any_value_to_str(kv.get("value", {}))) for kv in s.get("attributes", [])
+                )
+                kind = s.get("kind", 0)
+                out.append(
+                    Span(
+                        trace_id=decode_id(s.get("traceId", "")).rjust(32, "0"),
+                        span_id=decode_id(s.get("spanId", "")),
+                        parent_span_id=decode_id(s.get("parentSpanId", "")),
+                        name=s.get("name", ""),
+                        kind=KIND_BY_NAME.get(kind, 0) if isinstance(kind, str) else int(kind),
+                        service=service,
+                        start_ns=int(s.get("startTimeUnixNano", 0)),
+                        end_ns=int(s.get("endTimeUnixNano", 0)),
+                        resource=resource,
+                        profile_id=dict(attrs).get(PROFILE_ID_ATTR, ""),
+                        flags=int(s.get("flags", 0)),
+                        attributes=attrs,
+                    )
+                )
+    return out
+
+
+def tempo_json_resource_spans(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The ResourceSpans list of a Tempo trace-by-ID JSON answer, v2 (``trace.resourceSpans``) or v1
+    (``batches``); an empty list for the "not found" shapes."""
+    if "trace" in doc:
+        trace = doc.get("trace") or {}
+        return list(trace.get("resourceSpans", trace.get("batches", [])))
+    return list(doc.get("batches", doc.get("resourceSpans", [])))
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One span from a Tempo search answer (ids hex; resource attributes only those selected)."""
+
+    trace_id: str
+    span_id: str
+    name: str
+    service: str
+    start_ns: int
+    duration_ns: int
+    root_service: str = ""
+    root_name: str = ""
+    attributes: Attrs = ()
+
+
+def parse_search_response(doc: Mapping[str, Any]) -> list[SearchHit]:
+    """Tempo ``/api/search`` JSON → one hit per matched span. ``traces`` is absent when nothing matched."""
+    hits: list[SearchHit] = []
+    for trace in doc.get("traces") or []:
+        trace_id = str(trace.get("traceID", "")).lower().rjust(32, "0")
+        span_sets = trace.get("spanSets") or ([trace["spanSet"]] if trace.get("spanSet") else [])
+        for span_set in span_sets:
+            for s in span_set.get("spans") or []:
+                attrs: Attrs = tuple(
+                    (kv.get("key", ""), any_value_to_str(kv.get("value", {}))) for kv in s.get("attributes", [])
+                )
+                amap = dict(attrs)
+                hits.append(
+                    SearchHit(
+                        trace_id=trace_id,
+                        span_id=str(s.get("spanID", "")).lower().rjust(16, "0"),
+                        name=s.get("name", amap.get("name", "")),
+                        service=amap.get(SERVICE_NAME, amap.get("resource.service.name", "")),
+                        start_ns=int(s.get("startTimeUnixNano", 0)),
+                        duration_ns=int(s.get("durationNanos", 0)),
+                        root_service=str(trace.get("rootServiceName", "")),
+                        root_name=str(trace.get("rootTraceName", "")),
+                        attributes=attrs,
+                    )
+                )
+    return hits

@@ -1,0 +1,86 @@
+"""What the resolver and the mounts need from the backends, whoever serves them: Tempo and Pyroscope over HTTP
+(proxy mode, ``TempoClient`` / ``PyroscopeClient``) or the embedded store (standalone mode)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from bridge._proto import querier_pb2 as qpb
+from bridge._proto import types_pb2 as tpb
+from bridge.connect import Deadline
+from bridge.spans import SearchHit, Trace
+
+# request headers carried from Grafana to every upstream call made on its behalf
+FORWARDED_HEADERS: Final = ("X-Scope-OrgID", "Authorization")
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """Who asked (tenant, credentials) and how long is left (deadline) for one incoming request."""
+
+    deadline: Deadline
+    tenant: str | None = None
+    authorization: str | None = None
+    extra_headers: Mapping[str, str] = field(default_factory=dict)
+
+    def headers(self) -> dict[str, str]:
+        out = dict(self.extra_headers)
+        if self.tenant:
+            out["X-Scope-OrgID"] = self.tenant
+        if self.authorization:
+            out["Authorization"] = self.authorization
+        return out
+
+    @property
+    def tenant_key(self) -> str:
+        return self.tenant or "anonymous"
+
+
+class TraceSource(Protocol):
+    """Tempo, or the store, seen from the resolver, the pages and doctor."""
+
+    name: str
+
+    async def trace_by_id(
+        self, trace_id: str, ctx: CallContext, start_s: int | None = None, end_s: int | None = None
+    ) -> Trace | None:
+        """The whole trace, or None when it is not found (v1 404, v2 empty trace)."""
+        ...
+
+    async def find_span(self, span_id: str, start_s: int, end_s: int, ctx: CallContext) -> SearchHit | None:
+        """TraceQL ``{ span:id = "…" }`` within ``[start_s, end_s]``; None when not found."""
+        ...
+
+    async def search(
+        self, query: str, start_s: int, end_s: int, limit: int, ctx: CallContext, spss: int = 3
+    ) -> list[SearchHit]:
+        """A TraceQL search; one hit per matched span."""
+        ...
+
+    async def ready(self, ctx: CallContext) -> str:
+        """Raise an UpstreamError when the backend does not answer; return a short status text otherwise."""
+        ...
+
+
+class ProfileSource(Protocol):
+    """Pyroscope, or the store, seen from the resolver, the pages and doctor."""
+
+    name: str
+
+    async def select_merge_stacktraces(
+        self, req: qpb.SelectMergeStacktracesRequest, ctx: CallContext
+    ) -> qpb.SelectMergeStacktracesResponse: ...
+
+    async def select_merge_span_profile(
+        self, req: qpb.SelectMergeSpanProfileRequest, ctx: CallContext
+    ) -> qpb.SelectMergeSpanProfileResponse: ...
+
+    async def profile_types(
+        self, req: qpb.ProfileTypesRequest, ctx: CallContext
+    ) -> qpb.ProfileTypesResponse: ...
+
+    async def label_values(self, req: tpb.LabelValuesRequest, ctx: CallContext) -> tpb.LabelValuesResponse: ...
+
+    async def ready(self, ctx: CallContext) -> str: ...
