@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bridge.config import ConfigError, Settings, load_toml, settings_help
+from bridge.errors import BridgeError
 
 log = logging.getLogger("bridge.cli")
 
@@ -152,7 +153,11 @@ async def serve(settings: Settings) -> int:
 
     app = create_app(settings)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
+    try:
+        await runner.setup()
+    except (OSError, BridgeError, ConfigError) as exc:
+        print(f"profile-bridge: cannot start ({settings.mode} mode): {_one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILED
     site = web.TCPSite(runner, settings.listen_host, settings.listen_port)
     try:
         await site.start()
@@ -177,3 +182,10 @@ async def serve(settings: Settings) -> int:
         log.info("profile-bridge stopping")
         await runner.cleanup()
     return EXIT_OK
+
+
+def _one_line(exc: BaseException) -> str:
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    if isinstance(exc, OSError) and exc.filename:
+        text = f"{exc.filename}: {text}"
+    return " ".join(text.split()) or type(exc).__name__
