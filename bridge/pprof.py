@@ -1,0 +1,119 @@
+"""Pure pprof helpers: decode a ``google.v1.Profile`` (gzip-compressed or plain, as SDKs send it) and walk its
+samples as (frames root first, value, string labels).
+
+pprof facts used here: ``Sample.location_id[0]`` is the leaf; a ``Location`` with several ``Line`` entries holds
+inlined frames, innermost first; label keys and values are indexes into ``string_table``; a label with ``str == 0``
+is numeric (skipped here). A location without lines (unsymbolised) is named by its address, ``0x…``.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from typing import Final
+
+from google.protobuf.message import DecodeError
+
+from bridge._proto import profile_pb2 as pb
+from bridge.errors import InvalidArgument
+
+GZIP_MAGIC: Final = b"\x1f\x8b"
+# a decompressed pprof larger than this is refused (a gzip bomb is not a profile)
+MAX_PPROF_BYTES: Final = 256 * 1024**2
+
+
+def decode_pprof(raw: bytes, max_bytes: int = MAX_PPROF_BYTES) -> pb.Profile:
+    """pprof bytes (gzip or plain) → ``Profile``. Anything else is an ``InvalidArgument`` saying what is wrong."""
+    data = raw
+    if raw[:2] == GZIP_MAGIC:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            data = inflater.decompress(raw, max_bytes + 1)
+        except zlib.error as exc:
+            raise InvalidArgument(f"pprof profile is not valid gzip ({exc})") from exc
+        if len(data) > max_bytes:
+            raise InvalidArgument(f"pprof profile is over {max_bytes} bytes after gzip decompression")
+        if not inflater.eof:
+            raise InvalidArgument("pprof profile is truncated gzip")
+    profile = pb.Profile()
+    try:
+        profile.ParseFromString(data)
+    except DecodeError as exc:
+        raise InvalidArgument(f"not a pprof profile ({exc})") from exc
+    _check(profile)
+    return profile
+
+
+def _check(profile: pb.Profile) -> None:
+    strings = len(profile.string_table)
+    if strings == 0 and (profile.sample or profile.sample_type):
+        raise InvalidArgument("not a pprof profile: empty string table")
+    if strings and profile.string_table[0] != "":
+        raise InvalidArgument("not a pprof profile: string_table[0] must be the empty string")
+    for vt in profile.sample_type:
+        if not (0 <= vt.type < strings and 0 <= vt.unit < strings):
+            raise InvalidArgument("pprof sample_type points outside the string table")
+    n_types = len(profile.sample_type)
+    for sample in profile.sample:
+        if len(sample.value) != n_types:
+            raise InvalidArgument(
+                f"pprof sample has {len(sample.value)} values for {n_types} sample types"
+            )
+
+
+def sample_types(profile: pb.Profile) -> list[tuple[str, str]]:
+    """(type, unit) of each value index, e.g. ``[("samples", "count"), ("cpu", "nanoseconds")]``."""
+    st = profile.string_table
+    return [(st[vt.type], st[vt.unit]) for vt in profile.sample_type]
+
+
+def period_type(profile: pb.Profile) -> tuple[str, str]:
+    st = profile.string_table
+    pt = profile.period_type
+    if not (0 <= pt.type < len(st) and 0 <= pt.unit < len(st)):
+        raise InvalidArgument("pprof period_type points outside the string table")
+    return st[pt.type], st[pt.unit]
+
+
+def _location_frames(profile: pb.Profile) -> dict[int, tuple[str, ...]]:
+    """Location id → its frame names, leaf (innermost inlined) first."""
+    st = profile.string_table
+    n_strings = len(st)
+    functions: dict[int, str] = {}
+    for fn in profile.function:
+        functions[fn.id] = st[fn.name] if 0 <= fn.name < n_strings else f"<bad name {fn.name}>"
+    out: dict[int, tuple[str, ...]] = {}
+    for loc in profile.location:
+        if loc.line:
+            out[loc.id] = tuple(functions.get(line.function_id, f"<unknown function {line.function_id}>")
+                                for line in loc.line)
+        else:
+            out[loc.id] = (f"0x{loc.address:x}",)
+    return out
+
+
+def iter_samples(profile: pb.Profile, value_index: int) -> Iterator[tuple[tuple[str, ...], int, dict[str, str]]]:
+    """Every sample as (frames root first, its value at ``value_index``, its string labels)."""
+    if not 0 <= value_index < len(profile.sample_type):
+        raise InvalidArgument(f"pprof has no sample type #{value_index}")
+    st = profile.string_table
+    n_strings = len(st)
+    locations = _location_frames(profile)
+    stacks: dict[tuple[int, ...], tuple[str, ...]] = {}
+    for sample in profile.sample:
+        ids = tuple(sample.location_id)
+        frames = stacks.get(ids)
+        if frames is None:
+            leaf_first: list[str] = []
+            for loc_id in ids:
+                names = locations.get(loc_id)
+                if names is None:
+                    raise InvalidArgument(f"pprof sample refers to unknown location {loc_id}")
+                leaf_first.extend(names)
+            leaf_first.reverse()
+            frames = stacks[ids] = tuple(leaf_first)
+        labels: dict[str, str] = {}
+        for label in sample.label:
+            if label.str and 0 <= label.key < n_strings and 0 < label.str < n_strings:
+                labels[st[label.key]] = st[label.str]
+        yield frames, sample.value[value_index], labels
