@@ -1,0 +1,451 @@
+"""A TEST DOUBLE of Grafana Tempo's HTTP query API — not Tempo. A real aiohttp app (serve it on 127.0.0.1, port 0, with
+pytest-aiohttp's ``aiohttp_server``) that answers from traces given to it, in Tempo's own wire shapes
+(``../shared/contracts/tempo.md``), and records every request it was asked.
+
+- ``GET /api/v2/traces/{id}``: ``TraceByIDResponse`` protobuf when ``Accept`` contains ``application/protobuf``,
+  else gogo-jsonpb JSON ``{"trace":{"resourceSpans":[…]},"metrics":{…}}`` (base64 ids, string int64s, enum names,
+  defaults omitted). Unknown trace → 200 with an empty trace. ``partial`` knob → ``status: PARTIAL`` + message.
+- ``GET /api/traces/{id}``: bare ``Trace`` protobuf / ``{"batches":[…]}``; unknown trace → 404.
+- A non-hex or oversized id → 400 with Tempo's plain-text message (``util.HexStringToTraceID``).
+- ``GET /api/search``: TraceQL subset — ``{ span:id = "…" }``, ``{ trace:id = "…" }``, ``{ resource.service.name =
+  "…" }``, ``{ span:name = "…" }``, joined by ``&&``, optional ``| select(…)``; Tempo's search JSON (hex ids,
+  ``traceID`` with leading zeros stripped, ``durationNanos`` strings, ``traces`` absent when nothing matched).
+- ``GET /api/v2/search/tags``, ``GET /api/v2/search/tag/{tag}/values``, ``/ready``, ``/api/echo``,
+  ``/api/status/buildinfo``; anything else → Go's ``404 page not found``.
+- ``gzip`` knob: gzip the body when the client accepts it. ``faults``: slow, error status, reset mid-body, garbage
+  body, search lag (the next N searches find nothing), optionally only under a path prefix.
+- ``refused_url()``: a URL where nothing listens (connection refused).
+
+    tempo = TempoDouble()
+    tempo.add_shop()                     # every trace of ../shared/fixtures/shop-capture
+    server = await aiohttp_server(tempo.app)
+    tempo.url = str(server.make_url("")).rstrip("/")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import json
+import re
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from aiohttp import web
+from google.protobuf import json_format
+from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
+
+from bridge._proto import tempo_pb2
+from tests.paths import VULTURE_TRACE
+
+PROTOBUF: Final = "application/protobuf"
+SEARCH_ROOT_PENDING: Final = "<root span not yet received>"
+BUILD_INFO: Final = {
+    "version": "2.10.8-test-double",
+    "revision": "test-double",
+    "branch": "",
+    "buildUser": "",
+    "buildDate": "",
+    "goVersion": "",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass(slots=True)
+class Faults:
+    """What goes wrong. Applies to requests whose path starts with ``paths`` ("" = every path)."""
+
+    delay: float = 0.0  # seconds to wait before answering (slow Tempo)
+    status: int | None = None  # answer with this HTTP status and ``body`` instead of the real answer
+    body: str = "too many outstanding requests"
+    reset: bool = False  # send headers and part of a body, then drop the connection
+    garbage: bool = False  # 200 with bytes that are neither protobuf nor JSON of the right shape
+    search_lag: int = 0  # the next N searches find nothing (Tempo's search lags ingest by 15–30 s)
+    paths: str = ""
+
+
+GARBAGE: Final = b"\xff\xfe this is not a Tempo answer \x00\x01\x02" + bytes(range(0xF0, 0x100))
+
+
+def hex_string_to_trace_id(raw: str) -> str:
+    """Tempo's ``util.HexStringToTraceID``: any hex up to 128 bits, left-padded; ValueError with Tempo's message."""
+    for pos, char in enumerate(raw):
+        if not ("0" <= char <= "9" or "a" <= char <= "f" or "A" <= char <= "F"):
+            raise ValueError(f"trace IDs can only contain hex characters: invalid character '{char}' at position "
+                             f"{pos + 1}")
+    text = "0" + raw if len(raw) % 2 == 1 else raw
+    if len(text) > 32:
+        raise ValueError("trace IDs can't be larger than 128 bits")
+    return text.lower().rjust(32, "0")
+
+
+def refused_url() -> str:
+    """A URL on 127.0.0.1 where nothing listens (the port was just bound and released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def resource_spans_to_json(rs: otlp_trace.ResourceSpans) -> dict[str, Any]:
+    """One ResourceSpans as Tempo's gogo jsonpb writes it (json_format on OTLP gives exactly that shape)."""
+    return json_format.MessageToDict(rs)
+
+
+class TempoDouble:
+    """A test double of Tempo's query API. Not Tempo."""
+
+    def __init__(self) -> None:
+        self.traces: dict[str, list[bytes]] = {}  # trace id (32 hex) → serialized ResourceSpans
+        self.requests: list[RecordedRequest] = []
+        self.partial: str | None = None  # v2 answers carry status PARTIAL and this message
+        self.gzip = False
+        self.faults = Faults()
+        self.url = ""
+        self.app = web.Application()
+        self.app.router.add_get("/api/v2/traces/{trace_id}", self._trace_v2)
+        self.app.router.add_get("/api/traces/{trace_id}", self._trace_v1)
+        self.app.router.add_get("/api/search", self._search)
+        self.app.router.add_get("/api/v2/search/tags", self._tags)
+        self.app.router.add_get("/api/v2/search/tag/{tag}/values", self._tag_values)
+        self.app.router.add_get("/ready", self._ready)
+        self.app.router.add_get("/api/echo", self._echo)
+        self.app.router.add_get("/api/status/buildinfo", self._buildinfo)
+        self.app.router.add_route("*", "/{tail:.*}", self._not_found)
+
+    # ------------------------------------------------------------------------------------------- data
+
+    def add_trace(self, trace_id: str, resource_spans: Iterable[otlp_trace.ResourceSpans | bytes]) -> str:
+        """Hold a trace; ``resource_spans`` as messages or raw bytes (raw bytes may carry unknown fields)."""
+        tid = hex_string_to_trace_id(trace_id)
+        self.traces[tid] = [rs if isinstance(rs, bytes) else rs.SerializeToString() for rs in resource_spans]
+        return tid
+
+    def add_shop(self, trace_ids: Iterable[str] | None = None) -> list[str]:
+        """Hold traces of the shop capture (all of them by default)."""
+        from tests.doubles.shop import load_shop
+
+        shop = load_shop()
+        ids = list(trace_ids) if trace_ids is not None else shop.trace_ids()
+        for tid in ids:
+            self.add_trace(tid, shop.resource_spans(tid))
+        return ids
+
+    def add_vulture(self) -> str:
+        """Hold Tempo's own test trace (``vulture-trace.json``); returns its trace id."""
+        data = otlp_trace.TracesData()
+        json_format.ParseDict(json.loads(VULTURE_TRACE.read_text()), data)
+        trace_id = data.resource_spans[0].scope_spans[0].spans[0].trace_id.hex()
+        return self.add_trace(trace_id, data.resource_spans)
+
+    def decoded(self, trace_id: str) -> list[otlp_trace.ResourceSpans]:
+        return [otlp_trace.ResourceSpans.FromString(raw) for raw in self.traces.get(trace_id, [])]
+
+    # ------------------------------------------------------------------------------------------- what it was asked
+
+    def calls(self, prefix: str = "/") -> list[RecordedRequest]:
+        return [r for r in self.requests if r.path.startswith(prefix)]
+
+    @property
+    def search_calls(self) -> list[RecordedRequest]:
+        return self.calls("/api/search")
+
+    # ------------------------------------------------------------------------------------------- plumbing
+
+    async def _record(self, request: web.Request) -> None:
+        body = await request.read() if request.can_read_body else b""
+        self.requests.append(
+            RecordedRequest(request.method, request.path, dict(request.query), dict(request.headers), body)
+        )
+
+    async def _faulted(self, request: web.Request) -> web.StreamResponse | None:
+        await self._record(request)
+        f = self.faults
+        if not request.path.startswith(f.paths):
+            return None
+        if f.delay:
+            await asyncio.sleep(f.delay)
+        if f.status is not None:
+            return web.Response(status=f.status, text=f.body + "\n", content_type="text/plain", charset="utf-8")
+        if f.reset:
+            response = web.StreamResponse(status=200, headers={"Content-Length": "100000"})
+            response.content_type = "application/json"
+            await response.prepare(request)
+            await response.write(b'{"trace":{"resourceSpans":[')
+            if request.transport is not None:
+                request.transport.close()
+            return response
+        if f.garbage and "/traces/" in request.path:
+            return self._answer(request, 200, GARBAGE, PROTOBUF if _wants_protobuf(request) else "application/json")
+        return None
+
+    def _answer(self, request: web.Request, status: int, body: bytes, content_type: str) -> web.Response:
+        headers = {"Content-Type": content_type}
+        if self.gzip and "gzip" in request.headers.get("Accept-Encoding", ""):
+            body = gzip.compress(body)
+            headers["Content-Encoding"] = "gzip"
+        return web.Response(status=status, body=body, headers=headers)
+
+    @staticmethod
+    def _text(status: int, message: str) -> web.Response:
+        # Go's http.Error
+        return web.Response(
+            status=status, text=message + "\n", content_type="text/plain", charset="utf-8",
+            headers={"X-Content-Type-Options": "nosniff"},
+        )
+
+    # ------------------------------------------------------------------------------------------- trace by id
+
+    def _lookup(self, request: web.Request) -> tuple[str, list[bytes] | None] | web.Response:
+        try:
+            tid = hex_string_to_trace_id(request.match_info["trace_id"])
+        except ValueError as exc:
+            return self._text(400, str(exc))
+        return tid, self.traces.get(tid)
+
+    def _metrics(self, raw: list[bytes] | None) -> tempo_pb2.TraceByIDMetrics:
+        size = sum(len(r) for r in raw or [])
+        return tempo_pb2.TraceByIDMetrics(inspectedBytes=size) if size else tempo_pb2.TraceByIDMetrics()
+
+    async def _trace_v2(self, request: web.Request) -> web.StreamResponse:
+        if (faulted := await self._faulted(request)) is not None:
+            return faulted
+        looked = self._lookup(request)
+        if isinstance(looked, web.Response):
+            return looked
+        _, raw = looked
+        metrics = self._metrics(raw)
+        partial = self.partial if raw else None
+        if _wants_protobuf(request):
+            msg = tempo_pb2.TraceByIDResponse(trace=tempo_pb2.Trace(resource_spans=raw or []), metrics=metrics)
+            if partial is not None:
+                msg.status = tempo_pb2.PARTIAL
+                msg.message = partial
+            return self._answer(request, 200, msg.SerializeToString(), PROTOBUF)
+        doc: dict[str, Any] = {"trace": {}}
+        if raw:
+            doc["trace"]["resourceSpans"] = [
+                resource_spans_to_json(otlp_trace.ResourceSpans.FromString(r)) for r in raw
+            ]
+        doc["metrics"] = json_format.MessageToDict(metrics)
+        if partial is not None:
+            doc["status"] = "PARTIAL"
+            doc["message"] = partial
+        return self._answer(request, 200, _dumps(doc), "application/json")
+
+    async def _trace_v1(self, request: web.Request) -> web.StreamResponse:
+        if (faulted := await self._faulted(request)) is not None:
+            return faulted
+        looked = self._lookup(request)
+        if isinstance(looked, web.Response):
+            return looked
+        _, raw = looked
+        if not raw:
+            return self._text(404, "trace not found")
+        if _wants_protobuf(request):
+            return self._answer(request, 200, tempo_pb2.Trace(resource_spans=raw).SerializeToString(), PROTOBUF)
+        doc = {"batches": [resource_spans_to_json(otlp_trace.ResourceSpans.FromString(r)) for r in raw]}
+        return self._answer(request, 200, _dumps(doc), "application/json")
+
+    # ------------------------------------------------------------------------------------------- search
+
+    async def _search(self, request: web.Request) -> web.StreamResponse:
+        if (faulted := await self._faulted(request)) is not None:
+            return faulted
+        q = request.query.get("q", "{}")
+        try:
+            conditions, selected = parse_traceql(q)
+            limit = int(request.query.get("limit", "20"))
+            spss = int(request.query.get("spss", "3"))
+            start = int(request.query["start"]) if "start" in request.query else None
+            end = int(request.query["end"]) if "end" in request.query else None
+        except ValueError as exc:
+            return self._text(400, str(exc))
+        lagging = self.faults.search_lag > 0 and request.path.startswith(self.faults.paths)
+        if lagging:
+            self.faults.search_lag -= 1
+        traces = [] if lagging else self._matching(conditions, selected, start, end, limit, spss)
+        doc: dict[str, Any] = {}
+        if traces:
+            doc["traces"] = traces
+        doc["metrics"] = {"inspectedBytes": str(sum(len(r) for raws in self.traces.values() for r in raws)),
+                          "completedJobs": 1, "totalJobs": 1}
+        return self._answer(request, 200, _dumps(doc), "application/json")
+
+    def _matching(
+        self, conditions: list[tuple[str, str]], selected: list[str], start: int | None, end: int | None,
+        limit: int, spss: int,
+    ) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for tid, raws in self.traces.items():
+            spans = list(_iter_spans(tid, raws))
+            if not spans:
+                continue
+            t_start = min(s.start_time_unix_nano for s, _ in spans)
+            t_end = max(s.end_time_unix_nano for s, _ in spans)
+            if start is not None and t_end < start * 1_000_000_000:
+                continue
+            if end is not None and t_start > end * 1_000_000_000:
+                continue
+            matched = [(s, svc) for s, svc in spans if all(_cond(s, svc, tid, k, v) for k, v in conditions)]
+            if not matched:
+                continue
+            root = next((p for p in spans if not p[0].parent_span_id), None)
+            shown = matched[:spss]
+            out.append({
+                "traceID": tid.lstrip("0") or "0",
+                "rootServiceName": root[1] if root else SEARCH_ROOT_PENDING,
+                **({"rootTraceName": root[0].name} if root else {}),
+                "startTimeUnixNano": str(t_start),
+                "durationMs": (t_end - t_start) // 1_000_000,
+                "spanSet": _span_set(shown, len(matched), conditions, selected),
+                "spanSets": [_span_set(shown, len(matched), conditions, selected)],
+            })
+            if len(out) >= limit:
+                break
+        return out
+
+    async def _tags(self, request: web.Request) -> web.StreamResponse:
+        if (faulted := await self._faulted(request)) is not None:
+            return faulted
+        doc = {"scopes": [{"name": "resource", "tags": ["service.name"]}, {"name": "span", "tags": []}]}
+        return self._answer(request, 200, _dumps(doc), "application/json")
+
+    async def _tag_values(self, request: web.Request) -> web.StreamResponse:
+        if (faulted := await self._faulted(request)) is not None:
+            return faulted
+        values: set[str] = set()
+        if request.match_info["tag"] in ("resource.service.name", ".service.name"):
+            values = {svc for tid, raws in self.traces.items() for _, svc in _iter_spans(tid, raws)}
+        doc = {"tagValues": [{"type": "string", "value": v} for v in sorted(values)], "metrics": {}}
+        return self._answer(request, 200, _dumps(doc), "application/json")
+
+    # ------------------------------------------------------------------------------------------- misc
+
+    async def _ready(self, request: web.Request) -> web.StreamResponse:
+        if (faulted := await self._faulted(request)) is not None:
+            return faulted
+        return web.Response(text="ready", content_type="text/plain")
+
+    async def _echo(self, request: web.Request) -> web.StreamResponse:
+        if (faulted := await self._faulted(request)) is not None:
+            return faulted
+        return web.Response(text="echo", content_type="text/plain")
+
+    async def _buildinfo(self, request: web.Request) -> web.StreamResponse:
+        if (faulted := await self._faulted(request)) is not None:
+            return faulted
+        return self._answer(request, 200, _dumps(BUILD_INFO), "application/json")
+
+    async def _not_found(self, request: web.Request) -> web.StreamResponse:
+        await self._record(request)
+        return self._text(404, "404 page not found")
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+
+def _wants_protobuf(request: web.Request) -> bool:
+    # Tempo: a substring match on Accept, protobuf first
+    return PROTOBUF in request.headers.get("Accept", "")
+
+
+def _dumps(doc: Any) -> bytes:
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+_COND = re.compile(r'\s*([\w.:]+)\s*=\s*"([^"]*)"\s*')
+_SELECT = re.compile(r"select\(([^)]*)\)")
+
+
+def parse_traceql(query: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """The TraceQL subset the double understands: ``{ a = "x" && b = "y" } | select(c, d)``."""
+    text = query.strip()
+    head, _, tail = text.partition("|")
+    head = head.strip()
+    if not (head.startswith("{") and head.endswith("}")):
+        raise ValueError(f"parse error: unexpected query {query!r} (test double understands a subset)")
+    body = head[1:-1].strip()
+    conditions: list[tuple[str, str]] = []
+    if body:
+        for part in body.split("&&"):
+            m = _COND.fullmatch(part)
+            if m is None:
+                raise ValueError(f"parse error: unsupported condition {part.strip()!r} (test double)")
+            conditions.append((m.group(1), m.group(2)))
+    selected: list[str] = []
+    if tail.strip():
+        m = _SELECT.search(tail)
+        if m is None:
+            raise ValueError(f"parse error: unsupported pipeline {tail.strip()!r} (test double)")
+        selected = [s.strip() for s in m.group(1).split(",") if s.strip()]
+    return conditions, selected
+
+
+def _iter_spans(trace_id: str, raws: list[bytes]) -> Iterable[tuple[otlp_trace.Span, str]]:
+    del trace_id
+    for raw in raws:
+        rs = otlp_trace.ResourceSpans.FromString(raw)
+        svc = next((kv.value.string_value for kv in rs.resource.attributes if kv.key == "service.name"), "")
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                yield span, svc
+
+
+def _cond(span: otlp_trace.Span, service: str, trace_id: str, key: str, value: str) -> bool:
+    if key == "span:id":
+        return span.span_id.hex() == value
+    if key == "trace:id":
+        return trace_id == value.lower().rjust(32, "0")
+    if key in ("span:name", "name"):
+        return span.name == value
+    if key in ("resource.service.name", ".service.name"):
+        return service == value
+    attr = key.removeprefix("span.").removeprefix(".")
+    return any(kv.key == attr and kv.value.string_value == value for kv in span.attributes)
+
+
+def _span_set(
+    matched: list[tuple[otlp_trace.Span, str]], count: int, conditions: list[tuple[str, str]], selected: list[str]
+) -> dict[str, Any]:
+    keys = {k for k, _ in conditions} | set(selected)
+    spans = []
+    for span, svc in matched:
+        item: dict[str, Any] = {"spanID": span.span_id.hex()}
+        if keys & {"span:name", "name"}:
+            item["name"] = span.name
+        item["startTimeUnixNano"] = str(span.start_time_unix_nano)
+        item["durationNanos"] = str(span.end_time_unix_nano - span.start_time_unix_nano)
+        attrs = []
+        if keys & {"resource.service.name", ".service.name"}:
+            attrs.append({"key": "service.name", "value": {"stringValue": svc}})
+        for key in sorted(keys):
+            if key.startswith("span.") and not key.startswith("span:"):
+                name = key.removeprefix("span.")
+                for kv in span.attributes:
+                    if kv.key == name:
+                        attrs.append({"key": name, "value": json_format.MessageToDict(kv.value)})
+        if attrs:
+            item["attributes"] = attrs
+        spans.append(item)
+    return {"spans": spans, "matched": count}
+
+
+def b64_id(hex_id: str) -> str:
+    """A hex id as Tempo's JSON writes it (standard base64 of the bytes)."""
+    return base64.b64encode(bytes.fromhex(hex_id)).decode()
+
+
+def json_headers(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    return {"Accept": "application/json", **(extra or {})}
