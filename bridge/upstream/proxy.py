@@ -1,0 +1,196 @@
+"""Streaming pass-through: one incoming request → the same request upstream, the answer streamed back.
+
+Bodies are never decoded or buffered whole: the request body streams up as it arrives, the response body streams
+down chunk by chunk, ``Content-Encoding`` untouched both ways (the session must not decompress). End-to-end headers
+survive (tenant, auth, ``Connect-*``, content type and encoding); hop-by-hop headers (RFC 9110 §7.6.1, plus any
+named in ``Connection``) are dropped in both directions.
+
+Failures before the answer's headers are sent become ``UpstreamError``s (the middleware turns them into the
+caller's error shape). A failure after the headers went out cannot be reported any more: the client connection is
+aborted, so the client sees a truncated answer rather than a silently shortened one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Final
+from urllib.parse import unquote
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from bridge.errors import InvalidArgument, ResourceExhausted
+from bridge.upstream.faults import map_client_error
+
+log = logging.getLogger("bridge.proxy")
+
+HOP_BY_HOP: Final = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+# set by aiohttp from the target URL / the body it sends
+_REQUEST_DROP: Final = HOP_BY_HOP | {"host", "expect"}
+# aiohttp would otherwise add these itself when the client did not send them
+_SKIP_AUTO: Final = ("Accept-Encoding", "User-Agent", "Content-Type")
+CHUNK: Final = 256 * 1024
+# Content-Encodings aiohttp's server undoes by itself unless it runs with ``auto_decompress=False``
+SERVER_DECODED: Final = frozenset({"gzip", "deflate", "br", "zstd"})
+
+
+def server_decoded(request: web.Request) -> bool:
+    """Did aiohttp's server already undo the request's ``Content-Encoding``? It does unless the runner was made
+    with ``auto_decompress=False``; the body then arrives decompressed while the header still names the coding."""
+    encoding = request.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in SERVER_DECODED:
+        return False
+    manager = getattr(request.protocol, "_manager", None)
+    kwargs = getattr(manager, "_kwargs", None)
+    return bool(kwargs.get("auto_decompress", True)) if isinstance(kwargs, dict) else True
+
+
+async def read_body(request: web.Request, max_bytes: int) -> tuple[bytes, str | None]:
+    """The request body, read in chunks and refused (``ResourceExhausted``) as soon as it passes ``max_bytes``;
+    with the ``Content-Encoding`` still to undo (None when there is none, or the server undid it already)."""
+    declared = request.content_length
+    if declared is not None and declared > max_bytes:
+        raise ResourceExhausted(f"request body of {declared} bytes is over the limit of {max_bytes} bytes")
+    decoded = server_decoded(request)
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > max_bytes:
+            after = " after decompression" if decoded else ""
+            raise ResourceExhausted(f"request body is over the limit of {max_bytes} bytes{after}")
+        parts.append(chunk)
+    encoding = None if decoded else request.headers.get("Content-Encoding")
+    return b"".join(parts), encoding
+
+
+def end_to_end(headers: Mapping[str, str], drop: Iterable[str] = HOP_BY_HOP) -> CIMultiDict[str]:
+    """Pure: the headers a proxy forwards — all but hop-by-hop ones and those the ``Connection`` header names."""
+    dropped = set(drop)
+    for value in _all(headers, "Connection"):
+        dropped.update(token.strip().lower() for token in value.split(",") if token.strip())
+    out: CIMultiDict[str] = CIMultiDict()
+    for key, value in headers.items():
+        if key.lower() not in dropped:
+            out.add(key, value)
+    return out
+
+
+def _all(headers: Mapping[str, str], name: str) -> list[str]:
+    if isinstance(headers, CIMultiDictProxy | CIMultiDict):
+        return list(headers.getall(name, []))
+    value = headers.get(name)
+    return [value] if value is not None else []
+
+
+def target_url(base_url: str, request: web.Request, mount: str) -> URL:
+    """The upstream URL for ``request`` under ``mount`` (e.g. ``/pyroscope``): ``base_url`` + the rest of the raw
+    (still percent-encoded) path + the raw query. Paths with ``..`` segments are refused, so nothing escapes the
+    configured URL's own path."""
+    raw_path, _, raw_query = request.raw_path.partition("?")
+    if not raw_path.startswith(mount + "/") and raw_path != mount:
+        raise InvalidArgument(f"path {raw_path!r} is not under {mount}/")
+    rest = raw_path[len(mount):]
+    if any(unquote(seg) in (".", "..") for seg in rest.split("/")):
+        raise InvalidArgument(f"path {raw_path!r} has a '.' or '..' segment; not forwarded")
+    text = base_url.rstrip("/") + rest
+    if raw_query:
+        text += "?" + raw_query
+    return URL(text, encoded=True)
+
+
+async def stream_through(
+    request: web.Request,
+    session: aiohttp.ClientSession,
+    target_url: str | URL,
+    *,
+    upstream: str,
+    timeout: aiohttp.ClientTimeout,
+) -> web.StreamResponse:
+    """Forward ``request`` to ``target_url`` (query included; a ``str`` is taken as already percent-encoded) and
+    stream the answer back. Raises ``UpstreamError`` when the upstream fails before answering."""
+    url = target_url if isinstance(target_url, URL) else URL(target_url, encoded=True)
+    headers = end_to_end(request.headers, _REQUEST_DROP)
+    body = request.content if request.body_exists else None
+    if body is None:
+        headers.popall("Content-Length", None)
+    elif server_decoded(request):
+        # the body arrives already decompressed: forward it as it now is
+        headers.popall("Content-Encoding", None)
+        headers.popall("Content-Length", None)
+    started = time.perf_counter()
+    outcome = "ok"
+    try:
+        try:
+            upstream_resp = await session.request(
+                request.method,
+                url,
+                headers=headers,
+                data=body,
+                timeout=timeout,
+                allow_redirects=False,
+                auto_decompress=False,
+                skip_auto_headers=_SKIP_AUTO,
+            )
+        except Exception as exc:  # noqa: BLE001 - mapped at this boundary, re-raised typed
+            err = map_client_error(upstream, exc, timeout.total)
+            outcome = err.code.value
+            raise err from exc
+        async with upstream_resp:
+            return await _relay(request, upstream_resp, upstream)
+    finally:
+        _observe(request, upstream, outcome, time.perf_counter() - started)
+
+
+async def _relay(request: web.Request, upstream_resp: aiohttp.ClientResponse, upstream: str) -> web.StreamResponse:
+    response = web.StreamResponse(status=upstream_resp.status, reason=upstream_resp.reason)
+    response.headers.extend(end_to_end(upstream_resp.headers, HOP_BY_HOP | {"content-length"}))
+    length = upstream_resp.content_length
+    chunked = "chunked" in upstream_resp.headers.get("Transfer-Encoding", "").lower()
+    if length is not None and not chunked:
+        response.content_length = length
+    await response.prepare(request)
+    if request.method == "HEAD":
+        return response
+    try:
+        async for chunk in upstream_resp.content.iter_chunked(CHUNK):
+            await response.write(chunk)
+    except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
+        # the client went away, or the upstream reset mid-body; either way the connection is done
+        _abort(request, upstream, exc)
+    except Exception as exc:  # noqa: BLE001 - headers are out: no error answer is possible any more
+        _abort(request, upstream, exc)
+    return response
+
+
+def _abort(request: web.Request, upstream: str, exc: BaseException) -> None:
+    err = map_client_error(upstream, exc)
+    log.warning("%s: answer to %s %s cut short: %s", upstream, request.method, request.path, err.message)
+    response_transport = request.transport
+    if response_transport is not None:
+        response_transport.abort()
+
+
+def _observe(request: web.Request, upstream: str, outcome: str, seconds: float) -> None:
+    from bridge.app import METRICS
+
+    metrics = request.app.get(METRICS)
+    if metrics is not None:
+        metrics.upstream_seconds.labels(upstream, "passthrough", outcome).observe(seconds)
