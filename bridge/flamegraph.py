@@ -4,13 +4,18 @@ Encoding (../shared/contracts/pyroscope.md §4): ``names[0]`` is ``"total"``; ``
 4-tuple per node of row *i*, left to right: ``[x_offset_delta, total, self, name_index]``, the offset delta-encoded
 against the end of the previous node in the same row. "No data" is a missing flame graph or one holding only
 ``total`` with a single ``[0,0,0,0]`` level.
+
+Exports: ``to_collapsed`` (folded stacks), ``to_pprof`` (``google.v1.Profile``), ``layout`` (SVG-ready rectangles
+with narrow frames folded, for the bridge's pages).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Final
 
+from bridge._proto import profile_pb2 as ppb
 from bridge._proto import querier_pb2 as pb
 
 ROOT_NAME: Final = "total"
@@ -233,3 +238,180 @@ def relabel_root(fg: pb.FlameGraph, label: str) -> pb.FlameGraph:
 def root_label(reason: str) -> str:
     """The text Grafana shows on the root bar: ``total — <reason>``."""
     return f"{ROOT_NAME} — {reason}"
+
+
+# --------------------------------------------------------------------------------------------- export formats
+
+
+def to_collapsed(root: Node) -> str:
+    """Folded stacks (Brendan Gregg's ``stackcollapse`` format, what ``flamegraph.pl`` and speedscope read): one line
+    per stack with a non-zero self value, ``frame;frame;frame value``, root frame first, sorted. Semicolons and
+    newlines inside a frame name are replaced so every line parses back to the same frames."""
+    lines = [
+        ";".join(_collapsed_frame(name) for name in frames) + f" {value}\n" for frames, value in iter_stacks(root)
+    ]
+    return "".join(lines)
+
+
+def _collapsed_frame(name: str) -> str:
+    return name.replace(";", ":").replace("\n", " ").replace("\r", " ")
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileType:
+    """A Pyroscope profile type id ``name:sample_type:sample_unit:period_type:period_unit``."""
+
+    name: str
+    sample_type: str
+    sample_unit: str
+    period_type: str
+    period_unit: str
+
+    @property
+    def id(self) -> str:
+        return ":".join((self.name, self.sample_type, self.sample_unit, self.period_type, self.period_unit))
+
+
+def parse_profile_type(type_id: str) -> ProfileType:
+    """``process_cpu:cpu:nanoseconds:cpu:nanoseconds`` → its five parts; ``ValueError`` naming the expected shape."""
+    parts = type_id.split(":")
+    if len(parts) != 5 or not all(parts):
+        raise ValueError(
+            f"profile type {type_id!r} is not name:sample_type:sample_unit:period_type:period_unit "
+            "(e.g. process_cpu:cpu:nanoseconds:cpu:nanoseconds)"
+        )
+    return ProfileType(*parts)
+
+
+def to_pprof(root: Node, profile_type: str, *, period: int = 0, time_nanos: int = 0,
+             duration_nanos: int = 0) -> ppb.Profile:
+    """A call tree → a ``google.v1.Profile`` that ``go tool pprof`` opens: string table with ``""`` first, one sample
+    type and the period type from the profile type id, one function and one location per distinct frame name (all
+    under one mapping flagged ``has_functions`` so pprof does not try to symbolise), one sample per stack with its
+    self value, locations leaf first as pprof orders them."""
+    ptype = parse_profile_type(profile_type)
+    strings: list[str] = [""]
+    string_index: dict[str, int] = {"": 0}
+
+    def sid(text: str) -> int:
+        idx = string_index.get(text)
+        if idx is None:
+            idx = string_index[text] = len(strings)
+            strings.append(text)
+        return idx
+
+    prof = ppb.Profile()
+    prof.sample_type.add(type=sid(ptype.sample_type), unit=sid(ptype.sample_unit))
+    prof.period_type.type = sid(ptype.period_type)
+    prof.period_type.unit = sid(ptype.period_unit)
+    prof.period = period
+    prof.time_nanos = time_nanos
+    prof.duration_nanos = duration_nanos
+    prof.mapping.add(id=1, filename=sid(ptype.name), has_functions=True)
+
+    location_of: dict[str, int] = {}
+
+    def location_id(name: str) -> int:
+        loc = location_of.get(name)
+        if loc is None:
+            loc = location_of[name] = len(location_of) + 1
+            prof.function.add(id=loc, name=sid(name), system_name=sid(name))
+            prof.location.add(id=loc, mapping_id=1).line.add(function_id=loc)
+        return loc
+
+    for frames, value in iter_stacks(root):
+        ids = [location_id(name) for name in frames]
+        ids.reverse()
+        prof.sample.add(location_id=ids, value=[value])
+    prof.string_table.extend(strings)
+    return prof
+
+
+# --------------------------------------------------------------------------------------------- SVG-ready layout
+
+FOLDED_NAME: Final = "…"
+
+
+@dataclass(frozen=True, slots=True)
+class Rect:
+    """One bar of a rendered flame graph. ``x`` and ``width`` are in pixels of the layout width; ``depth`` 0 is the
+    root. ``folded`` counts the frames merged into a ``…`` bar (0 for a real frame)."""
+
+    x: float
+    width: float
+    depth: int
+    name: str
+    total: int
+    self: int
+    folded: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    rects: list[Rect]
+    width: float
+    depth: int  # number of rows
+    total: int
+    min_width: float  # the threshold actually used (raised when the rectangle budget required it)
+    folded: int  # frames not drawn individually
+
+
+def layout(root: Node, width: float = 1200.0, min_width: float = 2.0, *, max_rects: int = 3000) -> Layout:
+    """Place every frame wider than ``min_width`` pixels; siblings narrower than that are folded into one ``…`` bar
+    per parent (drawn when the fold itself is wide enough), and their subtrees are dropped. Bars never overlap, so
+    each row holds at most ``width / min_width`` of them. When more than ``max_rects`` would still be drawn, the
+    threshold is doubled (while a row can still hold ~50 bars), then the depth is cut (deeper frames folded into one
+    ``…`` bar under the last row drawn) until they fit — a 10,000-node tree renders within a fixed size budget."""
+    threshold = max(min_width, 0.1)
+    max_depth: int | None = None
+    while True:
+        rects, folded = _place(root, width, threshold, max_rects, max_depth)
+        if rects is not None:
+            depth = 1 + max((r.depth for r in rects), default=0)
+            return Layout(rects, width, depth, root.total, threshold, folded)
+        if threshold * 2 <= width / 50:
+            threshold *= 2
+        else:
+            max_depth = max(1, (max_depth or max_rects) // 2)
+
+
+def _place(
+    root: Node, width: float, threshold: float, max_rects: int, max_depth: int | None
+) -> tuple[list[Rect] | None, int]:
+    if root.total <= 0:
+        return [Rect(0.0, width, 0, root.name, 0, 0)], 0
+    scale = width / root.total
+    rects: list[Rect] = []
+    folded = 0
+    work: list[tuple[Node, int, float]] = [(root, 0, 0.0)]
+    while work:
+        node, depth, x = work.pop()
+        rects.append(Rect(x, node.total * scale, depth, node.name, node.total, node.self))
+        if len(rects) > max_rects:
+            return None, 0
+        if max_depth is not None and depth >= max_depth:
+            below = node.count() - 1
+            if below:
+                folded += below
+                deeper = node.total - node.self
+                rects.append(Rect(x, deeper * scale, depth + 1, FOLDED_NAME, deeper, 0, below))
+            continue
+        child_x = x
+        small_total = 0
+        small_count = 0
+        placed: list[tuple[Node, int, float]] = []
+        for child in _sorted_children(node):
+            if child.total <= 0:
+                continue
+            if child.total * scale < threshold:
+                small_total += child.total
+                small_count += child.count()
+                continue
+            placed.append((child, depth + 1, child_x))
+            child_x += child.total * scale
+        if small_count:
+            folded += small_count
+            if small_total * scale >= threshold:
+                rects.append(Rect(child_x, small_total * scale, depth + 1, FOLDED_NAME, small_total, 0, small_count))
+        work.extend(reversed(placed))
+    return rects, folded
