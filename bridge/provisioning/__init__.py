@@ -1,0 +1,2 @@
+"""Grafana provisioning for the bridge: ``render.py`` turns settings into data source and dashboard provider YAML
+(jinja2 templates under ``templates/``); ``profile-bridge provision --out DIR`` writes them."""

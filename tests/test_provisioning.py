@@ -1,0 +1,233 @@
+"""``profile-bridge provision``: the rendered Grafana provisioning, golden files, the committed ``provisioning/``
+directory, and one-line errors for bad settings."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bridge.cli import main
+from bridge.config import Settings
+from bridge.provisioning.render import (
+    PROVISION_FIELDS,
+    ProvisionSettings,
+    provision_markdown,
+    render,
+    run_provision,
+    yaml_str,
+)
+from tests.paths import GOLDEN, ROOT
+
+REPO_PROVISIONING = ROOT / "provisioning"
+
+CUSTOM_ENV = {
+    "PROFILE_BRIDGE_PROVISION_BRIDGE_URL": "https://bridge.example.com:8443/",
+    "PROFILE_BRIDGE_PROVISION_TEMPO_NAME": "Traces $team (bridge)",
+    "PROFILE_BRIDGE_PROVISION_PROFILES_NAME": "Profiles: \"bridge\" ${HOME}",
+    "PROFILE_BRIDGE_GRAFANA_TEMPO_UID": "tempo-1",
+    "PROFILE_BRIDGE_GRAFANA_PROFILES_UID": "prof_1",
+    "PROFILE_BRIDGE_PROFILE_TYPE": "memory:alloc_space:bytes:space:bytes",
+    "PROFILE_BRIDGE_PROVISION_TAGS": "service.name=service_name,k8s.pod.name=pod",
+    "PROFILE_BRIDGE_PROVISION_TEMPO_DIRECT_URL": "",
+    "PROFILE_BRIDGE_PROVISION_PYROSCOPE_DIRECT_URL": "http://pyro.internal:4040",
+    "PROFILE_BRIDGE_PROVISION_PYROSCOPE_DIRECT_UID": "pyro",
+    "PROFILE_BRIDGE_PROVISION_PROMETHEUS_URL": "",
+    "PROFILE_BRIDGE_PROVISION_DASHBOARDS_PATH": "/etc/dashboards/profile-bridge",
+    "PROFILE_BRIDGE_PROVISION_DASHBOARDS_FOLDER": "Profiling ünd $$ more",
+}
+
+
+def _render_env(environ: dict[str, str]) -> dict[str, str]:
+    return render(ProvisionSettings.from_env(environ, Settings.from_env(environ)))
+
+
+def _read_tree(root: Path) -> dict[str, str]:
+    return {
+        path.relative_to(root).as_posix(): path.read_text(encoding="utf-8")
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def _grafana_unescape(text: str) -> str:
+    """What Grafana makes of a provisioning scalar: ``$$`` is a literal ``$``; ``$NAME``/``${NAME}`` would be
+    expanded from its environment (here: must not occur)."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$":
+            assert text[i + 1 : i + 2] == "$", f"unescaped $ in {text!r} would be expanded by Grafana"
+            out.append("$")
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _datasources(files: dict[str, str]) -> list[dict[str, object]]:
+    doc = yaml.safe_load(files["datasources/profile-bridge.yaml"])
+    assert doc["apiVersion"] == 1
+    return list(doc["datasources"])
+
+
+@pytest.mark.parametrize(
+    ("name", "environ"), [("default", {}), ("custom", CUSTOM_ENV)], ids=["default", "custom"]
+)
+def test_golden(name: str, environ: dict[str, str], update_golden: bool) -> None:
+    files = _render_env(environ)
+    golden_dir = GOLDEN / "provisioning" / name
+    if update_golden:
+        for rel, text in files.items():
+            (golden_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+            (golden_dir / rel).write_text(text, encoding="utf-8")
+    assert files == _read_tree(golden_dir)
+
+
+def test_committed_provisioning_is_a_fresh_default_render() -> None:
+    assert _read_tree(REPO_PROVISIONING) == _render_env({}), (
+        "provisioning/ differs from a fresh render: run `profile-bridge provision --out provisioning` with no "
+        "PROFILE_BRIDGE_* settings in the environment"
+    )
+
+
+def test_default_render_wires_tempo_to_the_bridge_profiles() -> None:
+    by_name = {ds["name"]: ds for ds in _datasources(_render_env({}))}
+    assert list(by_name) == ["Tempo", "Profiles", "Tempo (direct)", "Pyroscope (direct)",
+                             "Prometheus (profile-bridge)"]
+    tempo, profiles = by_name["Tempo"], by_name["Profiles"]
+    assert tempo["type"] == "tempo"
+    assert tempo["uid"] == Settings().grafana_tempo_uid == "profile-bridge-tempo"
+    assert tempo["url"] == "http://bridge:4041/tempo"
+    assert profiles["type"] == "grafana-pyroscope-datasource"
+    assert profiles["uid"] == Settings().grafana_profiles_uid == "profile-bridge-pyroscope"
+    assert profiles["url"] == "http://bridge:4041/pyroscope"
+    t2p = tempo["jsonData"]["tracesToProfiles"]  # type: ignore[index]
+    assert t2p == {
+        "datasourceUid": "profile-bridge-pyroscope",
+        "profileTypeId": "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+        "customQuery": False,
+        "tags": [{"key": "service.name", "value": "service_name"},
+                 {"key": "service.namespace", "value": "service_namespace"}],
+    }
+    assert tempo["jsonData"]["streamingEnabled"] == {"search": False, "metrics": False}  # type: ignore[index]
+    direct = by_name["Tempo (direct)"]
+    assert direct["url"] == "http://tempo:3200"
+    assert direct["jsonData"]["tracesToProfiles"]["datasourceUid"] == "pyroscope-direct"  # type: ignore[index]
+    assert by_name["Pyroscope (direct)"]["url"] == "http://pyroscope:4040"
+    assert by_name["Prometheus (profile-bridge)"]["type"] == "prometheus"
+    for ds in by_name.values():
+        assert ds["access"] == "proxy"
+
+    provider = yaml.safe_load(_render_env({})["dashboards/profile-bridge.yaml"])
+    assert provider["apiVersion"] == 1
+    (prov,) = provider["providers"]
+    assert prov["type"] == "file"
+    assert prov["options"]["path"] == "/var/lib/grafana/dashboards/profile-bridge"
+
+
+def test_custom_render_uses_every_setting_and_escapes_dollars() -> None:
+    files = _render_env(CUSTOM_ENV)
+    by_uid = {ds["uid"]: ds for ds in _datasources(files)}
+    assert list(by_uid) == ["tempo-1", "prof_1", "pyro"]  # empty URLs leave Tempo (direct) and Prometheus out
+    tempo, profiles = by_uid["tempo-1"], by_uid["prof_1"]
+    assert _grafana_unescape(str(tempo["name"])) == "Traces $team (bridge)"
+    assert _grafana_unescape(str(profiles["name"])) == 'Profiles: "bridge" ${HOME}'
+    assert tempo["url"] == "https://bridge.example.com:8443/tempo"
+    assert profiles["url"] == "https://bridge.example.com:8443/pyroscope"
+    t2p = tempo["jsonData"]["tracesToProfiles"]  # type: ignore[index]
+    assert t2p["datasourceUid"] == "prof_1"
+    assert t2p["profileTypeId"] == "memory:alloc_space:bytes:space:bytes"
+    assert t2p["tags"] == [{"key": "service.name", "value": "service_name"}, {"key": "k8s.pod.name", "value": "pod"}]
+    assert by_uid["pyro"]["url"] == "http://pyro.internal:4040"
+    (prov,) = yaml.safe_load(files["dashboards/profile-bridge.yaml"])["providers"]
+    assert _grafana_unescape(prov["folder"]) == "Profiling ünd $$ more"
+    assert prov["options"]["path"] == "/etc/dashboards/profile-bridge"
+    for text in files.values():  # every $ in the output is doubled
+        _grafana_unescape(text.replace("$$", ""))
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("plain", '"plain"'), ("a $b", '"a $$b"'), ("${X}", '"$${X}"'), ('q"uote', '"q\\"uote"'), (15, "15"),
+     ("ünï", '"ünï"'), ("line\nbreak", '"line\\nbreak"')],
+)
+def test_yaml_str(value: object, expected: str) -> None:
+    assert yaml_str(value) == expected
+    assert yaml.safe_load(expected.replace("$$", "$")) == value
+
+
+def test_cli_render_is_deterministic_and_matches_render(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert main(["provision", "--out", str(first)], environ=CUSTOM_ENV) == 0
+    assert main(["provision", "--out", str(second)], environ=CUSTOM_ENV) == 0
+    assert _read_tree(first) == _read_tree(second) == _render_env(CUSTOM_ENV)
+    out = capsys.readouterr().out
+    assert f"wrote {first / 'datasources' / 'profile-bridge.yaml'}" in out
+    # rendering over an existing render replaces the files, leaves nothing else behind
+    assert main(["provision", "--out", str(first)], environ={}) == 0
+    assert _read_tree(first) == _render_env({})
+
+
+@pytest.mark.parametrize(
+    ("environ", "key"),
+    [
+        ({"PROFILE_BRIDGE_PROVISION_BRIDGE_URL": "bridge:4041"}, "PROFILE_BRIDGE_PROVISION_BRIDGE_URL"),
+        ({"PROFILE_BRIDGE_PROVISION_TAGS": "service.name"}, "PROFILE_BRIDGE_PROVISION_TAGS"),
+        ({"PROFILE_BRIDGE_PROVISION_TAGS": "service.name=service-name"}, "PROFILE_BRIDGE_PROVISION_TAGS"),
+        ({"PROFILE_BRIDGE_PROVISION_PROFILE_TYPE": "process_cpu"}, "PROFILE_BRIDGE_PROVISION_PROFILE_TYPE"),
+        ({"PROFILE_BRIDGE_PROFILE_TYPE": "cpu:x"}, "PROFILE_BRIDGE_PROFILE_TYPE"),
+        ({"PROFILE_BRIDGE_PROVISION_TEMPO_NAME": "  "}, "PROFILE_BRIDGE_PROVISION_TEMPO_NAME"),
+        ({"PROFILE_BRIDGE_PROVISION_TEMPO_NAME": "two\nlines"}, "PROFILE_BRIDGE_PROVISION_TEMPO_NAME"),
+        ({"PROFILE_BRIDGE_PROVISION_TEMPO_DIRECT_UID": "has space"}, "PROFILE_BRIDGE_PROVISION_TEMPO_DIRECT_UID"),
+        ({"PROFILE_BRIDGE_GRAFANA_TEMPO_UID": "x" * 41}, "PROFILE_BRIDGE_GRAFANA_TEMPO_UID"),
+        ({"PROFILE_BRIDGE_PROVISION_PROFILES_NAME": "Tempo"}, "PROFILE_BRIDGE_PROVISION_PROFILES_NAME"),
+        ({"PROFILE_BRIDGE_PROVISION_PYROSCOPE_DIRECT_UID": "tempo-direct"},
+         "PROFILE_BRIDGE_PROVISION_PYROSCOPE_DIRECT_UID"),
+        ({"PROFILE_BRIDGE_PROVISION_DASHBOARDS_PATH": "relative/dir"}, "PROFILE_BRIDGE_PROVISION_DASHBOARDS_PATH"),
+        ({"PROFILE_BRIDGE_PROVISION_PROMETHEUS_URL": "ftp://x"}, "PROFILE_BRIDGE_PROVISION_PROMETHEUS_URL"),
+        ({"PROFILE_BRIDGE_PROVISION_BRIDGEURL": "http://x"}, "PROFILE_BRIDGE_PROVISION_BRIDGEURL"),
+    ],
+)
+def test_bad_setting_is_one_line_exit_2_and_writes_nothing(
+    environ: dict[str, str], key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_dir = tmp_path / "out"
+    assert main(["provision", "--out", str(out_dir)], environ=environ) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"profile-bridge: {key} has value ")
+    assert "Traceback" not in err
+    assert not out_dir.exists()
+
+
+def test_unwritable_out_dir_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert main(["provision", "--out", str(blocker)], environ={}) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("profile-bridge: --out has value ")
+
+
+def test_run_provision_writes_to_the_given_stream(tmp_path: Path) -> None:
+    out = io.StringIO()
+    assert run_provision(Settings(), tmp_path, {}, out) == 0
+    assert out.getvalue().splitlines() == [f"wrote {tmp_path / rel}" for rel in _render_env({})]
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_readme_documents_every_provision_setting() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert provision_markdown() in readme
+    for spec in PROVISION_FIELDS:
+        assert spec.key in readme
+
+
+def test_templates_are_package_data() -> None:
+    """The templates ship inside the package (pyproject's package-data globs cover them)."""
+    import bridge.provisioning
+
+    templates = Path(bridge.provisioning.__file__).parent / "templates"
+    shipped = sorted(p.relative_to(templates).as_posix() for p in templates.rglob("*.j2"))
+    assert shipped == sorted(["datasources/profile-bridge.yaml.j2", "dashboards/profile-bridge.yaml.j2"])
