@@ -1,0 +1,266 @@
+"""Tempo and Pyroscope over HTTP (proxy mode): one ``ClientSession`` per upstream, one ``async def`` per call.
+
+Every call gets the time left in the request's deadline, capped by ``settings.upstream_timeout``, as an explicit
+``ClientTimeout``; records ``metrics.upstream_seconds``; and maps failures once (``bridge.upstream.faults``), most
+specific first, ``raise … from exc``. Pyroscope's own Connect errors pass through with their code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final, TypeVar
+
+import aiohttp
+from google.protobuf.message import DecodeError, Message
+from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
+
+from bridge._proto import querier_pb2 as qpb
+from bridge._proto import tempo_pb2
+from bridge._proto import types_pb2 as tpb
+from bridge.config import Settings
+from bridge.connect import PROTO, decode_error
+from bridge.errors import (
+    Code,
+    InvalidArgument,
+    UpstreamError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+    code_for_http_status,
+)
+from bridge.metrics import Metrics
+from bridge.spans import (
+    SearchHit,
+    Span,
+    Trace,
+    parse_search_response,
+    spans_from_json,
+    spans_from_otlp,
+    tempo_json_resource_spans,
+)
+from bridge.upstream.base import CallContext
+from bridge.upstream.faults import map_client_error
+
+M = TypeVar("M", bound=Message)
+
+PROTOBUF: Final = "application/protobuf"
+QUERIER: Final = "/querier.v1.QuerierService/"
+MAX_ANSWER_BYTES: Final = 256 * 1024**2
+CONNECTIONS_PER_UPSTREAM: Final = 256
+
+
+class _Upstream:
+    """What both clients share: the session, the base URL, budgets, metrics and the one error mapping."""
+
+    name = "upstream"
+
+    def __init__(
+        self, session: aiohttp.ClientSession, base_url: str, settings: Settings, metrics: Metrics | None = None
+    ) -> None:
+        self.session = session
+        self.base_url = base_url.rstrip("/")
+        self.settings = settings
+        self.metrics = metrics
+
+    def timeout(self, ctx: CallContext) -> aiohttp.ClientTimeout:
+        """The time this call may take: what remains of the request's budget, at most ``upstream_timeout``."""
+        left = min(ctx.deadline.remaining(), self.settings.upstream_timeout)
+        if left <= 0.001:
+            raise UpstreamTimeout(self.name, f"no time left in the request's budget to ask {self.name}")
+        return aiohttp.ClientTimeout(total=left, connect=min(self.settings.connect_timeout, left))
+
+    async def call(
+        self,
+        call: str,
+        method: str,
+        path: str,
+        ctx: CallContext,
+        *,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        data: bytes | None = None,
+    ) -> tuple[int, str, bytes]:
+        """One HTTP exchange: (status, content type, body). Transport failures → ``UpstreamError``."""
+        timeout = self.timeout(ctx)
+        sent = ctx.headers()
+        if headers:
+            sent.update(headers)
+        started = time.perf_counter()
+        outcome = "ok"
+        try:
+            async with self.session.request(
+                method, self.base_url + path, params=params, headers=sent, data=data, timeout=timeout,
+                allow_redirects=False,
+            ) as resp:
+                if resp.content_length is not None and resp.content_length > MAX_ANSWER_BYTES:
+                    raise UpstreamError(
+                        self.name, f"{self.name} answered {resp.content_length} bytes, over {MAX_ANSWER_BYTES}"
+                    )
+                body = await resp.read()
+                if resp.status >= 400:
+                    outcome = str(resp.status)
+                return resp.status, resp.headers.get("Content-Type", ""), body
+        except UpstreamError as exc:
+            outcome = exc.code.value
+            raise
+        except Exception as exc:  # noqa: BLE001 - the one boundary where client failures are mapped
+            err = map_client_error(self.name, exc, timeout.total)
+            outcome = err.code.value
+            raise err from exc
+        finally:
+            if self.metrics is not None:
+                self.metrics.upstream_seconds.labels(self.name, call, outcome).observe(time.perf_counter() - started)
+
+    def http_error(self, status: int, body: bytes, what: str) -> UpstreamError:
+        """Pure: a non-success answer → the error the user sees, naming the upstream and its words."""
+        connect = decode_error(status, body)
+        if connect is not None:
+            code, message = connect
+            return UpstreamError(self.name, f"{self.name}: {message}", code=code)
+        text = body[:300].decode("utf-8", "replace").strip()
+        code = code_for_http_status(status)
+        cls = UpstreamUnavailable if code is Code.UNAVAILABLE else UpstreamError
+        return cls(self.name, f"{self.name} answered {what} with HTTP {status}: {text or '(no body)'}", code=code)
+
+    async def ready(self, ctx: CallContext) -> str:
+        status, _, body = await self.call("ready", "GET", "/ready", ctx)
+        text = body[:200].decode("utf-8", "replace").strip()
+        if status != 200:
+            raise UpstreamUnavailable(self.name, f"{self.name} is not ready (HTTP {status}: {text})")
+        return text or "ready"
+
+
+class TempoClient(_Upstream):
+    """Tempo's query API (``../shared/contracts/tempo.md``)."""
+
+    name = "tempo"
+
+    async def trace_by_id(
+        self, trace_id: str, ctx: CallContext, start_s: int | None = None, end_s: int | None = None
+    ) -> Trace | None:
+        params = {"start": str(start_s), "end": str(end_s)} if start_s is not None and end_s is not None else None
+        accept = {"Accept": PROTOBUF}
+        status, ctype, body = await self.call("trace_by_id", "GET", f"/api/v2/traces/{trace_id}", ctx,
+                                              params=params, headers=accept)
+        v1 = status == 404
+        if v1:  # a Tempo older than v2.6 has no v2 endpoint
+            status, ctype, body = await self.call("trace_by_id", "GET", f"/api/traces/{trace_id}", ctx,
+                                                  headers=accept)
+            if status == 404:
+                return None
+        if status != 200:
+            raise self.http_error(status, body, f"trace {trace_id}")
+        spans = self._decode_trace(body, ctype, v1, trace_id)
+        return Trace.from_spans(spans, trace_id) if spans else None
+
+    def _decode_trace(self, body: bytes, ctype: str, v1: bool, trace_id: str) -> list[Span]:
+        if "json" in ctype:
+            try:
+                return spans_from_json(tempo_json_resource_spans(json.loads(body)))
+            except (ValueError, TypeError, AttributeError, KeyError) as exc:
+                raise UpstreamError(self.name, f"tempo answered trace {trace_id} with JSON that is not a trace "
+                                               f"({exc})") from exc
+        try:
+            if v1:
+                raw = list(tempo_pb2.Trace.FromString(body).resource_spans)
+            else:
+                raw = list(tempo_pb2.TraceByIDResponse.FromString(body).trace.resource_spans)
+            return spans_from_otlp(otlp_trace.ResourceSpans.FromString(r) for r in raw)
+        except (DecodeError, ValueError) as exc:
+            raise UpstreamError(
+                self.name, f"tempo answered trace {trace_id} with something that is not a trace ({exc})"
+            ) from exc
+
+    async def search(
+        self, query: str, start_s: int, end_s: int, limit: int, ctx: CallContext, spss: int = 3
+    ) -> list[SearchHit]:
+        params = {"q": query, "start": str(start_s), "end": str(end_s), "limit": str(limit), "spss": str(spss)}
+        status, _, body = await self.call("search", "GET", "/api/search", ctx, params=params)
+        if status != 200:
+            raise self.http_error(status, body, "a search")
+        try:
+            doc: Any = json.loads(body)
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
+            return parse_search_response(doc)
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
+            raise UpstreamError(self.name, f"tempo answered a search with something that is not a search "
+                                           f"result ({exc})") from exc
+
+    async def find_span(self, span_id: str, start_s: int, end_s: int, ctx: CallContext) -> SearchHit | None:
+        query = f'{{ span:id = "{span_id}" }} | select(span:name, resource.service.name)'
+        for hit in await self.search(query, start_s, end_s, 5, ctx, spss=10):
+            if hit.span_id == span_id:
+                return hit
+        return None
+
+
+class PyroscopeClient(_Upstream):
+    """Pyroscope's querier over Connect, binary protobuf (what Grafana itself sends)."""
+
+    name = "pyroscope"
+
+    async def rpc(self, method: str, req: Message, cls: type[M], ctx: CallContext) -> M:
+        headers = {
+            "Content-Type": PROTO,
+            "Connect-Protocol-Version": "1",
+            "Connect-Timeout-Ms": str(max(1, math.floor((self.timeout(ctx).total or 0) * 1000))),
+            "Accept-Encoding": "gzip",
+        }
+        status, _, body = await self.call(method, "POST", QUERIER + method, ctx, headers=headers,
+                                          data=req.SerializeToString())
+        if status != 200:
+            raise self.http_error(status, body, method)
+        out = cls()
+        try:
+            out.ParseFromString(body)
+        except DecodeError as exc:
+            raise UpstreamError(
+                self.name, f"pyroscope answered {method} with something that is not a "
+                           f"{cls.DESCRIPTOR.full_name} ({exc})"
+            ) from exc
+        return out
+
+    async def select_merge_stacktraces(
+        self, req: qpb.SelectMergeStacktracesRequest, ctx: CallContext
+    ) -> qpb.SelectMergeStacktracesResponse:
+        return await self.rpc("SelectMergeStacktraces", req, qpb.SelectMergeStacktracesResponse, ctx)
+
+    async def select_merge_span_profile(
+        self, req: qpb.SelectMergeSpanProfileRequest, ctx: CallContext
+    ) -> qpb.SelectMergeSpanProfileResponse:
+        if not req.span_selector:  # Pyroscope answers an empty selector with the unfiltered profile
+            raise InvalidArgument("an empty span selector is never sent to Pyroscope (it would match every sample)")
+        return await self.rpc("SelectMergeSpanProfile", req, qpb.SelectMergeSpanProfileResponse, ctx)
+
+    async def profile_types(self, req: qpb.ProfileTypesRequest, ctx: CallContext) -> qpb.ProfileTypesResponse:
+        return await self.rpc("ProfileTypes", req, qpb.ProfileTypesResponse, ctx)
+
+    async def label_values(self, req: tpb.LabelValuesRequest, ctx: CallContext) -> tpb.LabelValuesResponse:
+        return await self.rpc("LabelValues", req, tpb.LabelValuesResponse, ctx)
+
+    async def label_names(self, req: tpb.LabelNamesRequest, ctx: CallContext) -> tpb.LabelNamesResponse:
+        return await self.rpc("LabelNames", req, tpb.LabelNamesResponse, ctx)
+
+
+def new_session(settings: Settings) -> aiohttp.ClientSession:
+    """One session per upstream: pooled keep-alive connections and an explicit default timeout."""
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=settings.upstream_timeout, connect=settings.connect_timeout),
+        connector=aiohttp.TCPConnector(limit=CONNECTIONS_PER_UPSTREAM, keepalive_timeout=30),
+    )
+
+
+@asynccontextmanager
+async def open_clients(settings: Settings, metrics: Metrics | None = None) -> AsyncIterator[
+    tuple[TempoClient, PyroscopeClient]
+]:
+    """The two upstream clients for the app's lifetime; sessions closed on exit."""
+    async with new_session(settings) as tempo_session, new_session(settings) as pyroscope_session:
+        yield (
+            TempoClient(tempo_session, settings.tempo_url, settings, metrics),
+            PyroscopeClient(pyroscope_session, settings.pyroscope_url, settings, metrics),
+        )
