@@ -123,18 +123,27 @@ async def stream_through(
     *,
     upstream: str,
     timeout: aiohttp.ClientTimeout,
+    body: bytes | None = None,
 ) -> web.StreamResponse:
     """Forward ``request`` to ``target_url`` (query included; a ``str`` is taken as already percent-encoded) and
-    stream the answer back. Raises ``UpstreamError`` when the upstream fails before answering."""
+    stream the answer back. Raises ``UpstreamError`` when the upstream fails before answering.
+
+    ``body``: the request body when the caller has already read it (``read_body``); it is sent as read."""
     url = target_url if isinstance(target_url, URL) else URL(target_url, encoded=True)
     headers = end_to_end(request.headers, _REQUEST_DROP)
-    body = request.content if request.body_exists else None
-    if body is None:
+    data: bytes | aiohttp.StreamReader | None = body
+    if body is not None:
+        headers["Content-Length"] = str(len(body))
+        if server_decoded(request):
+            headers.popall("Content-Encoding", None)
+    elif not request.body_exists:
         headers.popall("Content-Length", None)
-    elif server_decoded(request):
-        # the body arrives already decompressed: forward it as it now is
-        headers.popall("Content-Encoding", None)
-        headers.popall("Content-Length", None)
+    else:
+        data = request.content
+        if server_decoded(request):
+            # the body arrives already decompressed: forward it as it now is
+            headers.popall("Content-Encoding", None)
+            headers.popall("Content-Length", None)
     started = time.perf_counter()
     outcome = "ok"
     try:
@@ -143,7 +152,7 @@ async def stream_through(
                 request.method,
                 url,
                 headers=headers,
-                data=body,
+                data=data,
                 timeout=timeout,
                 allow_redirects=False,
                 auto_decompress=False,

@@ -1,0 +1,482 @@
+"""Span → profile: the resolution cascade ``linked → local-root → time-window → none``.
+
+- ``linked``: samples whose ``span_id`` label is one of the asked spans (Pyroscope's ``SelectMergeSpanProfile``).
+- ``local-root``: nothing linked, but the span's local root (same service, same request) has samples: SDKs record a
+  child span's CPU under the local root's id. The span's tree comes from the span cache (filled by the Tempo mount)
+  or, on a miss, from Tempo (search for the span, then the trace by ID).
+- ``time-window``: nothing linked to either: the span's service (labels mapped from its resource attributes via
+  ``settings.label_map``) during the span, widened by a whole capture window (a profile is stamped with the start
+  of its capture window) and the clock skew.
+- ``none``: the span is unknown, or nothing in the window either: an empty flame graph whose root says why.
+
+Every non-linked answer is relabelled on the root bar (``total — <reason>``) so Grafana shows how it was found.
+
+The decisions are pure functions (``clean_span_ids``, ``parse_selector``, ``merge_selector``, ``window_of``,
+``labels_of``, the ``*_reason`` texts); ``Resolver.resolve`` is the one coroutine that does I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Final
+
+from aiohttp import web
+from cachetools import TTLCache
+
+from bridge import flamegraph
+from bridge._proto import querier_pb2
+from bridge.config import Settings
+from bridge.errors import InvalidArgument, UpstreamTimeout
+from bridge.metrics import Metrics
+from bridge.spancache import SpanCache
+from bridge.spans import SERVICE_NAME, SearchHit, Span, Trace, normalise_span_id
+from bridge.upstream.base import CallContext, ProfileSource, TraceSource
+
+log = logging.getLogger("bridge.resolve")
+
+GRAFANA_UNRESOLVED_HINT: Final = '${__span.tags["pyroscope.profile.id"]}'
+LOOKUP_CACHE: Final = "span_lookups"
+# when a caller gives no time range, search this far back (Tempo allows up to 168 h per search)
+DEFAULT_SEARCH_SPAN_S: Final = 24 * 3600
+
+
+class Mode(enum.StrEnum):
+    LINKED = "linked"
+    LOCAL_ROOT = "local-root"
+    TIME_WINDOW = "time-window"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class SpanQuery:
+    span_ids: tuple[str, ...]  # raw selector entries as received (the resolver cleans them)
+    profile_type: str
+    label_selector: str  # e.g. '{service_name="shop-backend"}' or '{}'
+    start_ms: int
+    end_ms: int
+    max_nodes: int | None = None
+    trace_id: str | None = None  # when the caller knows it (API/pages): skips the search
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    mode: Mode
+    reason: str  # human text, also the root bar suffix; header gets an ASCII form
+    flamegraph: querier_pb2.FlameGraph  # final answer, root already relabelled for non-linked modes
+    span: Span | None  # the span, when found
+    local_root: Span | None  # its local root, when found
+    window_ms: tuple[int, int] | None  # the time window queried (time-window mode)
+    label_selector: str  # the selector actually used for the answer
+    span_ids: tuple[str, ...]  # the span ids whose samples answered (linked/local-root)
+
+    @property
+    def reason_header(self) -> str:
+        return ascii_header(self.reason)
+
+
+# --------------------------------------------------------------------------------------------- pure decisions
+
+
+def clean_span_ids(raw: Iterable[str]) -> tuple[str, ...]:
+    """Keep entries that are 16 hex characters (lower-cased, first occurrence wins). Nothing valid left →
+    ``InvalidArgument`` saying what to fix; an empty selector is never sent on (Pyroscope would match everything)."""
+    seen: dict[str, None] = {}
+    dropped: list[str] = []
+    for entry in raw:
+        sid = normalise_span_id(entry)
+        if sid is None:
+            dropped.append(entry)
+        else:
+            seen.setdefault(sid, None)
+    if seen:
+        return tuple(seen)
+    if any("${" in d or "__span" in d for d in dropped):
+        raise InvalidArgument(
+            f"span selector {dropped!r} holds an unresolved Grafana variable: the span has no "
+            f"pyroscope.profile.id attribute, so Grafana sent {GRAFANA_UNRESOLVED_HINT} literally. Point Grafana's "
+            "Tempo data source at the bridge's /tempo mount (it adds the attribute to every span), or send the "
+            "span's 16-hex-character id"
+        )
+    if dropped:
+        raise InvalidArgument(
+            f"span selector {dropped!r} has no valid span id: each entry must be 16 hex characters, "
+            "e.g. 7f80395fd15dcdc9"
+        )
+    raise InvalidArgument("span selector is empty: give at least one 16-hex-character span id")
+
+
+@dataclass(frozen=True, slots=True)
+class Matcher:
+    name: str
+    op: str  # =, !=, =~, !~
+    value: str
+
+
+_MATCHER = re.compile(
+    r"""\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)\s*(,|$)""",
+    re.DOTALL,
+)
+
+
+def parse_selector(text: str) -> tuple[Matcher, ...]:
+    """A Prometheus-style label selector ``{a="x", b=~"y.*"}`` → its matchers. ``""`` and ``{}`` → none."""
+    body = text.strip()
+    if not body:
+        return ()
+    if not (body.startswith("{") and body.endswith("}")):
+        raise InvalidArgument(f"label selector {text!r} is not of the form {{name=\"value\", ...}}")
+    body = body[1:-1].strip()
+    out: list[Matcher] = []
+    pos = 0
+    while pos < len(body):
+        m = _MATCHER.match(body, pos)
+        if m is None or m.end() == pos:
+            raise InvalidArgument(f"label selector {text!r} cannot be parsed near {body[pos:pos + 30]!r}")
+        out.append(Matcher(m.group(1), m.group(2), _unquote(m.group(3))))
+        pos = m.end()
+    return tuple(out)
+
+
+def _unquote(token: str) -> str:
+    if token[0] == "`":
+        return token[1:-1]
+    inner = token[1:-1]
+    if "\\" not in inner:
+        return inner
+    if token[0] == "'":
+        inner = inner.replace("\\'", "'").replace('"', '\\"')
+    try:
+        value = json.loads(f'"{inner}"')
+    except ValueError as exc:
+        raise InvalidArgument(f"label value {token!r} has a bad escape") from exc
+    return str(value)
+
+
+def format_selector(matchers: Sequence[Matcher]) -> str:
+    return "{" + ", ".join(f"{m.name}{m.op}{json.dumps(m.value, ensure_ascii=False)}" for m in matchers) + "}"
+
+
+def merge_selector(selector: str, labels: Sequence[tuple[str, str]]) -> str:
+    """The request's selector plus ``name="value"`` for each label it does not already constrain (the request's own
+    matchers win: Grafana builds them from the same span)."""
+    matchers = list(parse_selector(selector))
+    named = {m.name for m in matchers}
+    for name, value in labels:
+        if name not in named:
+            matchers.append(Matcher(name, "=", value))
+            named.add(name)
+    return format_selector(matchers)
+
+
+def labels_of(span: Span, label_map: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Profile labels for ``span``'s resource attributes, via ``label_map`` (attribute → label)."""
+    out: list[tuple[str, str]] = []
+    for attr, label in label_map:
+        value = span.resource_value(attr)
+        if value is None and attr == SERVICE_NAME:
+            value = span.service or None
+        if value:
+            out.append((label, value))
+    return out
+
+
+def window_of(span: Span, capture_window: float, clock_skew: float) -> tuple[int, int]:
+    """``[span start − capture window − skew, span end + skew]`` in ms: every profile whose capture window
+    overlaps the span is stamped inside it (a profile's one timestamp is the start of its window)."""
+    start_ms = span.start_ns // 1_000_000 - int(round((capture_window + clock_skew) * 1000))
+    end_ms = -(-span.end_ns // 1_000_000) + int(round(clock_skew * 1000))
+    return max(0, start_ms), end_ms
+
+
+def clock_text(ns: int, with_ms: bool = True) -> str:
+    t = datetime.fromtimestamp(ns / 1e9, UTC)
+    return t.strftime("%H:%M:%S.%f")[:-3] if with_ms else t.strftime("%H:%M:%S")
+
+
+def linked_reason(span_ids: Sequence[str]) -> str:
+    return f"samples linked to span {', '.join(span_ids)}"
+
+
+def local_root_reason(span: Span, root: Span) -> str:
+    return (f"local root {root.name} ({span.name}'s CPU is recorded under its local root span "
+            f"{root.span_id})")
+
+
+def time_window_reason(span: Span, capture_window: float, why: str) -> str:
+    return (f"time-window fallback: {why} ({span.name}, {span.service or 'unknown service'}, "
+            f"{clock_text(span.start_ns)}–{clock_text(span.end_ns)} UTC, {capture_window:g} s capture windows)")
+
+
+def no_samples_why(span: Span, root: Span | None) -> str:
+    if root is not None and root.span_id != span.span_id:
+        return f"no samples linked to span {span.span_id} or its local root {root.span_id}"
+    return f"no samples linked to span {span.span_id}"
+
+
+def not_found_reason(span_ids: Sequence[str], start_ms: int, end_ms: int) -> str:
+    return (f"span {', '.join(span_ids)} not found in Tempo between {clock_text(start_ms * 1_000_000, False)} and "
+            f"{clock_text(end_ms * 1_000_000, False)} UTC, and no samples are linked to it")
+
+
+def empty_window_reason(span: Span, root: Span | None, selector: str, window: tuple[int, int]) -> str:
+    return (f"{no_samples_why(span, root)}, and no {selector} samples between "
+            f"{clock_text(window[0] * 1_000_000)} and {clock_text(window[1] * 1_000_000)} UTC either")
+
+
+_ASCII: Final = str.maketrans({"—": "-", "–": "-", "…": "...", "’": "'", "‘": "'", "“": '"', "”": '"'})
+
+
+def ascii_header(text: str) -> str:
+    """A header-safe form of ``text``: ASCII, no control characters."""
+    out = text.translate(_ASCII).encode("ascii", "replace").decode("ascii")
+    return "".join(c if 32 <= ord(c) < 127 else " " for c in out)
+
+
+def span_from_hit(hit: SearchHit) -> Span:
+    """A span known only from a search hit (its trace could not be fetched): enough for a time window."""
+    resource = ((SERVICE_NAME, hit.service),) if hit.service else ()
+    return Span(hit.trace_id, hit.span_id, "", hit.name, 0, hit.service, hit.start_ns,
+                hit.start_ns + hit.duration_ns, resource)
+
+
+# --------------------------------------------------------------------------------------------- the orchestration
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A looked-up span with its trace and its local root (None when the tree does not say)."""
+
+    span: Span
+    trace: Trace
+    local_root: Span | None
+
+
+class Resolver:
+    """One per app. Lookups are cached per tenant; concurrent identical lookups share one upstream call."""
+
+    def __init__(
+        self,
+        traces: TraceSource,
+        profiles: ProfileSource,
+        span_cache: SpanCache,
+        settings: Settings,
+        metrics: Metrics,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.traces = traces
+        self.profiles = profiles
+        self.span_cache = span_cache
+        self.settings = settings
+        self.metrics = metrics
+        self.clock = clock
+        self._lookups: TTLCache[tuple[str, str], Found] = TTLCache(
+            maxsize=settings.lookup_cache_size, ttl=settings.lookup_cache_ttl
+        )
+        self._inflight: dict[tuple[str, str], asyncio.Future[Found | None]] = {}
+
+    # ------------------------------------------------------------------------------------------- resolve
+
+    async def resolve(self, query: SpanQuery, ctx: CallContext) -> Resolution:
+        span_ids = clean_span_ids(query.span_ids)
+        parse_selector(query.label_selector)  # a bad selector fails before any upstream call
+        resolution = await self._resolve(span_ids, query, ctx)
+        self.metrics.resolutions.labels(resolution.mode.value).inc()
+        return resolution
+
+    async def _resolve(self, span_ids: tuple[str, ...], query: SpanQuery, ctx: CallContext) -> Resolution:
+        selector = query.label_selector or "{}"
+        fg = await self._linked(span_ids, query, ctx)
+        if fg is not None and not flamegraph.is_empty(fg):
+            return Resolution(Mode.LINKED, linked_reason(span_ids), fg, None, None, None, selector, span_ids)
+
+        found = await self._first_found(span_ids, query, ctx)
+        if found is None:
+            reason = not_found_reason(span_ids, query.start_ms, query.end_ms)
+            empty = flamegraph.empty(flamegraph.root_label(reason))
+            return Resolution(Mode.NONE, reason, empty, None, None, None, selector, ())
+
+        span, root = found.span, found.local_root
+        if root is not None and root.span_id not in span_ids:
+            fg = await self._linked((root.span_id,), query, ctx)
+            if fg is not None and not flamegraph.is_empty(fg):
+                reason = local_root_reason(span, root)
+                relabelled = flamegraph.relabel_root(fg, flamegraph.root_label(reason))
+                return Resolution(Mode.LOCAL_ROOT, reason, relabelled, span, root, None, selector, (root.span_id,))
+
+        window = window_of(span, self.settings.capture_window, self.settings.clock_skew)
+        used = merge_selector(selector, labels_of(span, self.settings.label_map))
+        req = querier_pb2.SelectMergeStacktracesRequest(
+            profile_typeID=query.profile_type, label_selector=used, start=window[0], end=window[1],
+            format=querier_pb2.PROFILE_FORMAT_FLAMEGRAPH,
+        )
+        if query.max_nodes:
+            req.max_nodes = query.max_nodes
+        answer = await self.profiles.select_merge_stacktraces(req, ctx)
+        fg = answer.flamegraph if answer.HasField("flamegraph") else None
+        if fg is not None and not flamegraph.is_empty(fg):
+            reason = time_window_reason(span, self.settings.capture_window, no_samples_why(span, root))
+            relabelled = flamegraph.relabel_root(fg, flamegraph.root_label(reason))
+            return Resolution(Mode.TIME_WINDOW, reason, relabelled, span, root, window, used, ())
+        reason = empty_window_reason(span, root, used, window)
+        empty = flamegraph.empty(flamegraph.root_label(reason))
+        return Resolution(Mode.NONE, reason, empty, span, root, window, used, ())
+
+    async def _linked(
+        self, span_ids: tuple[str, ...], query: SpanQuery, ctx: CallContext
+    ) -> querier_pb2.FlameGraph | None:
+        # SelectMergeSpanProfile, not SelectMergeStacktraces + span_selector: every Pyroscope version filters with
+        # it, while one older than v2.2 ignores SelectMergeStacktraces' span_selector and answers unfiltered.
+        req = querier_pb2.SelectMergeSpanProfileRequest(
+            profile_typeID=query.profile_type, label_selector=query.label_selector or "{}",
+            span_selector=list(span_ids), start=query.start_ms, end=query.end_ms,
+            format=querier_pb2.PROFILE_FORMAT_FLAMEGRAPH,
+        )
+        if query.max_nodes:
+            req.max_nodes = query.max_nodes
+        answer = await self.profiles.select_merge_span_profile(req, ctx)
+        return answer.flamegraph if answer.HasField("flamegraph") else None
+
+    async def _first_found(self, span_ids: tuple[str, ...], query: SpanQuery, ctx: CallContext) -> Found | None:
+        for sid in span_ids:
+            found = await self._lookup(sid, ctx, query.trace_id, query.start_ms, query.end_ms)
+            if found is not None:
+                return found
+        return None
+
+    # ------------------------------------------------------------------------------------------- lookups
+
+    async def lookup_span(
+        self,
+        span_id: str,
+        ctx: CallContext,
+        *,
+        trace_id: str | None = None,
+        start_ms: int | None = None,
+        end_ms: int | None = None,
+    ) -> tuple[Span, Trace] | None:
+        sid = normalise_span_id(span_id)
+        if sid is None:
+            raise InvalidArgument(f"span id {span_id!r} is not 16 hex characters")
+        found = await self._lookup(sid, ctx, trace_id, start_ms, end_ms)
+        return (found.span, found.trace) if found is not None else None
+
+    async def _lookup(
+        self, span_id: str, ctx: CallContext, trace_id: str | None, start_ms: int | None, end_ms: int | None
+    ) -> Found | None:
+        tenant = ctx.tenant_key
+        cached = self._from_span_cache(tenant, span_id)
+        if cached is not None:
+            self.metrics.cache_hits.labels("spans").inc()
+            return cached
+        key = (tenant, span_id)
+        hit = self._lookups.get(key)
+        if hit is not None:
+            self.metrics.cache_hits.labels(LOOKUP_CACHE).inc()
+            return hit
+        self.metrics.cache_misses.labels(LOOKUP_CACHE).inc()
+        while (pending := self._inflight.get(key)) is not None:
+            # an identical lookup is on its way: share its answer, within this request's own budget
+            try:
+                return await asyncio.wait_for(asyncio.shield(pending), timeout=ctx.deadline.remaining())
+            except TimeoutError as exc:
+                raise UpstreamTimeout("tempo", f"span {span_id}: lookup did not finish within the request's "
+                                               "budget") from exc
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if pending.cancelled() and (task is None or not task.cancelling()):
+                    continue  # the request that led the lookup went away; lead it ourselves
+                raise
+        future: asyncio.Future[Found | None] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            found = await self._fetch(span_id, ctx, trace_id, start_ms, end_ms)
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except Exception as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning when nobody else waited
+            raise
+        finally:
+            self._inflight.pop(key, None)
+        future.set_result(found)
+        if found is not None:
+            self._lookups[key] = found
+            self.metrics.cache_entries.labels(LOOKUP_CACHE).set(len(self._lookups))
+        return found
+
+    def _from_span_cache(self, tenant: str, span_id: str) -> Found | None:
+        entry = self.span_cache.get(tenant, span_id)
+        if entry is None:
+            return None
+        trace = self.span_cache.get_trace(tenant, entry.span.trace_id)
+        if trace is None or trace.get(span_id) is None:
+            trace = Trace.from_spans([entry.span], entry.span.trace_id)
+        root_entry = entry if entry.is_local_root else self.span_cache.get(tenant, entry.local_root_id)
+        return Found(entry.span, trace, root_entry.span if root_entry is not None else None)
+
+    async def _fetch(
+        self, span_id: str, ctx: CallContext, trace_id: str | None, start_ms: int | None, end_ms: int | None
+    ) -> Found | None:
+        start_s, end_s = self._search_range(start_ms, end_ms)
+        hit: SearchHit | None = None
+        if trace_id is None:
+            hit = await self.traces.find_span(span_id, start_s, end_s, ctx)
+            if hit is None:
+                return None
+            trace_id = hit.trace_id
+        trace = await self.traces.trace_by_id(trace_id, ctx, start_s, end_s)
+        span = trace.get(span_id) if trace is not None else None
+        if trace is not None and span is not None:
+            return Found(span, trace, trace.local_root(span_id))
+        if hit is None:
+            return None
+        log.info("span %s: search found it but its trace %s could not be fetched", span_id, trace_id)
+        span = span_from_hit(hit)
+        return Found(span, Trace.from_spans([span], trace_id), None)
+
+    def _search_range(self, start_ms: int | None, end_ms: int | None) -> tuple[int, int]:
+        if start_ms and end_ms and end_ms >= start_ms:
+            return start_ms // 1000, math.ceil(end_ms / 1000)
+        now = int(self.clock())
+        return now - DEFAULT_SEARCH_SPAN_S, now + 60
+
+
+def resolver_of(app: web.Application) -> Resolver:
+    """The app's resolver, built on first use from its backends (they exist only once the app has started)."""
+    from bridge.app import BACKENDS, CLOCK, METRICS, SETTINGS, SPAN_CACHE, profiles_of, traces_of
+
+    backends = app[BACKENDS]
+    resolver = backends.extras.get("resolver")
+    if not isinstance(resolver, Resolver):
+        resolver = Resolver(traces_of(app), profiles_of(app), app[SPAN_CACHE], app[SETTINGS], app[METRICS],
+                            clock=app[CLOCK].now)
+        backends.extras["resolver"] = resolver
+    return resolver
+
+
+__all__: Final = [
+    "Found",
+    "Matcher",
+    "Mode",
+    "Resolution",
+    "Resolver",
+    "SpanQuery",
+    "clean_span_ids",
+    "format_selector",
+    "labels_of",
+    "merge_selector",
+    "parse_selector",
+    "resolver_of",
+    "window_of",
+]
