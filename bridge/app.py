@@ -74,6 +74,13 @@ def create_app(settings: Settings, *, wall_clock: Callable[[], float] = time.tim
     from bridge.routes import health
 
     health.setup(app)
+    from bridge.routes import pyroscope
+
+    pyroscope.setup(app)
+    from bridge.routes import api, pages
+
+    api.setup(app)
+    pages.setup(app)
     app.cleanup_ctx.append(_backends)
     return app
 

@@ -1,0 +1,202 @@
+"""One span's profile, in the two scopes the API, the pages and ``profile-bridge resolve`` offer.
+
+- ``scope=span``: the resolver's answer for the span (linked → local-root → time-window → none).
+- ``scope=request``: what the whole request cost across services: the span's own answer plus, for every
+  *descendant local root* (a span another process served on this span's behalf, found through the trace tree), that
+  local root's linked samples. A slow CLIENT span of a frontend thus shows the CPU its backend burnt for it.
+
+Only samples that belong to the request are added up: a descendant answered by ``time-window`` holds the whole
+service's CPU during the window, not this request's, so it is listed in the breakdown with ``included: false`` and the
+reason, never merged. Each included part is placed under a frame named after its service, which is the per-service
+breakdown on the flame graph itself.
+
+The decisions (``query_for``, ``combine``) are pure; ``answer`` is the one coroutine that asks the resolver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from bridge import flamegraph
+from bridge._proto import querier_pb2 as qpb
+from bridge.config import Settings
+from bridge.errors import NotFound
+from bridge.resolve import Mode, Resolution, Resolver, SpanQuery, labels_of, merge_selector
+from bridge.spans import Span, Trace
+from bridge.upstream.base import CallContext
+
+Scope = Literal["span", "request"]
+SCOPES: Final = ("span", "request")
+
+# Grafana's own "Profiles for this span" window: span start − 60 s … span end + 60 s (contracts/grafana.md §1)
+QUERY_MARGIN_MS: Final = 60_000
+# descendant local roots asked about per request, and how many at once
+MAX_DESCENDANTS: Final = 64
+CONCURRENCY: Final = 8
+REQUEST_MODES: Final = frozenset({Mode.LINKED, Mode.LOCAL_ROOT})
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One span's contribution to a request profile."""
+
+    span: Span
+    resolution: Resolution
+    value: int  # total of the part's answer
+    included: bool
+    note: str  # why it is (not) included
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceShare:
+    service: str
+    value: int  # included value
+    spans: int  # included parts
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The answer for one span in one scope: what the API serialises and the pages render."""
+
+    scope: Scope
+    span: Span
+    trace: Trace
+    profile_type: str
+    resolution: Resolution  # the span's own answer (scope=span: the whole answer)
+    tree: flamegraph.Node  # the flame graph to show, root named ``total``
+    flamegraph: qpb.FlameGraph
+    parts: tuple[Part, ...] = ()
+    services: tuple[ServiceShare, ...] = ()
+    skipped: int = 0  # descendant local roots over MAX_DESCENDANTS, not asked about
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def mode(self) -> Mode:
+        return self.resolution.mode
+
+    @property
+    def reasons(self) -> list[str]:
+        if self.scope == "span":
+            return [self.resolution.reason]
+        return [f"{p.span.service} {p.span.name}: {p.resolution.reason}" for p in self.parts]
+
+
+# --------------------------------------------------------------------------------------------- pure decisions
+
+
+def selector_for(span: Span, label_map: Sequence[tuple[str, str]]) -> str:
+    """The label selector for ``span``'s service: each mapped resource attribute the span has, as a profile label."""
+    return merge_selector("{}", labels_of(span, label_map))
+
+
+def query_for(span: Span, profile_type: str, settings: Settings, *, max_nodes: int | None = None) -> SpanQuery:
+    """The query Grafana would send for ``span`` (its window widened by a minute each side), with the trace id."""
+    return SpanQuery(
+        span_ids=(span.span_id,),
+        profile_type=profile_type,
+        label_selector=selector_for(span, settings.label_map),
+        start_ms=span.start_ns // 1_000_000 - QUERY_MARGIN_MS,
+        end_ms=-(-span.end_ns // 1_000_000) + QUERY_MARGIN_MS,
+        max_nodes=max_nodes,
+        trace_id=span.trace_id,
+    )
+
+
+def combine(own_span: Span, own: Resolution, descendants: Sequence[tuple[Span, Resolution]]) -> tuple[
+    flamegraph.Node, tuple[Part, ...], tuple[ServiceShare, ...]
+]:
+    """Pure: the request profile from the span's own answer and its descendant local roots' answers.
+
+    The own answer is always included (it is what ``scope=span`` shows, labelled with its mode). A descendant is
+    included when it was answered from samples linked to the request (``linked``/``local-root``) and those span ids
+    were not already counted."""
+    root = flamegraph.Node(flamegraph.ROOT_NAME)
+    counted: set[str] = set()
+    parts: list[Part] = []
+    by_service: dict[str, list[int]] = {}
+
+    def add(span: Span, res: Resolution, tree: flamegraph.Node) -> None:
+        wrapper = flamegraph.Node(span.service or "(unknown service)")
+        wrapper.children = tree.children
+        wrapper.total = tree.total
+        wrapper.self = tree.self
+        holder = flamegraph.Node(flamegraph.ROOT_NAME, tree.total)
+        holder.children[wrapper.name] = wrapper
+        flamegraph.merge_into(root, holder)
+        share = by_service.setdefault(span.service, [0, 0])
+        share[0] += tree.total
+        share[1] += 1
+        counted.update(res.span_ids)
+
+    own_tree = flamegraph.decode(own.flamegraph)
+    if own_tree.total > 0:
+        add(own_span, own, own_tree)
+    parts.append(Part(own_span, own, own_tree.total, own_tree.total > 0,
+                      f"the span's own answer ({own.mode.value})" if own_tree.total > 0 else "no samples"))
+
+    for span, res in descendants:
+        tree = flamegraph.decode(res.flamegraph)
+        if res.mode not in REQUEST_MODES:
+            note = (f"not added: a {res.mode.value} answer is the whole service's CPU, not this request's"
+                    if res.mode != Mode.NONE else "no samples")
+            parts.append(Part(span, res, tree.total, False, note))
+            continue
+        if res.span_ids and set(res.span_ids) <= counted:
+            parts.append(Part(span, res, tree.total, False, "already counted (same local root)"))
+            continue
+        if tree.total <= 0:
+            parts.append(Part(span, res, 0, False, "no samples"))
+            continue
+        add(span, res, tree)
+        parts.append(Part(span, res, tree.total, True, f"called on this span's behalf ({res.mode.value})"))
+
+    services = tuple(
+        ServiceShare(service, value, count)
+        for service, (value, count) in sorted(by_service.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    )
+    return root, tuple(parts), services
+
+
+# --------------------------------------------------------------------------------------------- the coroutine
+
+
+async def answer(
+    resolver: Resolver,
+    trace_id: str,
+    span_id: str,
+    *,
+    scope: Scope,
+    profile_type: str,
+    settings: Settings,
+    ctx: CallContext,
+    max_nodes: int | None = None,
+) -> Answer:
+    """Find the span (``NotFound`` when it is not in its trace) and answer it in ``scope``. Ids must already be
+    normalised (``normalise_trace_id`` / ``normalise_span_id``)."""
+    found = await resolver.lookup_span(span_id, ctx, trace_id=trace_id)
+    if found is None:
+        raise NotFound(f"span {span_id} was not found in trace {trace_id}")
+    span, trace = found
+    own = await resolver.resolve(query_for(span, profile_type, settings, max_nodes=max_nodes), ctx)
+    if scope == "span":
+        tree = flamegraph.decode(own.flamegraph)
+        tree.name = flamegraph.ROOT_NAME
+        return Answer("span", span, trace, profile_type, own, tree, own.flamegraph)
+
+    descendants = trace.descendant_local_roots(span.span_id)
+    asked, skipped = descendants[:MAX_DESCENDANTS], max(0, len(descendants) - MAX_DESCENDANTS)
+    limit = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(child: Span) -> Resolution:
+        async with limit:
+            return await resolver.resolve(query_for(child, profile_type, settings, max_nodes=max_nodes), ctx)
+
+    answers = await asyncio.gather(*(one(child) for child in asked))
+    tree, parts, services = combine(span, own, list(zip(asked, answers, strict=True)))
+    return Answer(
+        "request", span, trace, profile_type, own, tree, flamegraph.encode(tree, max_nodes),
+        parts=parts, services=services, skipped=skipped,
+    )

@@ -1,0 +1,173 @@
+"""The bridge's own JSON API: one span's profile, in the scope and format asked for.
+
+``GET /api/v1/spans/{trace_id}/{span_id}/profile``
+
+| parameter | values | default |
+|---|---|---|
+| ``scope`` | ``span`` (the resolver's answer) or ``request`` (plus every descendant local root, per service) | span |
+| ``format`` | ``json``, ``pprof`` (gzipped ``google.v1.Profile``), ``collapsed`` (folded stacks) | json |
+| ``profile_type`` | a Pyroscope profile type id ``name:sample_type:sample_unit:period_type:period_unit`` | setting |
+| ``max_nodes`` | fold the flame graph to at most this many nodes (json) | none |
+
+Every answer carries ``X-Profile-Bridge-Resolution`` (the mode) and ``X-Profile-Bridge-Reason`` (ASCII). Errors are
+``{"error": {"code", "message"}}`` (the middleware): bad ids or parameters 400, unknown span 404, upstream failures
+503/504.
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import dataclass
+from typing import Any, Final
+
+from aiohttp import web
+from google.protobuf import json_format
+
+from bridge import app as appmod
+from bridge import flamegraph
+from bridge.connect import Deadline
+from bridge.errors import InvalidArgument
+from bridge.request_scope import SCOPES, Answer, Part, Scope, answer
+from bridge.resolve import resolver_of
+from bridge.spans import normalise_span_id, normalise_trace_id
+from bridge.upstream.base import CallContext
+
+FORMATS: Final = ("json", "pprof", "collapsed")
+MODE_HEADER: Final = "X-Profile-Bridge-Resolution"
+REASON_HEADER: Final = "X-Profile-Bridge-Reason"
+MAX_NODES_LIMIT: Final = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileParams:
+    trace_id: str
+    span_id: str
+    scope: Scope
+    format: str
+    profile_type: str
+    max_nodes: int | None
+
+
+def parse_params(request: web.Request, default_profile_type: str) -> ProfileParams:
+    """Pure-ish: the path ids and query parameters, validated; ``InvalidArgument`` naming the bad one."""
+    raw_trace, raw_span = request.match_info["trace_id"], request.match_info["span_id"]
+    trace_id = normalise_trace_id(raw_trace)
+    if trace_id is None:
+        raise InvalidArgument(f"trace id {raw_trace[:80]!r} is not 1-32 hex characters")
+    span_id = normalise_span_id(raw_span)
+    if span_id is None:
+        raise InvalidArgument(f"span id {raw_span[:80]!r} is not 16 hex characters")
+    query = request.query
+    scope = query.get("scope", "span")
+    if scope not in SCOPES:
+        raise InvalidArgument(f"scope {scope[:40]!r} is not one of: {', '.join(SCOPES)}")
+    fmt = query.get("format", "json")
+    if fmt not in FORMATS:
+        raise InvalidArgument(f"format {fmt[:40]!r} is not one of: {', '.join(FORMATS)}")
+    profile_type = query.get("profile_type", "") or default_profile_type
+    try:
+        flamegraph.parse_profile_type(profile_type)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from exc
+    max_nodes: int | None = None
+    if query.get("max_nodes"):
+        try:
+            max_nodes = int(query["max_nodes"])
+        except ValueError:
+            max_nodes = 0
+        if not 0 < max_nodes <= MAX_NODES_LIMIT:
+            raise InvalidArgument(
+                f"max_nodes {query['max_nodes'][:40]!r} is not a whole number in 1..{MAX_NODES_LIMIT}"
+            )
+    return ProfileParams(trace_id, span_id, "request" if scope == "request" else "span", fmt, profile_type, max_nodes)
+
+
+def call_context(request: web.Request) -> CallContext:
+    """The budget and the caller's tenant and credentials, carried to every upstream call."""
+    settings = request.app[appmod.SETTINGS]
+    return CallContext(
+        deadline=Deadline.start(None, settings.max_request_timeout),
+        tenant=request.headers.get("X-Scope-OrgID"),
+        authorization=request.headers.get("Authorization"),
+    )
+
+
+async def answer_for(request: web.Request, params: ProfileParams) -> Answer:
+    settings = request.app[appmod.SETTINGS]
+    return await answer(
+        resolver_of(request.app), params.trace_id, params.span_id, scope=params.scope,
+        profile_type=params.profile_type, settings=settings, ctx=call_context(request), max_nodes=params.max_nodes,
+    )
+
+
+# --------------------------------------------------------------------------------------------- JSON shapes
+
+
+def _part_json(part: Part) -> dict[str, Any]:
+    return {
+        "spanId": part.span.span_id,
+        "service": part.span.service,
+        "name": part.span.name,
+        "mode": part.resolution.mode.value,
+        "reason": part.resolution.reason,
+        "total": part.value,
+        "included": part.included,
+        "note": part.note,
+        "answeredBy": list(part.resolution.span_ids),
+    }
+
+
+def answer_json(ans: Answer) -> dict[str, Any]:
+    """The JSON document of an answer. The flame graph is Pyroscope's own encoding in protojson (int64 as strings),
+    what Grafana's flame graph and Pyroscope's clients read."""
+    res = ans.resolution
+    doc: dict[str, Any] = {
+        "scope": ans.scope,
+        "traceId": ans.span.trace_id,
+        "spanId": ans.span.span_id,
+        "profileType": ans.profile_type,
+        "mode": res.mode.value,
+        "reason": res.reason,
+        "reasons": ans.reasons,
+        "span": ans.span.to_json(),
+        "localRoot": res.local_root.to_json() if res.local_root is not None else None,
+        "window": {"startMs": res.window_ms[0], "endMs": res.window_ms[1]} if res.window_ms else None,
+        "labelSelector": res.label_selector,
+        "answeredBy": list(res.span_ids),
+        "total": ans.tree.total,
+    }
+    if ans.scope == "request":
+        doc["services"] = [
+            {"service": s.service, "total": s.value, "spans": s.spans,
+             "share": round(s.value / ans.tree.total, 4) if ans.tree.total else 0.0}
+            for s in ans.services
+        ]
+        doc["parts"] = [_part_json(p) for p in ans.parts]
+        doc["skippedLocalRoots"] = ans.skipped
+    doc["flamegraph"] = json_format.MessageToDict(ans.flamegraph)
+    return doc
+
+
+def render(ans: Answer, fmt: str) -> web.Response:
+    headers = {MODE_HEADER: ans.mode.value, REASON_HEADER: ans.resolution.reason_header[:400]}
+    base = f"{ans.span.span_id}-{ans.scope}"
+    if fmt == "pprof":
+        prof = flamegraph.to_pprof(ans.tree, ans.profile_type, duration_nanos=ans.span.duration_ns,
+                                   time_nanos=ans.span.start_ns)
+        headers["Content-Disposition"] = f'attachment; filename="{base}.pb.gz"'
+        return web.Response(body=gzip.compress(prof.SerializeToString()), content_type="application/octet-stream",
+                            headers=headers)
+    if fmt == "collapsed":
+        headers["Content-Disposition"] = f'inline; filename="{base}.folded"'
+        return web.Response(text=flamegraph.to_collapsed(ans.tree), content_type="text/plain", charset="utf-8",
+                            headers=headers)
+    return web.json_response(answer_json(ans), headers=headers)
+
+
+async def span_profile(request: web.Request) -> web.Response:
+    params = parse_params(request, request.app[appmod.SETTINGS].profile_type)
+    return render(await answer_for(request, params), params.format)
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_get("/api/v1/spans/{trace_id}/{span_id}/profile", span_profile)

@@ -1,0 +1,363 @@
+"""The bridge's own pages (jinja2, rendered on the server, no front-end build).
+
+- ``GET /``: the slowest recent local-root spans per service (from the trace source's search: Tempo in proxy mode,
+  the store in standalone mode), each linking to its page.
+- ``GET /spans/{trace_id}/{span_id}``: the span's header (service, name, duration, a badge for the resolution mode and
+  its reason), its flame graph as server-rendered SVG (search and click-to-zoom in a few lines of plain JavaScript;
+  ``?q=`` highlights on the server too), the trace's span tree with each local root's linked samples, the
+  ``scope=span`` / ``scope=request`` toggle, downloads and, when ``PROFILE_BRIDGE_GRAFANA_URL`` is set, links that open
+  the same query in Grafana Explore.
+
+Everything but zoom and live search works without JavaScript. jinja2 autoescapes every string a user controls (span
+names, services, frame names, the search text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import quote, urlencode
+
+import jinja2
+from aiohttp import web
+
+from bridge import app as appmod
+from bridge import flamegraph
+from bridge._proto import querier_pb2 as qpb
+from bridge.config import Settings, parse_seconds
+from bridge.errors import CODE_TO_HTTP, BridgeError, InvalidArgument
+from bridge.request_scope import QUERY_MARGIN_MS, Answer, selector_for
+from bridge.routes.api import ProfileParams, answer_for, call_context, parse_params
+from bridge.spans import Span, Trace
+from bridge.units import format_duration_ns, format_value, share
+from bridge.upstream.base import CallContext, ProfileSource, TraceSource
+
+TEMPLATES: Final = Path(__file__).resolve().parent.parent / "templates"
+SVG_WIDTH: Final = 1200
+ROW_HEIGHT: Final = 18
+CHAR_WIDTH: Final = 7.0  # 12 px monospace
+MIN_FRAME_PX: Final = 2.0
+MAX_RECTS: Final = 2500  # the size budget: ~300 bytes a frame → under 1 MB of SVG whatever the profile
+MAX_TREE_QUERIES: Final = 64  # local roots whose linked samples the span tree shows
+INDEX_LIMIT: Final = 40  # traces the index page looks at
+INDEX_PER_SERVICE: Final = 8
+INDEX_QUERY: Final = "{}"
+
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def render_page(name: str, status: int = 200, **context: Any) -> web.Response:
+    html = _env.get_template(name).render(**context)
+    return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
+
+
+# --------------------------------------------------------------------------------------------- flame graph SVG
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One bar as the template draws it."""
+
+    x: float
+    y: int
+    width: float
+    depth: int
+    name: str
+    label: str
+    title: str
+    fill: str
+    match: bool
+    folded: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FlameSvg:
+    frames: list[Frame]
+    width: int
+    height: int
+    folded: int
+    total: int
+    matched_total: int
+
+
+def frame_colour(name: str, depth: int, folded: bool) -> str:
+    """Warm flame colours, stable per function name; the root and folded bars grey."""
+    if depth == 0:
+        return "rgb(190,190,200)"
+    if folded:
+        return "rgb(205,205,205)"
+    h = zlib.crc32(name.encode())
+    r = 205 + (h & 0x3F) % 50
+    g = 80 + ((h >> 8) & 0xFF) % 150
+    b = 30 + ((h >> 16) & 0xFF) % 45
+    return f"rgb({r},{g},{b})"
+
+
+def fit_label(name: str, width: float) -> str:
+    """As much of ``name`` as fits in ``width`` pixels, with an ellipsis; empty when not even three characters do."""
+    room = int((width - 6) / CHAR_WIDTH)
+    if room < 3:
+        return ""
+    return name if len(name) <= room else name[: room - 1] + "…"
+
+
+def flame_svg(tree: flamegraph.Node, unit: str, query: str = "") -> FlameSvg:
+    lay = flamegraph.layout(tree, SVG_WIDTH, MIN_FRAME_PX, max_rects=MAX_RECTS)
+    total = tree.total
+    needle = query.casefold()
+    frames: list[Frame] = []
+    matched_total = 0
+    for rect in lay.rects:
+        folded = rect.folded > 0
+        if folded:
+            title = (f"{rect.folded} frames too narrow to draw: "
+                     f"{format_value(rect.total, unit)} ({share(rect.total, total)})")
+        else:
+            title = (f"{rect.name}\ntotal {format_value(rect.total, unit)} ({share(rect.total, total)}), "
+                     f"self {format_value(rect.self, unit)} ({share(rect.self, total)})")
+        match = bool(needle) and not folded and rect.depth > 0 and needle in rect.name.casefold()
+        if match:
+            matched_total += rect.self
+        frames.append(Frame(
+            x=round(rect.x, 2), y=rect.depth * ROW_HEIGHT, width=round(rect.width, 2), depth=rect.depth,
+            name=rect.name, label=fit_label(rect.name, rect.width), title=title,
+            fill=frame_colour(rect.name, rect.depth, folded), match=match, folded=folded,
+        ))
+    return FlameSvg(frames, SVG_WIDTH, lay.depth * ROW_HEIGHT + 2, lay.folded, total, matched_total)
+
+
+# --------------------------------------------------------------------------------------------- links
+
+
+def explore_url(grafana_url: str, panes: Mapping[str, Any]) -> str:
+    return f"{grafana_url}/explore?" + urlencode({"schemaVersion": "1", "panes": json.dumps(panes), "orgId": "1"})
+
+
+def grafana_links(settings: Settings, ans: Answer) -> list[tuple[str, str]]:
+    """"Open in Grafana Explore" links: the profile query Grafana itself would send for this span, and the trace."""
+    if not settings.grafana_url:
+        return []
+    span = ans.span
+    from_ms = span.start_ns // 1_000_000 - QUERY_MARGIN_MS
+    to_ms = span.end_ns // 1_000_000 + QUERY_MARGIN_MS
+    profiles = {
+        "pb": {
+            "datasource": settings.grafana_profiles_uid,
+            "queries": [{
+                "refId": "profile",
+                "datasource": {"type": "grafana-pyroscope-datasource", "uid": settings.grafana_profiles_uid},
+                "queryType": "profile",
+                "profileTypeId": ans.profile_type,
+                "labelSelector": ans.resolution.label_selector or selector_for(span, settings.label_map),
+                "spanSelector": [span.span_id],
+                "groupBy": [],
+            }],
+            "range": {"from": str(from_ms), "to": str(to_ms)},
+        }
+    }
+    trace = {
+        "pb": {
+            "datasource": settings.grafana_tempo_uid,
+            "queries": [{
+                "refId": "A",
+                "datasource": {"type": "tempo", "uid": settings.grafana_tempo_uid},
+                "queryType": "traceql",
+                "query": span.trace_id,
+            }],
+            "range": {"from": str(from_ms), "to": str(to_ms)},
+        }
+    }
+    return [
+        ("span profile in Grafana Explore", explore_url(settings.grafana_url, profiles)),
+        ("trace in Grafana Explore", explore_url(settings.grafana_url, trace)),
+    ]
+
+
+def span_path(span: Span, **query: str) -> str:
+    path = f"/spans/{quote(span.trace_id)}/{quote(span.span_id)}"
+    query = {k: v for k, v in query.items() if v}
+    return path + ("?" + urlencode(query) if query else "")
+
+
+# --------------------------------------------------------------------------------------------- span tree
+
+
+@dataclass(frozen=True, slots=True)
+class TreeRow:
+    depth: int
+    span: Span
+    duration: str
+    local_root: bool
+    linked: str  # formatted linked samples of a local root, "" for in-process children
+    current: bool
+    href: str
+
+
+async def linked_values(
+    profiles: ProfileSource, trace: Trace, profile_type: str, settings: Settings, ctx: CallContext
+) -> dict[str, int | None]:
+    """Each local root's own linked samples (``SelectMergeSpanProfile`` with its id alone); None when the backend
+    failed for that span. Children have none of their own: the SDKs record their CPU under the local root."""
+    roots = [s for s in trace.spans.values() if trace.is_local_root(s)][:MAX_TREE_QUERIES]
+    limit = asyncio.Semaphore(8)
+
+    async def one(span: Span) -> int | None:
+        req = qpb.SelectMergeSpanProfileRequest(
+            profile_typeID=profile_type, label_selector=selector_for(span, settings.label_map),
+            span_selector=[span.span_id], start=span.start_ns // 1_000_000 - QUERY_MARGIN_MS,
+            end=span.end_ns // 1_000_000 + QUERY_MARGIN_MS,
+        )
+        async with limit:
+            try:
+                resp = await profiles.select_merge_span_profile(req, ctx)
+            except BridgeError:
+                return None
+        return int(resp.flamegraph.total) if resp.HasField("flamegraph") else 0
+
+    values = await asyncio.gather(*(one(s) for s in roots))
+    return {s.span_id: v for s, v in zip(roots, values, strict=True)}
+
+
+def tree_rows(trace: Trace, current: str, values: Mapping[str, int | None], unit: str, scope: str) -> list[TreeRow]:
+    rows = []
+    for depth, span in trace.walk():
+        is_root = trace.is_local_root(span)
+        value = values.get(span.span_id)
+        linked = "" if not is_root else ("?" if value is None and span.span_id in values else
+                                         format_value(value or 0, unit))
+        rows.append(TreeRow(depth, span, format_duration_ns(span.duration_ns), is_root, linked,
+                            span.span_id == current, span_path(span, scope=scope if scope != "span" else "")))
+    return rows
+
+
+# --------------------------------------------------------------------------------------------- handlers
+
+
+def error_page(exc: BridgeError) -> web.Response:
+    return render_page("error.html", status=CODE_TO_HTTP[exc.code], code=exc.code.value, message=exc.message)
+
+
+async def span_page(request: web.Request) -> web.Response:
+    settings = request.app[appmod.SETTINGS]
+    query = request.query.get("q", "")[:200]
+    try:
+        params = parse_params(request, settings.profile_type)
+        if params.format != "json":
+            raise InvalidArgument("the page has no format parameter; download pprof or collapsed from the API")
+        ans = await answer_for(request, params)
+        values = await linked_values(appmod.profiles_of(request.app), ans.trace, params.profile_type, settings,
+                                     call_context(request))
+    except BridgeError as exc:
+        return error_page(exc)
+    return render_page("span.html", **span_context(ans, params, settings, values, query))
+
+
+def span_context(ans: Answer, params: ProfileParams, settings: Settings, values: Mapping[str, int | None],
+                 query: str) -> dict[str, Any]:
+    unit = flamegraph.parse_profile_type(params.profile_type).sample_unit
+    span = ans.span
+    api = f"/api/v1/spans/{span.trace_id}/{span.span_id}/profile"
+    base_q = {"scope": params.scope, "profile_type": params.profile_type}
+    return {
+        "span": span,
+        "duration": format_duration_ns(span.duration_ns),
+        "ans": ans,
+        "mode": ans.mode.value,
+        "reason": ans.resolution.reason,
+        "reasons": ans.reasons,
+        "scope": params.scope,
+        "profile_type": params.profile_type,
+        "default_profile_type": settings.profile_type,
+        "query": query,
+        "svg": flame_svg(ans.tree, unit, query),
+        "total": format_value(ans.tree.total, unit),
+        "services": [(s.service, format_value(s.value, unit), share(s.value, ans.tree.total), s.spans)
+                     for s in ans.services],
+        "parts": [(p, format_value(p.value, unit)) for p in ans.parts],
+        "tree": tree_rows(ans.trace, span.span_id, values, unit, params.scope),
+        "scope_links": [(s, span_path(span, scope=s if s != "span" else "",
+                                      profile_type=params.profile_type if params.profile_type != settings.profile_type
+                                      else "")) for s in ("span", "request")],
+        "downloads": [(fmt, f"{api}?{urlencode({**base_q, 'format': fmt})}") for fmt in ("json", "pprof", "collapsed")],
+        "grafana": grafana_links(settings, ans),
+        "window": ans.resolution.window_ms,
+        "local_root": ans.resolution.local_root,
+    }
+
+
+# --------------------------------------------------------------------------------------------- index
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    span: Span
+    duration: str
+    href: str
+    children: int
+
+
+def slowest_local_roots(traces: Iterable[Trace], per_service: int) -> list[tuple[str, list[IndexRow]]]:
+    """Pure: every local root of the traces (the requests each service served), slowest first, per service."""
+    by_service: dict[str, list[tuple[Span, int]]] = {}
+    for trace in traces:
+        for span in trace.spans.values():
+            if trace.is_local_root(span):
+                children = sum(1 for _ in trace.descendants(span.span_id))
+                by_service.setdefault(span.service, []).append((span, children))
+    out = []
+    for service in sorted(by_service):
+        spans = sorted(by_service[service], key=lambda sc: (-sc[0].duration_ns, sc[0].span_id))[:per_service]
+        out.append((service, [IndexRow(s, format_duration_ns(s.duration_ns), span_path(s), n) for s, n in spans]))
+    return out
+
+
+async def recent_traces(source: TraceSource, now_s: float, since_s: float, ctx: CallContext) -> list[Trace]:
+    end = int(now_s) + 1
+    hits = await source.search(INDEX_QUERY, int(now_s - since_s), end, INDEX_LIMIT, ctx, spss=1)
+    trace_ids = list(dict.fromkeys(h.trace_id for h in hits))[:INDEX_LIMIT]
+    limit = asyncio.Semaphore(8)
+
+    async def one(trace_id: str) -> Trace | None:
+        async with limit:
+            try:
+                return await source.trace_by_id(trace_id, ctx, int(now_s - since_s), end)
+            except BridgeError:
+                return None
+
+    return [t for t in await asyncio.gather(*(one(t) for t in trace_ids)) if t is not None]
+
+
+async def index_page(request: web.Request) -> web.Response:
+    app = request.app
+    since_text = request.query.get("since", "1h")
+    try:
+        try:
+            since = parse_seconds(since_text)
+        except ValueError as exc:
+            raise InvalidArgument(f"since {since_text[:40]!r}: {exc}") from exc
+        since = min(since, 7 * 86400.0)
+        traces = await recent_traces(appmod.traces_of(app), app[appmod.CLOCK].now(), since, call_context(request))
+    except BridgeError as exc:
+        return error_page(exc)
+    return render_page(
+        "index.html", services=slowest_local_roots(traces, INDEX_PER_SERVICE), since=since_text,
+        traces=len(traces), mode=app[appmod.SETTINGS].mode, choices=("15m", "1h", "6h", "24h"),
+    )
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_get("/", index_page)
+    app.router.add_get("/spans/{trace_id}/{span_id}", span_page)
+

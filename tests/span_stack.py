@@ -1,0 +1,59 @@
+"""The bridge in proxy mode in front of the Tempo and Pyroscope test doubles, both holding the shop capture: the stack
+the API, page, resolve and doctor tests run against."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from bridge.app import create_app
+from bridge.config import Settings
+from tests.doubles.pyroscope import PyroscopeDouble
+from tests.doubles.shop import ShopCapture, load_shop
+from tests.doubles.tempo import TempoDouble
+
+CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
+
+ServerFactory = Callable[..., Awaitable[TestServer]]
+ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
+
+
+@dataclass(slots=True)
+class Stack:
+    tempo: TempoDouble
+    pyroscope: PyroscopeDouble
+    shop: ShopCapture
+    settings: Settings
+    client: TestClient[Any, Any] | None = None
+
+    @property
+    def http(self) -> TestClient[Any, Any]:
+        assert self.client is not None
+        return self.client
+
+    def capture_clock(self) -> float:
+        """'Now' a minute after the capture's last span ended, so "recent" means the capture."""
+        return max(s.end_ns for s in self.shop.all_spans()) / 1e9 + 60
+
+
+async def start_doubles(aiohttp_server: ServerFactory, **changes: Any) -> Stack:
+    tempo = TempoDouble()
+    tempo.add_shop()
+    pyroscope = PyroscopeDouble()
+    tempo_server = await aiohttp_server(tempo.app)
+    pyro_server = await aiohttp_server(pyroscope.app)
+    tempo.url = str(tempo_server.make_url("")).rstrip("/")
+    pyroscope.url = str(pyro_server.make_url("")).rstrip("/")
+    settings = Settings.for_tests(mode="proxy", tempo_url=tempo.url, pyroscope_url=pyroscope.url, **changes)
+    return Stack(tempo, pyroscope, load_shop(), settings)
+
+
+async def start_stack(aiohttp_server: ServerFactory, aiohttp_client: ClientFactory, **changes: Any) -> Stack:
+    stack = await start_doubles(aiohttp_server, **changes)
+    app: web.Application = create_app(stack.settings, wall_clock=stack.capture_clock)
+    stack.client = await aiohttp_client(app)
+    return stack
