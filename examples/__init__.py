@@ -1,0 +1,1 @@
+"""Runnable examples for profile-bridge (not part of the installed package)."""

@@ -1,0 +1,56 @@
+"""The load loop: drives the frontend so the stack always has fresh traces and profiles."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Final
+
+from aiohttp import ClientError, ClientSession, ClientTimeout
+
+log = logging.getLogger("demo.load")
+
+# one round: two checkouts (CPU in both services), a very short span, an I/O-bound span
+ROUND: Final = ("/checkout", "/checkout", "/health", "/slow-io")
+
+
+async def wait_ready(session: ClientSession, url: str, stop: asyncio.Event, timeout: float = 60.0) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not stop.is_set() and loop.time() < deadline:
+        try:
+            async with session.get(url + "/health") as resp:
+                if resp.status == 200:
+                    return True
+        except (ClientError, TimeoutError):
+            pass
+        await asyncio.sleep(0.25)
+    return False
+
+
+async def run_load(frontend_url: str, interval: float, stop: asyncio.Event, rounds: int | None = None) -> int:
+    """Request ``ROUND`` until ``stop`` is set (or ``rounds`` rounds are done); returns the requests sent."""
+    sent = 0
+    async with ClientSession(timeout=ClientTimeout(total=10, connect=2)) as session:
+        if not await wait_ready(session, frontend_url, stop):
+            log.warning("frontend %s never became ready", frontend_url)
+            return sent
+        done = 0
+        while not stop.is_set() and (rounds is None or done < rounds):
+            for path in ROUND:
+                try:
+                    async with session.get(frontend_url + path) as resp:
+                        await resp.read()
+                        if resp.status != 200:
+                            log.warning("GET %s: HTTP %d", path, resp.status)
+                except (ClientError, TimeoutError) as exc:
+                    log.warning("GET %s failed: %s", path, exc)
+                sent += 1
+            done += 1
+            if done % 100 == 0:
+                log.info("load: %d rounds, %d requests", done, sent)
+            try:
+                await asyncio.wait_for(stop.wait(), interval)
+            except TimeoutError:
+                pass
+    return sent

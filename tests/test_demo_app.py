@@ -1,0 +1,193 @@
+"""Run the real demo app (two processes, stock OpenTelemetry and Pyroscope SDKs) against the recording double and
+check what arrived: traces whose local roots carry ``pyroscope.profile.id``, CPU profiles whose samples carry the
+matching ``span_id`` labels, ``count_primes`` in the backend's samples and ``render_json`` in the frontend's.
+
+pyroscope-io uploads on 10 s windows aligned to the wall clock, so the test drives requests until the backend's
+first upload with linked ``count_primes`` samples arrives (bounded: at most ``DRIVE_SECONDS``), then stops the app
+with SIGTERM, which flushes the remaining spans and profile window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import ClientError, ClientSession, ClientTimeout
+
+from bridge._proto import push_pb2
+from bridge.pprof import decode_pprof, iter_samples
+from bridge.spans import PROFILE_ID_ATTR, SPAN_KIND_CLIENT, SPAN_KIND_SERVER, Span, spans_from_otlp
+from tests.doubles.recorder import RECORDER, Recorder, build_recorder
+from tests.paths import ROOT
+
+STARTUP_SECONDS = 20.0
+DRIVE_SECONDS = 30.0
+STOP_SECONDS = 20.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _samples(recorder: Recorder) -> Iterator[tuple[str, tuple[str, ...], int, dict[str, str]]]:
+    """(service_name, frames root first, value, labels) of every pprof sample pushed so far."""
+    for request in recorder.pushes:
+        for series in request.series:
+            labels = {label.name: label.value for label in series.labels}
+            for raw in series.samples:
+                profile = decode_pprof(raw.raw_profile)
+                for frames, value, sample_labels in iter_samples(profile, 0):
+                    yield labels.get("service_name", ""), frames, value, sample_labels
+
+
+def _linked_count_primes(recorder: Recorder) -> bool:
+    return any(
+        service == "shop-backend" and "count_primes" in frames and "span_id" in labels
+        for service, frames, _, labels in _samples(recorder)
+    )
+
+
+def _spans(recorder: Recorder) -> list[Span]:
+    return [span for request in recorder.traces for span in spans_from_otlp(request.resource_spans)]
+
+
+async def _drive(session: ClientSession, base: str) -> None:
+    for path in ("/checkout", "/checkout", "/health", "/slow-io"):
+        async with session.get(base + path) as resp:
+            assert resp.status == 200, (path, resp.status, await resp.text())
+            await resp.read()
+
+
+async def _wait_ready(session: ClientSession, base: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + STARTUP_SECONDS
+    while True:
+        try:
+            async with session.get(base + "/health") as resp:
+                if resp.status == 200:
+                    return
+        except (ClientError, TimeoutError):
+            pass
+        assert loop.time() < deadline, "the demo app did not start"
+        await asyncio.sleep(0.2)
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM (the app flushes spans and profiles), then SIGKILL the whole process group if it hangs."""
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), STOP_SECONDS)
+        except TimeoutError:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group holds only the demo's own processes
+    except ProcessLookupError:
+        pass
+    await proc.wait()
+
+
+@pytest.fixture
+def demo_log(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "demo.log"
+    yield path
+    if path.exists():  # shown by pytest when the test fails
+        print(path.read_text(errors="replace")[-4000:])
+
+
+async def test_demo_app_sends_linked_traces_and_profiles(aiohttp_server: Any, demo_log: Path) -> None:
+    app = build_recorder()
+    server = await aiohttp_server(app)
+    recorder = app[RECORDER]
+    sink = str(server.make_url("")).rstrip("/")
+    frontend_port, backend_port = _free_port(), _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYROSCOPE_"))}
+    env.update(
+        OTEL_EXPORTER_OTLP_ENDPOINT=sink,
+        PYROSCOPE_SERVER_ADDRESS=sink,
+        OTEL_BSP_SCHEDULE_DELAY="200",
+        PYTHONPATH=str(ROOT),
+    )
+    with demo_log.open("wb") as log:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "examples.demo_app",
+            "--frontend-port", str(frontend_port), "--backend-port", str(backend_port),
+            cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True,
+        )
+        try:
+            base = f"http://127.0.0.1:{frontend_port}"
+            async with ClientSession(timeout=ClientTimeout(total=10, connect=2)) as session:
+                await _wait_ready(session, base)
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + DRIVE_SECONDS
+                rounds = 0
+                while not _linked_count_primes(recorder):
+                    assert loop.time() < deadline, f"no linked count_primes samples after {rounds} rounds"
+                    await _drive(session, base)
+                    rounds += 1
+        finally:
+            await _stop(proc)
+    assert proc.returncode == 0
+    assert not recorder.rejected
+
+    # ---- traces: local roots carry pyroscope.profile.id = their own span id; children do not
+    spans = _spans(recorder)
+    by_id = {span.span_id: span for span in spans}
+    by_name: dict[str, list[Span]] = defaultdict(list)
+    for span in spans:
+        by_name[span.name].append(span)
+    assert {"GET /checkout", "renderCart", "HTTP GET shop-backend", "GET /price", "countPrimes", "GET /health",
+            "GET /slow-io", "waitForInventory"} <= set(by_name)
+    for name, service in (("GET /checkout", "shop-frontend"), ("GET /price", "shop-backend"),
+                          ("GET /health", "shop-frontend"), ("GET /slow-io", "shop-frontend")):
+        for span in by_name[name]:
+            assert span.service == service and span.kind == SPAN_KIND_SERVER
+            assert span.profile_id == span.span_id, span
+            assert dict(span.attributes)[PROFILE_ID_ATTR] == span.span_id
+    for name in ("renderCart", "HTTP GET shop-backend", "countPrimes", "waitForInventory"):
+        for span in by_name[name]:
+            assert span.profile_id == "" and PROFILE_ID_ATTR not in dict(span.attributes), span
+    assert all(dict(span.resource)["service.namespace"] == "shop" for span in spans)
+
+    # ---- W3C context: every backend root continues a frontend CLIENT span of the same trace
+    for span in by_name["GET /price"]:
+        parent = by_id[span.parent_span_id]
+        assert parent.name == "HTTP GET shop-backend" and parent.kind == SPAN_KIND_CLIENT
+        assert parent.service == "shop-frontend" and parent.trace_id == span.trace_id
+
+    # ---- profiles: count_primes / render_json, labelled with the ids of the local roots that ran them
+    roots = {span.span_id: span for span in spans if span.profile_id}
+    linked: dict[str, set[str]] = defaultdict(set)  # service -> span ids seen as labels
+    functions: dict[str, set[str]] = defaultdict(set)
+    for service, frames, value, labels in _samples(recorder):
+        assert value > 0
+        functions[service] |= set(frames)
+        if "span_id" not in labels:
+            continue
+        span_id = labels["span_id"]
+        assert span_id in roots, f"{service} sample labelled with unknown span {span_id}"
+        root = roots[span_id]
+        assert root.service == service
+        assert labels["trace_id"] == root.trace_id and labels["span_name"] == root.name
+        linked[service].add(span_id)
+        if "count_primes" in frames:
+            assert root.name == "GET /price"
+        if "render_json" in frames:
+            assert root.name == "GET /checkout"
+    assert "count_primes" in functions["shop-backend"]
+    assert "render_json" in functions["shop-frontend"]
+    assert linked["shop-backend"] and linked["shop-frontend"]
+    series_labels = {label.name: label.value for request in recorder.pushes for series in request.series
+                     for label in series.labels}
+    assert series_labels["__name__"] == "process_cpu" and series_labels["service_namespace"] == "shop"
+    assert all(isinstance(request, push_pb2.PushRequest) for request in recorder.pushes)
