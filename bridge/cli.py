@@ -152,7 +152,9 @@ async def serve(settings: Settings) -> int:
     from bridge.app import create_app
 
     app = create_app(settings)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # auto_decompress=False: request bodies arrive as sent; pass-through streams them untouched and handlers undo
+    # Content-Encoding themselves with a size limit (connect.decompress / upstream.proxy.read_body)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, auto_decompress=False)
     try:
         await runner.setup()
     except (OSError, BridgeError, ConfigError) as exc:

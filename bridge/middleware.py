@@ -24,7 +24,8 @@ log = logging.getLogger("bridge.http")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-ROUTE_LABEL = "route_label"  # handlers may set request[ROUTE_LABEL] to a finer label (e.g. the RPC name)
+# handlers may set request[ROUTE_LABEL] to a finer label (e.g. the RPC name); a RequestKey, as aiohttp 3.14 wants
+ROUTE_LABEL = web.RequestKey("route_label", str)
 
 
 def error_response(path: str, code: Code, message: str) -> web.Response:

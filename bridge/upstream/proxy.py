@@ -20,6 +20,7 @@ from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
@@ -71,12 +72,15 @@ async def read_body(request: web.Request, max_bytes: int) -> tuple[bytes, str | 
     decoded = server_decoded(request)
     parts: list[bytes] = []
     size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > max_bytes:
-            after = " after decompression" if decoded else ""
-            raise ResourceExhausted(f"request body is over the limit of {max_bytes} bytes{after}")
-        parts.append(chunk)
+    try:
+        async for chunk in request.content.iter_any():
+            size += len(chunk)
+            if size > max_bytes:
+                after = " after decompression" if decoded else ""
+                raise ResourceExhausted(f"request body is over the limit of {max_bytes} bytes{after}")
+            parts.append(chunk)
+    except RequestPayloadError as exc:
+        raise InvalidArgument(f"request body cannot be read ({str(exc).strip()})") from exc
     encoding = None if decoded else request.headers.get("Content-Encoding")
     return b"".join(parts), encoding
 

@@ -1,0 +1,154 @@
+"""The ``/pyroscope`` mount: what Grafana's Pyroscope data source talks to (``http://<bridge>:4041/pyroscope``).
+
+Proxy mode: everything under the mount is streamed to ``settings.pyroscope_url`` untouched, except span-profile
+queries — ``SelectMergeSpanProfile``, and ``SelectMergeStacktraces`` carrying a ``span_selector`` — which the
+resolver answers (linked → local-root → time-window → none) in the request's codec, gzipped when accepted, with
+``X-Profile-Bridge-Resolution`` and ``X-Profile-Bridge-Reason`` headers.
+
+Standalone mode: the querier RPCs are answered from the embedded store (``extras["pyroscope_local"]``), span
+queries through the same resolver; anything else is ``unimplemented``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Final
+
+import aiohttp
+from aiohttp import web
+from google.protobuf.message import Message
+
+from bridge import app as appmod
+from bridge._proto import querier_pb2 as qpb
+from bridge.connect import (
+    Codec,
+    Deadline,
+    codec_for,
+    decode_message,
+    decompress,
+    encode_response,
+    parse_timeout_ms,
+)
+from bridge.errors import Unimplemented
+from bridge.middleware import ROUTE_LABEL
+from bridge.resolve import Resolution, SpanQuery, resolver_of
+from bridge.upstream.base import CallContext
+from bridge.upstream.proxy import read_body, stream_through, target_url
+
+MOUNT: Final = "/pyroscope"
+SERVICE: Final = "querier.v1.QuerierService/"
+RESOLUTION_HEADER: Final = "X-Profile-Bridge-Resolution"
+REASON_HEADER: Final = "X-Profile-Bridge-Reason"
+SPAN_RPCS: Final[dict[str, tuple[type[Message], type[Message]]]] = {
+    "SelectMergeSpanProfile": (qpb.SelectMergeSpanProfileRequest, qpb.SelectMergeSpanProfileResponse),
+    "SelectMergeStacktraces": (qpb.SelectMergeStacktracesRequest, qpb.SelectMergeStacktracesResponse),
+}
+RESOLVABLE_FORMATS: Final = (qpb.PROFILE_FORMAT_UNSPECIFIED, qpb.PROFILE_FORMAT_FLAMEGRAPH)
+
+LocalRpc = tuple[type[Message], Callable[[Message, CallContext], Awaitable[Message]]]
+
+
+def rpc_method(tail: str) -> str | None:
+    """``querier.v1.QuerierService/SelectMergeSpanProfile`` → ``SelectMergeSpanProfile``; other paths → None."""
+    if tail.startswith(SERVICE) and "/" not in tail[len(SERVICE):]:
+        return tail[len(SERVICE):] or None
+    return None
+
+
+def span_query_of(msg: Message) -> SpanQuery | None:
+    """The span query a decoded span RPC carries; None when it has no span selector or asks for a format other
+    than a flame graph (those are not resolved)."""
+    if not isinstance(msg, qpb.SelectMergeSpanProfileRequest | qpb.SelectMergeStacktracesRequest):
+        return None
+    if not msg.span_selector or msg.format not in RESOLVABLE_FORMATS:
+        return None
+    return SpanQuery(
+        span_ids=tuple(msg.span_selector),
+        profile_type=msg.profile_typeID,
+        label_selector=msg.label_selector,
+        start_ms=msg.start,
+        end_ms=msg.end,
+        max_nodes=msg.max_nodes if msg.HasField("max_nodes") and msg.max_nodes > 0 else None,
+    )
+
+
+def answer_of(method: str, resolution: Resolution) -> Message:
+    if method == "SelectMergeSpanProfile":
+        return qpb.SelectMergeSpanProfileResponse(flamegraph=resolution.flamegraph)
+    return qpb.SelectMergeStacktracesResponse(flamegraph=resolution.flamegraph)
+
+
+def call_context(request: web.Request) -> CallContext:
+    settings = request.app[appmod.SETTINGS]
+    requested = parse_timeout_ms(request.headers.get("Connect-Timeout-Ms"))
+    return CallContext(
+        deadline=Deadline.start(requested, settings.max_request_timeout),
+        tenant=request.headers.get("X-Scope-OrgID"),
+        authorization=request.headers.get("Authorization"),
+    )
+
+
+async def handle(request: web.Request) -> web.StreamResponse:
+    settings = request.app[appmod.SETTINGS]
+    ctx = call_context(request)
+    method = rpc_method(request.match_info["tail"]) if request.method == "POST" else None
+    request[ROUTE_LABEL] = f"{MOUNT}/{method}" if method else f"{MOUNT}/*"
+    local: Mapping[str, LocalRpc] | None = None
+    if settings.is_standalone:
+        local = request.app[appmod.BACKENDS].extras.get("pyroscope_local", {})
+        if method is None or (method not in SPAN_RPCS and method not in local):
+            raise Unimplemented(
+                f"{request.method} {request.path} is not served in standalone mode (the embedded store answers "
+                "querier.v1.QuerierService RPCs only)"
+            )
+    if method in SPAN_RPCS or local is not None:
+        assert method is not None
+        body, encoding = await read_body(request, settings.max_body_bytes)
+        codec = codec_for(request.headers.get("Content-Type"))
+        data = decompress(body, encoding, settings.max_body_bytes)
+        if method in SPAN_RPCS:
+            msg = decode_message(data, codec, SPAN_RPCS[method][0])
+            query = span_query_of(msg)
+            if query is not None:
+                return await _resolve(request, method, query, codec, ctx)
+        if local is not None:
+            return await _local(request, local, method, data, codec, ctx)
+        return await _forward(request, ctx, body)
+    return await _forward(request, ctx, None)
+
+
+async def _resolve(request: web.Request, method: str, query: SpanQuery, codec: Codec,
+                   ctx: CallContext) -> web.Response:
+    resolution = await resolver_of(request.app).resolve(query, ctx)
+    body, headers = encode_response(answer_of(method, resolution), codec, request.headers.get("Accept-Encoding"))
+    headers[RESOLUTION_HEADER] = resolution.mode.value
+    headers[REASON_HEADER] = resolution.reason_header
+    return web.Response(body=body, headers=headers)
+
+
+async def _local(request: web.Request, local: Mapping[str, LocalRpc], method: str, data: bytes, codec: Codec,
+                 ctx: CallContext) -> web.Response:
+    entry = local.get(method)
+    if entry is None:
+        raise Unimplemented(f"{method} with this request is not served in standalone mode")
+    cls, call = entry
+    answer = await call(decode_message(data, codec, cls), ctx)
+    body, headers = encode_response(answer, codec, request.headers.get("Accept-Encoding"))
+    return web.Response(body=body, headers=headers)
+
+
+async def _forward(request: web.Request, ctx: CallContext, body: bytes | None) -> web.StreamResponse:
+    settings = request.app[appmod.SETTINGS]
+    profiles = appmod.profiles_of(request.app)
+    session: aiohttp.ClientSession = profiles.session  # type: ignore[attr-defined]
+    base_url: str = getattr(profiles, "base_url", settings.pyroscope_url)
+    left = ctx.deadline.remaining()
+    timeout = aiohttp.ClientTimeout(
+        total=left, connect=min(settings.connect_timeout, left), sock_read=min(settings.upstream_timeout, left)
+    )
+    url = target_url(base_url, request, MOUNT)
+    return await stream_through(request, session, url, upstream="pyroscope", timeout=timeout, body=body)
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_route("*", MOUNT + "/{tail:.*}", handle)
