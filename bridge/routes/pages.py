@@ -44,9 +44,12 @@ CHAR_WIDTH: Final = 7.0  # 12 px monospace
 MIN_FRAME_PX: Final = 2.0
 MAX_RECTS: Final = 2500  # the size budget: ~300 bytes a frame → under 1 MB of SVG whatever the profile
 MAX_TREE_QUERIES: Final = 64  # local roots whose linked samples the span tree shows
-INDEX_LIMIT: Final = 40  # traces the index page looks at
-INDEX_PER_SERVICE: Final = 8
-INDEX_QUERY: Final = "{}"
+INDEX_SEARCH_LIMIT: Final = 200  # traces the index page's search asks for
+INDEX_LIMIT: Final = 60  # of those, the slowest-looking ones per service it fetches
+INDEX_PER_SERVICE: Final = 10
+INDEX_PER_NAME: Final = 3  # per service and span name, so one slow endpoint does not hide the others
+INDEX_QUERY: Final = "{ } | select(resource.service.name, span:name)"
+INDEX_SPSS: Final = 10
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -308,8 +311,10 @@ class IndexRow:
     children: int
 
 
-def slowest_local_roots(traces: Iterable[Trace], per_service: int) -> list[tuple[str, list[IndexRow]]]:
-    """Pure: every local root of the traces (the requests each service served), slowest first, per service."""
+def slowest_local_roots(traces: Iterable[Trace], per_service: int = INDEX_PER_SERVICE,
+                        per_name: int = INDEX_PER_NAME) -> list[tuple[str, list[IndexRow]]]:
+    """Pure: the local roots of the traces (the requests each service served), slowest first per service, at most
+    ``per_name`` of one span name so every endpoint shows."""
     by_service: dict[str, list[tuple[Span, int]]] = {}
     for trace in traces:
         for span in trace.spans.values():
@@ -318,21 +323,42 @@ def slowest_local_roots(traces: Iterable[Trace], per_service: int) -> list[tuple
                 by_service.setdefault(span.service, []).append((span, children))
     out = []
     for service in sorted(by_service):
-        spans = sorted(by_service[service], key=lambda sc: (-sc[0].duration_ns, sc[0].span_id))[:per_service]
-        out.append((service, [IndexRow(s, format_duration_ns(s.duration_ns), span_path(s), n) for s, n in spans]))
+        ranked = sorted(by_service[service], key=lambda sc: (-sc[0].duration_ns, sc[0].span_id))
+        per: dict[str, int] = {}
+        rows: list[IndexRow] = []
+        for span, children in ranked:
+            if per.get(span.name, 0) >= per_name:
+                continue
+            per[span.name] = per.get(span.name, 0) + 1
+            rows.append(IndexRow(span, format_duration_ns(span.duration_ns), span_path(span), children))
+            if len(rows) >= per_service:
+                break
+        out.append((service, rows))
     return out
 
 
 async def recent_traces(source: TraceSource, now_s: float, since_s: float, ctx: CallContext) -> list[Trace]:
-    end = int(now_s) + 1
-    hits = await source.search(INDEX_QUERY, int(now_s - since_s), end, INDEX_LIMIT, ctx, spss=1)
-    trace_ids = list(dict.fromkeys(h.trace_id for h in hits))[:INDEX_LIMIT]
+    """Recent traces, the slowest-looking per service first: one search (its hits carry each matched span's service
+    and duration), then, per service, the traces with its longest hits, fetched by ID (their trees give every local
+    root), ``INDEX_LIMIT`` at most."""
+    start, end = int(now_s - since_s), int(now_s) + 1
+    hits = await source.search(INDEX_QUERY, start, end, INDEX_SEARCH_LIMIT, ctx, spss=INDEX_SPSS)
+    longest: dict[tuple[str, str], dict[str, int]] = {}  # (service, span name) → trace id → its longest such span
+    for hit in hits:
+        per = longest.setdefault((hit.service, hit.name), {})
+        per[hit.trace_id] = max(per.get(hit.trace_id, 0), hit.duration_ns)
+    ranked = [sorted(per.items(), key=lambda kv: (-kv[1], kv[0])) for _, per in sorted(longest.items())]
+    trace_ids: dict[str, None] = {}
+    for rank in range(INDEX_PER_NAME):
+        for per_service in ranked:
+            if rank < len(per_service) and len(trace_ids) < INDEX_LIMIT:
+                trace_ids.setdefault(per_service[rank][0], None)
     limit = asyncio.Semaphore(8)
 
     async def one(trace_id: str) -> Trace | None:
         async with limit:
             try:
-                return await source.trace_by_id(trace_id, ctx, int(now_s - since_s), end)
+                return await source.trace_by_id(trace_id, ctx, start, end)
             except BridgeError:
                 return None
 
@@ -352,7 +378,7 @@ async def index_page(request: web.Request) -> web.Response:
     except BridgeError as exc:
         return error_page(exc)
     return render_page(
-        "index.html", services=slowest_local_roots(traces, INDEX_PER_SERVICE), since=since_text,
+        "index.html", services=slowest_local_roots(traces), since=since_text,
         traces=len(traces), mode=app[appmod.SETTINGS].mode, choices=("15m", "1h", "6h", "24h"),
     )
 

@@ -1,0 +1,271 @@
+"""The bridge's pages: the span page (header, badge, server-rendered SVG flame graph, span tree, scope toggle, Grafana
+links), the index of slow requests, escaping of every user-controlled string, and the size budget."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from bridge import flamegraph
+from bridge.request_scope import Answer
+from bridge.resolve import Mode, Resolution
+from bridge.routes import pages
+from bridge.routes.api import ProfileParams
+from bridge.spans import Trace
+from tests.doubles.pyroscope import load_push_profiles
+from tests.span_stack import CPU, Stack, start_stack
+from tests.test_flamegraph_render import random_tree
+
+EVIL = '<script>alert("owned")</script>'
+EVIL_TRACE = "feedfacefeedfacefeedfacefeedface"
+
+
+@pytest.fixture
+async def stack(aiohttp_server: Any, aiohttp_client: Any) -> Stack:
+    return await start_stack(aiohttp_server, aiohttp_client)
+
+
+def linked_total(span_id: str) -> int:
+    return sum(v for p in load_push_profiles() if p.type_id == CPU
+               for _, v, labels in p.samples if labels.get("span_id") == span_id)
+
+
+def frames_of(page: str) -> list[str]:
+    """The frame names drawn in the SVG (``data-n`` of each ``<g class="f …">``), unescaped."""
+    return [html.unescape(m) for m in re.findall(r'<g class="f[^"]*"[^>]*data-n="([^"]*)"', page)]
+
+
+async def get_page(stack: Stack, url: str, **params: str) -> tuple[int, str]:
+    resp = await stack.http.get(url, params=params)
+    return resp.status, await resp.text()
+
+
+# --------------------------------------------------------------------------------------------- span page
+
+
+async def test_span_page_shows_header_badge_flame_graph_and_tree(stack: Stack) -> None:
+    root = stack.shop.pick("frontend-root", where=lambda r: linked_total(r.span_id) > 0)
+    resp = await stack.http.get(f"/spans/{root.trace_id}/{root.span_id}")
+    assert resp.status == 200 and resp.content_type == "text/html"
+    page = await resp.text()
+    assert '<h1 id="span-name">GET /checkout</h1>' in page
+    assert "shop-frontend" in page
+    assert re.search(r'<span id="badge" class="badge mode-linked"[^>]*>linked</span>', page)
+    drawn = frames_of(page)
+    assert drawn[0] == "total" and "render_json" in drawn
+    # every span of the trace is in the tree, each linking to its page; the root's linked samples are shown
+    trace = stack.shop.trace(root.trace_id)
+    for span in trace.spans.values():
+        assert f'href="/spans/{span.trace_id}/{span.span_id}"' in page
+    assert f"{linked_total(root.span_id) / 1e6:.1f} ms" in page
+    assert 'class="current"' in page
+    # the scope toggle and the downloads are plain links (no JavaScript needed)
+    assert f'href="/spans/{root.trace_id}/{root.span_id}?scope=request"' in page
+    assert f"/api/v1/spans/{root.trace_id}/{root.span_id}/profile?scope=span&amp;" in page
+    assert "format=pprof" in page and "format=collapsed" in page
+
+
+async def test_hover_titles_give_self_total_and_share(stack: Stack) -> None:
+    root = stack.shop.pick("frontend-root", where=lambda r: linked_total(r.span_id) > 0)
+    _, page = await get_page(stack, f"/spans/{root.trace_id}/{root.span_id}")
+    titles = [html.unescape(t) for t in re.findall(r"<title>([^<]*)</title>", page)]
+    assert any(re.fullmatch(r"render_json\ntotal [\d.]+ ms \([\d.]+%\), self [\d.]+ (?:ns|µs|ms|s) \([\d.]+%\)", t)
+               for t in titles)
+    assert any(t.startswith("total\ntotal ") and "(100.0%)" in t for t in titles)
+
+
+async def test_frames_are_width_proportional(stack: Stack) -> None:
+    root = stack.shop.pick("frontend-root", where=lambda r: linked_total(r.span_id) > 0)
+    _, page = await get_page(stack, f"/spans/{root.trace_id}/{root.span_id}")
+    widths = {html.unescape(n): float(w) for w, n in re.findall(r'data-w="([\d.]+)" data-d="\d+" data-n="([^"]*)"',
+                                                                page)}
+    assert widths["total"] == pages.SVG_WIDTH
+    # this request spent 60 ms in render_json, 30 ms of them in json.dumps (see the capture)
+    assert widths["render_json"] == pages.SVG_WIDTH
+    assert widths["dumps"] == pytest.approx(pages.SVG_WIDTH / 2)
+
+
+async def test_a_child_span_page_badges_local_root_with_its_reason(stack: Stack) -> None:
+    child = stack.shop.pick("frontend-child")
+    _, page = await get_page(stack, f"/spans/{child.trace_id}/{child.span_id}")
+    assert re.search(r'class="badge mode-local-root"[^>]*>local-root</span>', page)
+    assert "recorded under its local root span" in html.unescape(page)
+
+
+async def test_request_scope_page_shows_the_backend_and_its_share(stack: Stack) -> None:
+    client = next(r for r in stack.shop.of_role("frontend-client")
+                  if any(linked_total(s.span_id) for s in stack.shop.trace(r.trace_id)
+                         .descendant_local_roots(r.span_id)))
+    _, page = await get_page(stack, f"/spans/{client.trace_id}/{client.span_id}", scope="request")
+    assert "count_primes" in frames_of(page)
+    assert {"shop-frontend", "shop-backend"} <= set(frames_of(page))
+    services = re.search(r'<table id="services">(.*?)</table>', page, re.S)
+    assert services is not None and "shop-backend" in services.group(1) and "%" in services.group(1)
+    assert '<a href="/spans/' in page and 'class="on">request</a>' in page
+
+
+async def test_server_side_search_highlights_matching_frames(stack: Stack) -> None:
+    root = stack.shop.pick("frontend-root", where=lambda r: linked_total(r.span_id) > 0)
+    _, page = await get_page(stack, f"/spans/{root.trace_id}/{root.span_id}", q="render_json")
+    matched = [html.unescape(n) for n in re.findall(r'<g class="f match"[^>]*data-n="([^"]*)"', page)]
+    assert matched and all("render_json" in n for n in matched)
+    assert re.search(r'<span id="matches"[^>]*>\d+ frames match</span>', page)
+
+
+async def test_grafana_explore_links_when_a_grafana_url_is_set(aiohttp_server: Any, aiohttp_client: Any) -> None:
+    stack = await start_stack(aiohttp_server, aiohttp_client, grafana_url="https://grafana.example:3000",
+                              grafana_profiles_uid="pyro-uid", grafana_tempo_uid="tempo-uid")
+    root = stack.shop.pick("frontend-root")
+    _, page = await get_page(stack, f"/spans/{root.trace_id}/{root.span_id}")
+    links = [html.unescape(h) for h in re.findall(r'<a href="([^"]*)" class="grafana">', page)]
+    assert len(links) == 2
+    panes = [json.loads(parse_qs(urlsplit(link).query)["panes"][0]) for link in links]
+    assert all(urlsplit(link).path == "/explore" and link.startswith("https://grafana.example:3000/") for link in links)
+    profile_query = panes[0]["pb"]["queries"][0]
+    assert profile_query["datasource"] == {"type": "grafana-pyroscope-datasource", "uid": "pyro-uid"}
+    assert profile_query["spanSelector"] == [root.span_id] and profile_query["profileTypeId"] == CPU
+    assert profile_query["labelSelector"] == '{service_name="shop-frontend"}'
+    assert panes[1]["pb"]["queries"][0]["datasource"]["uid"] == "tempo-uid"
+    assert panes[1]["pb"]["queries"][0]["query"] == root.trace_id
+
+
+async def test_no_grafana_links_without_a_grafana_url(stack: Stack) -> None:
+    root = stack.shop.pick("frontend-root")
+    _, page = await get_page(stack, f"/spans/{root.trace_id}/{root.span_id}")
+    assert 'class="grafana"' not in page
+
+
+@pytest.mark.parametrize(
+    ("url", "status", "words"),
+    [
+        ("/spans/nothex/1c60f2b8cd2d96d1", 400, "trace id"),
+        ("/spans/e19e0353f421bfce945f7d1514c6c9f1/123", 400, "span id"),
+        ("/spans/e19e0353f421bfce945f7d1514c6c9f1/0123456789abcdef", 404, "was not found"),
+        ("/spans/e19e0353f421bfce945f7d1514c6c9f1/1c60f2b8cd2d96d1?scope=everything", 400, "scope"),
+        ("/?since=yesterday", 400, "since"),
+    ],
+)
+async def test_page_errors_are_html_pages_with_the_right_status(stack: Stack, url: str, status: int,
+                                                                words: str) -> None:
+    resp = await stack.http.get(url)
+    text = await resp.text()
+    assert resp.status == status and resp.content_type == "text/html"
+    assert words in html.unescape(text) and "Traceback" not in text
+
+
+# --------------------------------------------------------------------------------------------- escaping
+
+
+def add_evil_trace(stack: Stack) -> tuple[str, str]:
+    """A copy of a shop trace whose span names and service carry markup."""
+    base = stack.shop.pick("frontend-root")
+    rs_list = stack.shop.resource_spans(base.trace_id)
+    root_id = ""
+    for rs in rs_list:
+        for kv in rs.resource.attributes:
+            if kv.key == "service.name":
+                kv.value.string_value = "<b>svc</b>"
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                span.trace_id = bytes.fromhex(EVIL_TRACE)
+                span.name = EVIL
+                if not span.parent_span_id:
+                    root_id = span.span_id.hex()
+    stack.tempo.add_trace(EVIL_TRACE, rs_list)
+    return EVIL_TRACE, root_id
+
+
+async def test_user_controlled_strings_are_escaped(stack: Stack) -> None:
+    trace_id, span_id = add_evil_trace(stack)
+    _, page = await get_page(stack, f"/spans/{trace_id}/{span_id}", q='"><img src=x onerror=alert(1)>')
+    assert EVIL not in page and "<b>svc</b>" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(&#34;owned&#34;)&lt;/script&gt;" in page
+    assert "&lt;b&gt;svc&lt;/b&gt;" in page
+    assert page.count("<script>") == 1  # only the page's own script
+
+
+def synthetic_answer(tree: flamegraph.Node, trace: Trace, span_id: str) -> Answer:
+    span = trace.spans[span_id]
+    res = Resolution(Mode.LINKED, f"samples linked to span {span_id}", flamegraph.encode(tree), span, span, None,
+                     "{}", (span_id,))
+    return Answer("span", span, trace, CPU, res, tree, res.flamegraph)
+
+
+def test_frame_names_are_escaped_in_the_svg(stack_free_trace: Trace) -> None:
+    span_id = next(iter(stack_free_trace.spans))
+    tree = flamegraph.build_tree([((EVIL, "<img src=x onerror=alert(1)>"), 100), (("ok",), 50)])
+    ctx = pages.span_context(synthetic_answer(tree, stack_free_trace, span_id),
+                             ProfileParams(stack_free_trace.trace_id, span_id, "span", "json", CPU, None),
+                             stack_settings(), {}, "")
+    page = pages._env.get_template("span.html").render(**ctx)
+    assert EVIL not in page and "<img src=x" not in page
+    assert EVIL in frames_of(page)
+
+
+# --------------------------------------------------------------------------------------------- size budget
+
+
+@pytest.fixture
+def stack_free_trace() -> Trace:
+    from tests.doubles.shop import load_shop
+
+    shop = load_shop()
+    return shop.trace(shop.pick("frontend-root").trace_id)
+
+
+def stack_settings() -> Any:
+    from bridge.config import Settings
+
+    return Settings.for_tests(mode="proxy")
+
+
+def test_a_10000_node_flame_graph_page_stays_within_budget(stack_free_trace: Trace) -> None:
+    tree = random_tree(10_000)
+    assert tree.count() >= 10_000
+    span_id = next(iter(stack_free_trace.spans))
+    ctx = pages.span_context(synthetic_answer(tree, stack_free_trace, span_id),
+                             ProfileParams(stack_free_trace.trace_id, span_id, "span", "json", CPU, None),
+                             stack_settings(), {}, "")
+    page = pages._env.get_template("span.html").render(**ctx)
+    drawn = frames_of(page)
+    assert len(drawn) <= pages.MAX_RECTS
+    assert len(page.encode()) < 1_000_000, len(page.encode())
+    assert "frames narrower than" in page  # says what it folded
+    assert drawn.count(flamegraph.FOLDED_NAME) >= 1
+
+
+# --------------------------------------------------------------------------------------------- index
+
+
+async def test_index_lists_the_slowest_requests_per_service(stack: Stack) -> None:
+    status, page = await get_page(stack, "/")
+    assert status == 200
+    assert "<h2>shop-frontend</h2>" in page and "<h2>shop-backend</h2>" in page
+    assert "GET /checkout" in page and "GET /price" in page
+    links = re.findall(r'<a href="(/spans/[0-9a-f]{32}/[0-9a-f]{16})">', page)
+    assert links
+    for link in links[:3]:
+        assert (await stack.http.get(link)).status == 200
+    # slowest first within a service
+    section = page.split("<h2>shop-frontend</h2>")[1].split("</table>")[0]
+    durations = re.findall(r'<td class="num">([\d.]+) (ms|s|µs)</td>', section)
+    scale = {"s": 1e3, "ms": 1.0, "µs": 1e-3}
+    ms = [float(v) * scale[u] for v, u in durations]
+    assert ms == sorted(ms, reverse=True)
+    # one slow endpoint (GET /slow-io sleeps 300 ms) does not hide the others
+    assert 1 <= section.count(">GET /slow-io</a>") <= 3 and ">GET /checkout</a>" in section
+    search = stack.tempo.search_calls[-1]
+    assert int(search.query["end"]) - int(search.query["start"]) == 3600 + 1
+
+
+async def test_index_says_so_when_nothing_is_recent(stack: Stack) -> None:
+    status, page = await get_page(stack, "/", since="1m")
+    assert status == 200
+    # the clock stands a minute after the capture: a one-minute window still holds its last traces, a 15 s one not
+    status, page = await get_page(stack, "/", since="15s")
+    assert status == 200 and "No traces in the last 15s" in page
