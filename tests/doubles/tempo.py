@@ -103,6 +103,40 @@ def resource_spans_to_json(rs: otlp_trace.ResourceSpans) -> dict[str, Any]:
     return json_format.MessageToDict(rs)
 
 
+def trace_answer(
+    raw: Iterable[bytes | otlp_trace.ResourceSpans],
+    *,
+    version: int,
+    protobuf: bool,
+    partial: str | None = None,
+    metrics: tempo_pb2.TraceByIDMetrics | None = None,
+) -> bytes:
+    """A trace-by-ID answer body exactly as Tempo writes it: v2 ``TraceByIDResponse`` / v1 ``Trace`` protobuf, or
+    v2 ``{"trace":{"resourceSpans":…},"metrics":…}`` / v1 ``{"batches":…}`` JSON. ``partial`` (v2 only) sets
+    ``status: PARTIAL`` and the message. An empty ``raw`` gives v2's "not found" (v1 answers 404 instead)."""
+    items = [r if isinstance(r, bytes) else r.SerializeToString() for r in raw]
+    if metrics is None:
+        size = sum(len(r) for r in items)
+        metrics = tempo_pb2.TraceByIDMetrics(inspectedBytes=size) if size else tempo_pb2.TraceByIDMetrics()
+    if protobuf:
+        if version == 1:
+            return tempo_pb2.Trace(resource_spans=items).SerializeToString()
+        msg = tempo_pb2.TraceByIDResponse(trace=tempo_pb2.Trace(resource_spans=items), metrics=metrics)
+        if partial is not None:
+            msg.status = tempo_pb2.PARTIAL
+            msg.message = partial
+        return msg.SerializeToString()
+    as_json = [resource_spans_to_json(otlp_trace.ResourceSpans.FromString(r)) for r in items]
+    if version == 1:
+        return _dumps({"batches": as_json})
+    doc: dict[str, Any] = {"trace": {"resourceSpans": as_json} if as_json else {}}
+    doc["metrics"] = json_format.MessageToDict(metrics)
+    if partial is not None:
+        doc["status"] = "PARTIAL"
+        doc["message"] = partial
+    return _dumps(doc)
+
+
 class TempoDouble:
     """A test double of Tempo's query API. Not Tempo."""
 
@@ -214,10 +248,6 @@ class TempoDouble:
             return self._text(400, str(exc))
         return tid, self.traces.get(tid)
 
-    def _metrics(self, raw: list[bytes] | None) -> tempo_pb2.TraceByIDMetrics:
-        size = sum(len(r) for r in raw or [])
-        return tempo_pb2.TraceByIDMetrics(inspectedBytes=size) if size else tempo_pb2.TraceByIDMetrics()
-
     async def _trace_v2(self, request: web.Request) -> web.StreamResponse:
         if (faulted := await self._faulted(request)) is not None:
             return faulted
@@ -225,24 +255,9 @@ class TempoDouble:
         if isinstance(looked, web.Response):
             return looked
         _, raw = looked
-        metrics = self._metrics(raw)
-        partial = self.partial if raw else None
-        if _wants_protobuf(request):
-            msg = tempo_pb2.TraceByIDResponse(trace=tempo_pb2.Trace(resource_spans=raw or []), metrics=metrics)
-            if partial is not None:
-                msg.status = tempo_pb2.PARTIAL
-                msg.message = partial
-            return self._answer(request, 200, msg.SerializeToString(), PROTOBUF)
-        doc: dict[str, Any] = {"trace": {}}
-        if raw:
-            doc["trace"]["resourceSpans"] = [
-                resource_spans_to_json(otlp_trace.ResourceSpans.FromString(r)) for r in raw
-            ]
-        doc["metrics"] = json_format.MessageToDict(metrics)
-        if partial is not None:
-            doc["status"] = "PARTIAL"
-            doc["message"] = partial
-        return self._answer(request, 200, _dumps(doc), "application/json")
+        protobuf = _wants_protobuf(request)
+        body = trace_answer(raw or [], version=2, protobuf=protobuf, partial=self.partial if raw else None)
+        return self._answer(request, 200, body, PROTOBUF if protobuf else "application/json")
 
     async def _trace_v1(self, request: web.Request) -> web.StreamResponse:
         if (faulted := await self._faulted(request)) is not None:
@@ -253,10 +268,9 @@ class TempoDouble:
         _, raw = looked
         if not raw:
             return self._text(404, "trace not found")
-        if _wants_protobuf(request):
-            return self._answer(request, 200, tempo_pb2.Trace(resource_spans=raw).SerializeToString(), PROTOBUF)
-        doc = {"batches": [resource_spans_to_json(otlp_trace.ResourceSpans.FromString(r)) for r in raw]}
-        return self._answer(request, 200, _dumps(doc), "application/json")
+        protobuf = _wants_protobuf(request)
+        body = trace_answer(raw, version=1, protobuf=protobuf)
+        return self._answer(request, 200, body, PROTOBUF if protobuf else "application/json")
 
     # ------------------------------------------------------------------------------------------- search
 
