@@ -81,6 +81,9 @@ def create_app(settings: Settings, *, wall_clock: Callable[[], float] = time.tim
 
     api.setup(app)
     pages.setup(app)
+    from bridge.routes import ingest
+
+    ingest.setup(app)
     app.cleanup_ctx.append(_backends)
     return app
 
@@ -89,7 +92,11 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
     """Open the backends for the app's lifetime: HTTP clients in proxy mode, the store in standalone mode."""
     settings = app[SETTINGS]
     if settings.is_standalone:
-        raise NotImplementedError("standalone mode arrives with the embedded store")
+        from bridge.store.runtime import standalone_backends
+
+        async with standalone_backends(app):
+            yield
+        return
     from bridge.upstream.http import open_clients
 
     async with open_clients(settings, app[METRICS]) as (traces, profiles):

@@ -1,0 +1,243 @@
+"""Ingest on the bridge's HTTP port, at the root paths the SDKs use (standalone mode only).
+
+- ``POST /v1/traces``: OTLP/HTTP traces, ``application/x-protobuf`` or ``application/json`` (hex ids), optionally
+  gzip. Answers ``ExportTraceServiceResponse`` in the request's encoding (``partial_success`` when spans were
+  rejected); bad input → 400 with a ``google.rpc.Status`` body, as OTLP/HTTP specifies.
+- ``POST /push.v1.PusherService/Push``: Pyroscope's Connect push (``application/proto`` or JSON, gzip) — what
+  ``pyroscope-io`` sends. Errors are Connect errors.
+- ``POST /ingest``: Pyroscope's legacy HTTP ingest, ``name=app[.type]{k=v}&from&until&format=pprof|folded&
+  sampleRate&spyName``; pprof as the Go SDK sends it (multipart/form-data with a ``profile`` part, optional
+  ``sample_type_config``) or as a raw body; folded text lines ``a;b;c 12``. 200 with an empty body, or 4xx with a
+  message.
+
+Each request is decoded whole before anything is written, then written in one transaction and acknowledged only
+after it has committed: a malformed body stores nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Final
+
+from aiohttp import BodyPartReader, web
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
+
+from bridge import app as appmod
+from bridge._proto import push_pb2
+from bridge.connect import decode_request, decompress, encode_response
+from bridge.errors import BridgeError, Code, InvalidArgument, ResourceExhausted
+from bridge.middleware import ROUTE_LABEL
+from bridge.store import model
+from bridge.store.db import Store
+
+OTLP_PROTOBUF: Final = ("application/x-protobuf", "application/protobuf")
+OTLP_JSON: Final = "application/json"
+# google.rpc.Code numbers for the OTLP/HTTP error body
+RPC_CODES: Final = {Code.INVALID_ARGUMENT: 3, Code.RESOURCE_EXHAUSTED: 8, Code.INTERNAL: 13, Code.UNAVAILABLE: 14}
+INGEST_FORMATS: Final = ("pprof", "folded", "lines")
+
+
+def _store(request: web.Request) -> Store:
+    store = request.app[appmod.BACKENDS].extras.get("store")
+    if not isinstance(store, Store):
+        raise RuntimeError("standalone store is not open")
+    return store
+
+
+def _tenant(request: web.Request) -> str | None:
+    return request.headers.get("X-Scope-OrgID") or None
+
+
+def _now_ns(request: web.Request) -> int:
+    return int(request.app[appmod.CLOCK].now() * 1_000_000_000)
+
+
+def _count(request: web.Request, records: list[model.ProfileRecord]) -> None:
+    metrics = request.app[appmod.METRICS]
+    metrics.ingested.labels("profiles").inc(len(records))
+    metrics.ingested.labels("samples").inc(sum(len(r.samples) for r in records))
+
+
+# --------------------------------------------------------------------------------------------- OTLP traces
+
+
+def encode_rpc_status(code: int, message: str) -> bytes:
+    """``google.rpc.Status{code, message}`` in protobuf (field 1 int32, field 2 string)."""
+    raw = message.encode()
+
+    def varint(n: int) -> bytes:
+        out = bytearray()
+        while True:
+            byte = n & 0x7F
+            n >>= 7
+            if n:
+                out.append(byte | 0x80)
+            else:
+                out.append(byte)
+                return bytes(out)
+
+    return b"\x08" + varint(code) + b"\x12" + varint(len(raw)) + raw
+
+
+def _otlp_error(status: int, code: Code, message: str, as_json: bool) -> web.Response:
+    rpc = RPC_CODES.get(code, 13)
+    if as_json:
+        return web.json_response({"code": rpc, "message": message}, status=status)
+    return web.Response(status=status, body=encode_rpc_status(rpc, message), content_type="application/x-protobuf")
+
+
+async def v1_traces(request: web.Request) -> web.Response:
+    request[ROUTE_LABEL] = "/v1/traces"
+    settings = request.app[appmod.SETTINGS]
+    metrics = request.app[appmod.METRICS]
+    content_type = request.content_type.lower()
+    as_json = content_type == OTLP_JSON
+    if content_type not in OTLP_PROTOBUF and not as_json:
+        metrics.ingest_rejected.labels("/v1/traces").inc()
+        return _otlp_error(
+            415, Code.INVALID_ARGUMENT,
+            f"unsupported Content-Type {request.content_type!r}: send application/x-protobuf or application/json",
+            False,
+        )
+    try:
+        body = decompress(await request.read(), request.headers.get("Content-Encoding"), settings.max_body_bytes)
+        if as_json:
+            req = model.parse_export_json(body)
+        else:
+            req = otlp_trace_svc.ExportTraceServiceRequest()
+            try:
+                req.ParseFromString(body)
+            except DecodeError as exc:
+                raise InvalidArgument(f"request body is not a valid OTLP ExportTraceServiceRequest ({exc})") from exc
+        batch = model.rows_from_export(req)
+        stored = await _store(request).ingest_spans(batch, _tenant(request))
+    except BridgeError as exc:
+        metrics.ingest_rejected.labels("/v1/traces").inc()
+        status = 413 if isinstance(exc, ResourceExhausted) else exc.http_status
+        return _otlp_error(status, exc.code, exc.message, as_json)
+    metrics.ingested.labels("spans").inc(stored)
+    resp = otlp_trace_svc.ExportTraceServiceResponse()
+    if batch.rejected:
+        resp.partial_success.rejected_spans = batch.rejected
+        resp.partial_success.error_message = batch.message
+    if as_json:
+        return web.Response(body=json_format.MessageToJson(resp, indent=None).encode(), content_type=OTLP_JSON)
+    return web.Response(body=resp.SerializeToString(), content_type="application/x-protobuf")
+
+
+# --------------------------------------------------------------------------------------------- Pyroscope push
+
+
+async def push(request: web.Request) -> web.Response:
+    request[ROUTE_LABEL] = "/push.v1.PusherService/Push"
+    settings = request.app[appmod.SETTINGS]
+    try:
+        req, codec = decode_request(
+            await request.read(), request.headers.get("Content-Type"), request.headers.get("Content-Encoding"),
+            push_pb2.PushRequest, settings.max_body_bytes,
+        )
+        records = model.records_from_push(req, now_ns=_now_ns(request))
+        await _store(request).ingest_profiles(records, _tenant(request))
+    except BridgeError:
+        request.app[appmod.METRICS].ingest_rejected.labels("/push.v1.PusherService/Push").inc()
+        raise
+    _count(request, records)
+    body, headers = encode_response(push_pb2.PushResponse(), codec, request.headers.get("Accept-Encoding"))
+    return web.Response(body=body, headers=headers)
+
+
+# --------------------------------------------------------------------------------------------- legacy /ingest
+
+
+def _opt_int(request: web.Request, name: str) -> int | None:
+    raw = request.query.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidArgument(f"{name}={raw!r} is not a whole number") from None
+
+
+async def _multipart_profile(request: web.Request) -> tuple[bytes, set[str] | None]:
+    profile: bytes | None = None
+    only_types: set[str] | None = None
+    reader = await request.multipart()
+    while True:
+        part = await reader.next()
+        if part is None:
+            break
+        if not isinstance(part, BodyPartReader):
+            raise InvalidArgument("nested multipart bodies are not accepted")
+        name = part.name
+        data = await part.read(decode=True)
+        if name == "profile":
+            profile = bytes(data)
+        elif name == "sample_type_config":
+            try:
+                config = json.loads(bytes(data) or b"{}")
+            except ValueError as exc:
+                raise InvalidArgument(f"sample_type_config is not JSON ({exc})") from exc
+            if not isinstance(config, dict):
+                raise InvalidArgument("sample_type_config must be a JSON object keyed by sample type")
+            only_types = set(config)
+    if profile is None:
+        raise InvalidArgument("multipart body has no 'profile' part")
+    return profile, only_types
+
+
+async def ingest(request: web.Request) -> web.Response:
+    request[ROUTE_LABEL] = "/ingest"
+    try:
+        records = await _decode_ingest(request)
+        await _store(request).ingest_profiles(records, _tenant(request))
+    except BridgeError as exc:
+        request.app[appmod.METRICS].ingest_rejected.labels("/ingest").inc()
+        status = 413 if isinstance(exc, ResourceExhausted) else exc.http_status
+        return web.Response(status=status, text=exc.message + "\n")
+    _count(request, records)
+    return web.Response(status=200)
+
+
+async def _decode_ingest(request: web.Request) -> list[model.ProfileRecord]:
+    settings = request.app[appmod.SETTINGS]
+    name_param = request.query.get("name", "")
+    if not name_param.strip():
+        raise InvalidArgument("query parameter 'name' is required (e.g. name=myapp.cpu{env=prod})")
+    name = model.parse_legacy_name(name_param)
+    from_s = _opt_int(request, "from")
+    until_s = _opt_int(request, "until")
+    sample_rate = _opt_int(request, "sampleRate") or 100
+    multipart = request.content_type.startswith("multipart/")
+    fmt = request.query.get("format", "").strip().lower() or ("pprof" if multipart else "folded")
+    if fmt not in INGEST_FORMATS:
+        raise InvalidArgument(
+            f"format={fmt!r} is not accepted in standalone mode: send format=pprof or format=folded"
+        )
+    now = _now_ns(request)
+    if multipart:
+        if fmt != "pprof":
+            raise InvalidArgument("a multipart body must carry a pprof profile (format=pprof)")
+        profile, only_types = await _multipart_profile(request)
+        return model.records_from_legacy_pprof(
+            profile, name, from_s=from_s, until_s=until_s, now_ns=now, only_types=only_types
+        )
+    body = decompress(await request.read(), request.headers.get("Content-Encoding"), settings.max_body_bytes)
+    if not body:
+        raise InvalidArgument("request body is empty")
+    if fmt == "pprof":
+        return model.records_from_legacy_pprof(body, name, from_s=from_s, until_s=until_s, now_ns=now)
+    return model.records_from_folded(
+        body, name, from_s=from_s, until_s=until_s, sample_rate=sample_rate, now_ns=now
+    )
+
+
+def setup(app: web.Application) -> None:
+    """Register the ingest routes; only standalone mode ingests."""
+    if not app[appmod.SETTINGS].is_standalone:
+        return
+    app.router.add_post("/v1/traces", v1_traces)
+    app.router.add_post("/push.v1.PusherService/Push", push)
+    app.router.add_post("/ingest", ingest)

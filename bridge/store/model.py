@@ -1,0 +1,535 @@
+"""Pure ingest decoding: what arrives (OTLP traces, Pyroscope pushes, legacy ``/ingest`` bodies, OTLP profiles) →
+rows the store writes. Nothing here touches the database; a malformed body raises ``InvalidArgument`` before a
+single row is written, so a bad request stores nothing.
+
+Series labels follow Pyroscope: the pushed labels, plus each sample's string labels except ``span_id`` /
+``trace_id`` (legacy ``profile_id`` is read as ``span_id``), plus the profile type as ``__name__``,
+``__profile_type__``, ``__type__``, ``__unit__``, ``__period_type__`` and ``__period_unit__``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from google.protobuf import json_format
+from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as otlp_profiles_svc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
+from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
+
+from bridge._proto import profile_pb2, push_pb2
+from bridge.errors import InvalidArgument
+from bridge.pprof import decode_pprof, iter_samples, period_type, sample_types
+from bridge.spans import SERVICE_NAME, pb_any_value_to_str
+
+SPAN_ID_LABEL: Final = "span_id"
+TRACE_ID_LABEL: Final = "trace_id"
+LEGACY_SPAN_ID_LABEL: Final = "profile_id"
+SERVICE_LABEL: Final = "service_name"
+NAME_LABEL: Final = "__name__"
+PROFILE_TYPE_LABEL: Final = "__profile_type__"
+MAX_TAG_VALUE: Final = 128
+
+_HEX16 = re.compile(r"^[0-9a-fA-F]{16}$")
+_HEX32 = re.compile(r"^[0-9a-fA-F]{32}$")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_.]*$")
+
+Labels = tuple[tuple[str, str], ...]
+# (frames root first, value, span id as signed int64 or None, trace id bytes or None)
+SampleRow = tuple[tuple[str, ...], int, int | None, bytes | None]
+
+
+# --------------------------------------------------------------------------------------------- ids
+
+
+def span_id_to_int(value: str) -> int | None:
+    """16 hex → signed 64-bit integer (how the store keeps span ids); malformed or all-zero → None."""
+    if not _HEX16.match(value):
+        return None
+    number = int.from_bytes(bytes.fromhex(value), "big", signed=True)
+    return number or None
+
+
+def span_id_bytes_to_int(raw: bytes) -> int | None:
+    if len(raw) != 8:
+        return None
+    return int.from_bytes(raw, "big", signed=True) or None
+
+
+def int_to_span_id(number: int) -> str:
+    return number.to_bytes(8, "big", signed=True).hex()
+
+
+def trace_id_to_bytes(value: str) -> bytes | None:
+    if not _HEX32.match(value):
+        return None
+    raw = bytes.fromhex(value)
+    return raw if any(raw) else None
+
+
+# --------------------------------------------------------------------------------------------- profiles
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileType:
+    name: str
+    sample_type: str
+    sample_unit: str
+    period_type: str
+    period_unit: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}:{self.sample_type}:{self.sample_unit}:{self.period_type}:{self.period_unit}"
+
+    def labels(self) -> dict[str, str]:
+        return {
+            NAME_LABEL: self.name,
+            PROFILE_TYPE_LABEL: self.id,
+            "__type__": self.sample_type,
+            "__unit__": self.sample_unit,
+            "__period_type__": self.period_type,
+            "__period_unit__": self.period_unit,
+        }
+
+    @classmethod
+    def parse(cls, profile_type_id: str) -> ProfileType:
+        parts = profile_type_id.split(":")
+        if len(parts) != 5 or not all(parts[:3]):
+            raise InvalidArgument(
+                f"profile type {profile_type_id!r} is not name:sample_type:sample_unit:period_type:period_unit"
+            )
+        return cls(*parts)
+
+
+@dataclass(slots=True)
+class ProfileRecord:
+    """One series' samples of one capture window."""
+
+    labels: Labels  # sorted, profile type labels included
+    profile_type: str
+    service: str
+    time_ns: int
+    duration_ns: int
+    samples: list[SampleRow] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(s[1] for s in self.samples)
+
+
+def _check_label_name(name: str, where: str) -> None:
+    if not _LABEL_NAME.match(name):
+        raise InvalidArgument(f"{where}: {name!r} is not a valid label name")
+
+
+def records_from_samples(
+    base: Mapping[str, str],
+    ptype: ProfileType,
+    time_ns: int,
+    duration_ns: int,
+    samples: Iterable[tuple[tuple[str, ...], int, Mapping[str, str]]],
+) -> list[ProfileRecord]:
+    """Group samples (frames, value, labels) into one record per distinct series label set. Samples whose value is 0
+    are dropped (Pyroscope does the same)."""
+    fixed = dict(base)
+    fixed.update(ptype.labels())
+    service = fixed.get(SERVICE_LABEL, "")
+    by_key: dict[tuple[tuple[str, str], ...], ProfileRecord] = {}
+    for frames, value, labels in samples:
+        if value == 0 or not frames:
+            continue
+        span_hex = labels.get(SPAN_ID_LABEL) or labels.get(LEGACY_SPAN_ID_LABEL) or ""
+        trace_hex = labels.get(TRACE_ID_LABEL, "")
+        extra = tuple(
+            sorted((k, v) for k, v in labels.items() if k not in (SPAN_ID_LABEL, TRACE_ID_LABEL, LEGACY_SPAN_ID_LABEL))
+        )
+        record = by_key.get(extra)
+        if record is None:
+            merged = dict(fixed)
+            for k, v in extra:
+                merged.setdefault(k, v)
+            record = by_key[extra] = ProfileRecord(
+                labels=tuple(sorted(merged.items())),
+                profile_type=ptype.id,
+                service=service,
+                time_ns=time_ns,
+                duration_ns=duration_ns,
+            )
+        record.samples.append((frames, value, span_id_to_int(span_hex.lower()), trace_id_to_bytes(trace_hex.lower())))
+    return list(by_key.values())
+
+
+def records_from_pprof(
+    profile: profile_pb2.Profile,
+    base: Mapping[str, str],
+    *,
+    now_ns: int,
+    name_for: Mapping[str, str] | None = None,
+    only_types: set[str] | None = None,
+) -> list[ProfileRecord]:
+    """A decoded pprof → records, one profile type per sample type. ``base`` must hold ``__name__`` unless
+    ``name_for`` maps sample types to names (legacy ingest)."""
+    kinds = sample_types(profile)
+    p_type, p_unit = period_type(profile)
+    time_ns = profile.time_nanos or now_ns
+    out: list[ProfileRecord] = []
+    for index, (s_type, s_unit) in enumerate(kinds):
+        if only_types is not None and s_type not in only_types:
+            continue
+        name = (name_for or {}).get(s_type) or base.get(NAME_LABEL, "")
+        if not name:
+            raise InvalidArgument("profile series has no __name__ label (the profile type's name, e.g. process_cpu)")
+        ptype = ProfileType(name, s_type, s_unit, p_type, p_unit)
+        out.extend(records_from_samples(base, ptype, time_ns, profile.duration_nanos, iter_samples(profile, index)))
+    return out
+
+
+def records_from_push(req: push_pb2.PushRequest, *, now_ns: int) -> list[ProfileRecord]:
+    """``push.v1.PushRequest`` (what pyroscope-io and the Go SDK's push path send) → records."""
+    out: list[ProfileRecord] = []
+    for n, series in enumerate(req.series):
+        base: dict[str, str] = {}
+        for pair in series.labels:
+            _check_label_name(pair.name, f"series #{n}")
+            base[pair.name] = pair.value
+        if not base.get(NAME_LABEL):
+            raise InvalidArgument(f"series #{n} has no __name__ label (e.g. process_cpu)")
+        for m, raw in enumerate(series.samples):
+            try:
+                profile = decode_pprof(raw.raw_profile)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"series #{n} sample #{m}: {exc.message}") from exc
+            out.extend(records_from_pprof(profile, base, now_ns=now_ns))
+    return out
+
+
+# legacy /ingest: the profile name suffix Pyroscope's SDKs append, and the pprof sample type → __name__ mapping
+LEGACY_SUFFIXES: Final = {
+    "cpu": ProfileType("process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds"),
+    "itimer": ProfileType("process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds"),
+    "wall": ProfileType("wall", "wall", "nanoseconds", "wall", "nanoseconds"),
+    "alloc_objects": ProfileType("memory", "alloc_objects", "count", "space", "bytes"),
+    "alloc_space": ProfileType("memory", "alloc_space", "bytes", "space", "bytes"),
+    "inuse_objects": ProfileType("memory", "inuse_objects", "count", "space", "bytes"),
+    "inuse_space": ProfileType("memory", "inuse_space", "bytes", "space", "bytes"),
+    "goroutines": ProfileType("goroutine", "goroutine", "count", "goroutine", "count"),
+    "mutex_count": ProfileType("mutex", "contentions", "count", "contentions", "count"),
+    "mutex_duration": ProfileType("mutex", "delay", "nanoseconds", "contentions", "count"),
+    "block_count": ProfileType("block", "contentions", "count", "contentions", "count"),
+    "block_duration": ProfileType("block", "delay", "nanoseconds", "contentions", "count"),
+}
+PPROF_NAMES: Final = {
+    "samples": "process_cpu",
+    "cpu": "process_cpu",
+    "wall": "wall",
+    "alloc_objects": "memory",
+    "alloc_space": "memory",
+    "inuse_objects": "memory",
+    "inuse_space": "memory",
+    "goroutine": "goroutine",
+    "goroutines": "goroutine",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyName:
+    """``name=app.cpu{k=v,…}`` of Pyroscope's legacy ``/ingest``."""
+
+    service: str
+    suffix: str
+    labels: Labels
+
+
+_KEY = re.compile(r"^(?P<app>[^{}]+)(\{(?P<tags>[^{}]*)\})?$")
+
+
+def parse_legacy_name(text: str) -> LegacyName:
+    match = _KEY.match(text.strip())
+    if not match:
+        raise InvalidArgument(f"name {text!r} is not app[.type]{{key=value,…}}")
+    app = match.group("app").strip()
+    suffix = ""
+    head, dot, tail = app.rpartition(".")
+    if dot and tail in LEGACY_SUFFIXES:
+        app, suffix = head, tail
+    if not app:
+        raise InvalidArgument(f"name {text!r} has an empty application name")
+    labels: dict[str, str] = {}
+    for item in (match.group("tags") or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise InvalidArgument(f"name {text!r}: label {item!r} is not key=value")
+        _check_label_name(key, f"name {text!r}")
+        labels[key] = value.strip()
+    return LegacyName(app, suffix, tuple(sorted(labels.items())))
+
+
+def records_from_legacy_pprof(
+    raw: bytes, name: LegacyName, *, from_s: int | None, until_s: int | None, now_ns: int,
+    only_types: set[str] | None = None,
+) -> list[ProfileRecord]:
+    profile = decode_pprof(raw)
+    if not profile.time_nanos and from_s:
+        profile.time_nanos = from_s * 1_000_000_000
+    if not profile.duration_nanos and from_s and until_s and until_s > from_s:
+        profile.duration_nanos = (until_s - from_s) * 1_000_000_000
+    base = {SERVICE_LABEL: name.service, **dict(name.labels)}
+    hint = LEGACY_SUFFIXES.get(name.suffix)
+    names = dict(PPROF_NAMES)
+    if hint is not None:
+        for s_type, _ in sample_types(profile):
+            names.setdefault(s_type, hint.name)
+        if hint.name in ("mutex", "block"):
+            names.update({"contentions": hint.name, "delay": hint.name})
+    for s_type, _ in sample_types(profile):
+        names.setdefault(s_type, s_type)
+    return records_from_pprof(profile, base, now_ns=now_ns, name_for=names, only_types=only_types)
+
+
+def records_from_folded(
+    text: bytes, name: LegacyName, *, from_s: int | None, until_s: int | None, sample_rate: int, now_ns: int
+) -> list[ProfileRecord]:
+    """Collapsed stacks (``a;b;c 12`` per line). CPU-like types are stored in nanoseconds: a sample is worth
+    ``1e9 / sampleRate`` ns."""
+    try:
+        body = text.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidArgument(f"folded profile is not UTF-8 text ({exc})") from exc
+    ptype = LEGACY_SUFFIXES.get(name.suffix or "cpu", LEGACY_SUFFIXES["cpu"])
+    scale = 1
+    if ptype.sample_unit == "nanoseconds" and ptype.name in ("process_cpu", "wall"):
+        if sample_rate <= 0:
+            raise InvalidArgument(f"sampleRate {sample_rate} must be positive")
+        scale = max(1, round(1_000_000_000 / sample_rate))
+    samples: list[tuple[tuple[str, ...], int, Mapping[str, str]]] = []
+    for number, line in enumerate(body.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        stack, sep, count = line.rpartition(" ")
+        if not sep or not stack.strip():
+            raise InvalidArgument(f"folded profile line {number} is not 'frame;frame;… count': {line[:80]!r}")
+        try:
+            value = int(count)
+        except ValueError:
+            raise InvalidArgument(f"folded profile line {number}: {count[:40]!r} is not a whole number") from None
+        if value < 0:
+            raise InvalidArgument(f"folded profile line {number}: negative count {value}")
+        samples.append((tuple(stack.strip().split(";")), value * scale, {}))
+    if not samples:
+        raise InvalidArgument("folded profile holds no stacks")
+    time_ns = from_s * 1_000_000_000 if from_s else now_ns
+    duration = (until_s - from_s) * 1_000_000_000 if from_s and until_s and until_s > from_s else 0
+    base = {SERVICE_LABEL: name.service, **dict(name.labels)}
+    return records_from_samples(base, ptype, time_ns, duration, samples)
+
+
+def _otlp_name(sample_type: str) -> str:
+    return PPROF_NAMES.get(sample_type, sample_type or "unknown")
+
+
+def records_from_otlp_profiles(
+    req: otlp_profiles_svc.ExportProfilesServiceRequest, *, now_ns: int
+) -> list[ProfileRecord]:
+    """OTLP profiles (opentelemetry-proto ≥ 1.43: dictionary tables, stack table, link table) → records. A non-zero
+    ``link_index`` gives the sample's span and trace ids; string sample attributes become series labels (a
+    ``span_id`` / ``trace_id`` attribute is used when the sample has no link)."""
+    d = req.dictionary
+    strings = list(d.string_table)
+
+    def string(index: int, what: str) -> str:
+        if not 0 <= index < len(strings):
+            raise InvalidArgument(f"OTLP profiles: {what} string index {index} is outside the string table")
+        return strings[index]
+
+    def table_get(table: Any, index: int, what: str) -> Any:
+        if not 0 <= index < len(table):
+            raise InvalidArgument(f"OTLP profiles: {what} index {index} is outside the {what} table")
+        return table[index]
+
+    location_frames: dict[int, tuple[str, ...]] = {}
+
+    def frames_of(loc_index: int) -> tuple[str, ...]:
+        got = location_frames.get(loc_index)
+        if got is None:
+            loc = table_get(d.location_table, loc_index, "location")
+            if loc.lines:
+                names = []
+                for line in loc.lines:
+                    fn = table_get(d.function_table, line.function_index, "function")
+                    names.append(string(fn.name_strindex, "function name") or f"<function {line.function_index}>")
+                got = tuple(names)
+            else:
+                got = (f"0x{loc.address:x}",)
+            location_frames[loc_index] = got
+        return got
+
+    stack_frames: dict[int, tuple[str, ...]] = {}
+
+    def stack_of(stack_index: int) -> tuple[str, ...]:
+        got = stack_frames.get(stack_index)
+        if got is None:
+            stack = table_get(d.stack_table, stack_index, "stack")
+            leaf_first: list[str] = []
+            for loc_index in stack.location_indices:
+                leaf_first.extend(frames_of(loc_index))
+            leaf_first.reverse()
+            got = stack_frames[stack_index] = tuple(leaf_first)
+        return got
+
+    out: list[ProfileRecord] = []
+    for rp in req.resource_profiles:
+        resource: dict[str, str] = {}
+        for kv in rp.resource.attributes:
+            key = SERVICE_LABEL if kv.key == SERVICE_NAME else kv.key
+            resource[key] = pb_any_value_to_str(kv.value)
+        for sp in rp.scope_profiles:
+            for prof in sp.profiles:
+                s_type = string(prof.sample_type.type_strindex, "sample type")
+                s_unit = string(prof.sample_type.unit_strindex, "sample unit")
+                p_type = string(prof.period_type.type_strindex, "period type")
+                p_unit = string(prof.period_type.unit_strindex, "period unit")
+                ptype = ProfileType(_otlp_name(s_type), s_type or "unknown", s_unit or "unknown", p_type, p_unit)
+                samples: list[tuple[tuple[str, ...], int, Mapping[str, str]]] = []
+                for sample in prof.samples:
+                    labels: dict[str, str] = {}
+                    for ai in sample.attribute_indices:
+                        attr = table_get(d.attribute_table, ai, "attribute")
+                        if attr.value.WhichOneof("value") == "string_value":
+                            labels[string(attr.key_strindex, "attribute key")] = attr.value.string_value
+                    if sample.link_index:
+                        link = table_get(d.link_table, sample.link_index, "link")
+                        span_id = link.span_id.hex() if len(link.span_id) == 8 else ""
+                        trace_id = link.trace_id.hex() if len(link.trace_id) == 16 else ""
+                        labels[SPAN_ID_LABEL] = span_id
+                        labels[TRACE_ID_LABEL] = trace_id
+                    value = sum(sample.values) if sample.values else len(sample.timestamps_unix_nano)
+                    samples.append((stack_of(sample.stack_index), value, labels))
+                out.extend(
+                    records_from_samples(resource, ptype, prof.time_unix_nano or now_ns, prof.duration_nano, samples)
+                )
+    return out
+
+
+# --------------------------------------------------------------------------------------------- traces
+
+
+@dataclass(frozen=True, slots=True)
+class SpanRow:
+    trace_id: bytes
+    span_id: int
+    parent_span_id: int | None
+    service: str
+    name: str
+    start_ns: int
+    end_ns: int
+    resource: bytes  # ResourceSpans holding only resource + schema_url
+    scope: bytes  # ScopeSpans holding only scope + schema_url
+    body: bytes  # the Span as received
+
+
+@dataclass(slots=True)
+class SpanBatch:
+    rows: list[SpanRow]
+    rejected: int
+    message: str
+    tags: set[tuple[str, str, str]]  # (scope, key, value)
+
+
+def rows_from_export(req: otlp_trace_svc.ExportTraceServiceRequest) -> SpanBatch:
+    """OTLP traces → span rows. A span with an invalid trace or span id is rejected (OTLP partial success); the
+    rest are kept."""
+    rows: list[SpanRow] = []
+    tags: set[tuple[str, str, str]] = set()
+    rejected = 0
+    reasons: list[str] = []
+    for rs in req.resource_spans:
+        resource_body = otlp_trace.ResourceSpans(resource=rs.resource, schema_url=rs.schema_url).SerializeToString(
+            deterministic=True
+        )
+        service = ""
+        for kv in rs.resource.attributes:
+            value = pb_any_value_to_str(kv.value)
+            if kv.key == SERVICE_NAME:
+                service = value
+            if kv.value.WhichOneof("value") == "string_value" and len(value) <= MAX_TAG_VALUE:
+                tags.add(("resource", kv.key, value))
+        for ss in rs.scope_spans:
+            scope_body = otlp_trace.ScopeSpans(scope=ss.scope, schema_url=ss.schema_url).SerializeToString(
+                deterministic=True
+            )
+            for span in ss.spans:
+                span_id = span_id_bytes_to_int(span.span_id)
+                if len(span.trace_id) != 16 or not any(span.trace_id) or span_id is None:
+                    rejected += 1
+                    if len(reasons) < 3:
+                        reasons.append(
+                            f"span {span.name!r}: trace id must be 16 non-zero bytes and span id 8 non-zero bytes "
+                            f"(got {len(span.trace_id)} and {len(span.span_id)})"
+                        )
+                    continue
+                for kv in span.attributes:
+                    if kv.value.WhichOneof("value") == "string_value" and len(kv.value.string_value) <= MAX_TAG_VALUE:
+                        tags.add(("span", kv.key, kv.value.string_value))
+                rows.append(
+                    SpanRow(
+                        trace_id=bytes(span.trace_id),
+                        span_id=span_id,
+                        parent_span_id=span_id_bytes_to_int(span.parent_span_id),
+                        service=service,
+                        name=span.name,
+                        start_ns=int(span.start_time_unix_nano),
+                        end_ns=int(span.end_time_unix_nano),
+                        resource=resource_body,
+                        scope=scope_body,
+                        body=span.SerializeToString(),
+                    )
+                )
+    message = "; ".join(reasons) + (f" (and {rejected - len(reasons)} more)" if rejected > len(reasons) else "")
+    return SpanBatch(rows, rejected, message, tags)
+
+
+_ID_KEYS: Final = {"traceId", "spanId", "parentSpanId"}
+
+
+def otlp_json_ids_to_base64(doc: Any) -> Any:
+    """OTLP/JSON carries trace and span ids as hex; protobuf's JSON parser expects base64 for bytes. Convert in
+    place (ids inside spans and span links) and return the document."""
+    import base64
+
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in _ID_KEYS and isinstance(value, str):
+                    if not re.fullmatch(r"(?:[0-9a-fA-F]{2})*", value):
+                        raise InvalidArgument(f"OTLP/JSON {key} {value[:40]!r} is not hex")
+                    node[key] = base64.b64encode(bytes.fromhex(value)).decode()
+                elif isinstance(value, dict | list):
+                    stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(v for v in node if isinstance(v, dict | list))
+    return doc
+
+
+def parse_export_json(body: bytes) -> otlp_trace_svc.ExportTraceServiceRequest:
+    try:
+        doc = json.loads(body or b"{}")
+    except (ValueError, RecursionError) as exc:
+        raise InvalidArgument(f"request body is not JSON ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise InvalidArgument("OTLP/JSON body must be an object with resourceSpans")
+    req = otlp_trace_svc.ExportTraceServiceRequest()
+    try:
+        json_format.ParseDict(otlp_json_ids_to_base64(doc), req, ignore_unknown_fields=True)
+    except (json_format.ParseError, ValueError, TypeError, RecursionError) as exc:
+        raise InvalidArgument(f"request body is not a valid OTLP ExportTraceServiceRequest ({exc})") from exc
+    return req

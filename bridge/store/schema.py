@@ -1,0 +1,131 @@
+"""The store's SQLite schema as numbered migrations, applied in order inside one transaction each.
+
+``schema_version`` holds one row: the number of migrations applied. A database written by an older bridge is brought
+up to date when it is opened; one written by a newer bridge is refused (its schema is unknown here).
+
+Layout (ids are integers; span ids are stored as signed 64-bit integers, trace ids as 16-byte blobs):
+
+- traces: ``resources`` / ``scopes`` hold each distinct OTLP Resource / InstrumentationScope (with its schema URL) as
+  the original protobuf bytes; ``spans`` holds each span's original protobuf bytes plus the columns queries need.
+  ``tags`` remembers string attribute values for the tag endpoints.
+- profiles: ``functions`` (de-duplicated names), ``stacks`` (de-duplicated sequences of function ids, root first,
+  packed as little-endian int32), ``series`` (one per tenant + label set, profile type included as labels),
+  ``profiles`` (one per series and capture window: start, duration, total), ``samples`` (stack, value, span id,
+  trace id per row).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+MIGRATIONS: Final[tuple[str, ...]] = (
+    # 1: traces and profiles
+    """
+    CREATE TABLE resources (id INTEGER PRIMARY KEY, body BLOB NOT NULL UNIQUE);
+    CREATE TABLE scopes (id INTEGER PRIMARY KEY, body BLOB NOT NULL UNIQUE);
+    CREATE TABLE spans (
+        id INTEGER PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        trace_id BLOB NOT NULL,
+        span_id INTEGER NOT NULL,
+        parent_span_id INTEGER,
+        service TEXT NOT NULL,
+        name TEXT NOT NULL,
+        start_ns INTEGER NOT NULL,
+        end_ns INTEGER NOT NULL,
+        resource_id INTEGER NOT NULL REFERENCES resources(id),
+        scope_id INTEGER NOT NULL REFERENCES scopes(id),
+        body BLOB NOT NULL
+    );
+    CREATE UNIQUE INDEX spans_trace ON spans (tenant, trace_id, span_id);
+    CREATE INDEX spans_span ON spans (span_id);
+    CREATE INDEX spans_service_time ON spans (tenant, service, start_ns);
+    CREATE INDEX spans_time ON spans (start_ns);
+
+    CREATE TABLE functions (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+    CREATE TABLE stacks (id INTEGER PRIMARY KEY, frames BLOB NOT NULL UNIQUE);
+    CREATE TABLE series (
+        id INTEGER PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        labels TEXT NOT NULL,
+        service TEXT NOT NULL,
+        profile_type TEXT NOT NULL,
+        UNIQUE (tenant, labels)
+    );
+    CREATE INDEX series_service ON series (tenant, service);
+    CREATE TABLE profiles (
+        id INTEGER PRIMARY KEY,
+        series_id INTEGER NOT NULL REFERENCES series(id),
+        time_ns INTEGER NOT NULL,
+        duration_ns INTEGER NOT NULL,
+        total INTEGER NOT NULL
+    );
+    CREATE INDEX profiles_series_time ON profiles (series_id, time_ns);
+    CREATE INDEX profiles_time ON profiles (time_ns);
+    CREATE TABLE samples (
+        profile_id INTEGER NOT NULL REFERENCES profiles(id),
+        series_id INTEGER NOT NULL,
+        stack_id INTEGER NOT NULL REFERENCES stacks(id),
+        value INTEGER NOT NULL,
+        span_id INTEGER,
+        trace_id BLOB
+    );
+    CREATE INDEX samples_profile ON samples (profile_id);
+    CREATE INDEX samples_span ON samples (span_id) WHERE span_id IS NOT NULL;
+    """,
+    # 2: trace-id lookups for profiles (trace_id_selector), tag values for the Tempo search endpoints
+    """
+    CREATE INDEX samples_trace ON samples (trace_id) WHERE trace_id IS NOT NULL;
+    CREATE TABLE tags (
+        tenant TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        last_ns INTEGER NOT NULL,
+        PRIMARY KEY (tenant, scope, key, value)
+    ) WITHOUT ROWID;
+    """,
+)
+
+LATEST: Final = len(MIGRATIONS)
+
+
+class SchemaError(RuntimeError):
+    """The database cannot be used by this bridge (written by a newer version)."""
+
+
+def current_version(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone()
+    if row is None:
+        return 0
+    version = conn.execute("SELECT version FROM schema_version").fetchone()
+    return int(version[0]) if version else 0
+
+
+def migrate(conn: sqlite3.Connection, target: int = LATEST) -> int:
+    """Apply the migrations after the database's version up to ``target``; return the version reached."""
+    version = current_version(conn)
+    if version > LATEST:
+        raise SchemaError(
+            f"the store's schema is version {version}, newer than this bridge understands ({LATEST}); "
+            "use a newer profile-bridge or another data directory"
+        )
+    for number in range(version + 1, target + 1):
+        script = MIGRATIONS[number - 1]
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(script):
+                conn.execute(statement)
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            conn.execute("DELETE FROM schema_version")
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (number,))
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    return max(version, target)
+
+
+def _statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]

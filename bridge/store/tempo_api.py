@@ -1,0 +1,170 @@
+"""The ``tempo_local`` handler: Tempo's query API answered from the store, in Tempo's own encodings
+(../shared/contracts/tempo.md). The ``/tempo`` mount calls it with the path after ``/tempo/``.
+
+Served: trace by ID (v2 ``api/v2/traces/<id>``, v1 ``api/traces/<id>``; protobuf when ``Accept`` names
+``application/protobuf``, JSON otherwise; v1 404 / v2 200 with an empty trace when unknown), ``api/search`` (the
+TraceQL subset of ``traceql``), ``api/search/tags``, ``api/v2/search/tags``, ``api/search/tag/<tag>/values``,
+``api/v2/search/tag/<tag>/values``, ``api/status/buildinfo``, ``ready``, ``api/echo``. Anything else: 501.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from google.protobuf import json_format
+from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
+
+from bridge._proto import tempo_pb2
+from bridge.connect import headers_get
+from bridge.errors import BridgeError, InvalidArgument
+from bridge.store import traceql
+from bridge.store.db import Store
+from bridge.upstream.base import CallContext
+
+Answer = tuple[int, dict[str, str], bytes]
+
+PROTOBUF: Final = "application/protobuf"
+INTRINSIC_TAGS: Final = ("duration", "kind", "name", "status", "statusMessage", "span:id", "trace:id")
+_V2_TRACE = re.compile(r"^api/v2/traces/([^/]+)$")
+_V1_TRACE = re.compile(r"^api/traces/([^/]+)$")
+_V2_VALUES = re.compile(r"^api/v2/search/tag/([^/]+)/values$")
+_V1_VALUES = re.compile(r"^api/search/tag/([^/]+)/values$")
+
+
+def _json(doc: Any, status: int = 200) -> Answer:
+    return status, {"Content-Type": "application/json"}, json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _text(text: str, status: int) -> Answer:
+    return status, {"Content-Type": "text/plain; charset=utf-8"}, (text + "\n").encode()
+
+
+def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
+    raw = query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidArgument(f"invalid {name} {raw!r}: not a whole number") from None
+
+
+def _resource_spans_json(rs: otlp_trace.ResourceSpans) -> dict[str, Any]:
+    doc: dict[str, Any] = json_format.MessageToDict(rs)
+    return doc
+
+
+def make_handler(store: Store) -> Any:
+    async def tempo_local(
+        method: str, subpath: str, query: Mapping[str, str], headers: Mapping[str, str], ctx: CallContext
+    ) -> Answer:
+        path = subpath.strip("/")
+        if method not in ("GET", "HEAD"):
+            return _text(f"standalone mode does not serve {method} /tempo/{path}", 501)
+        try:
+            return await _route(store, path, query, headers, ctx)
+        except InvalidArgument as exc:
+            return _text(exc.message, 400)
+        except BridgeError as exc:
+            return _text(exc.message, exc.http_status)
+
+    return tempo_local
+
+
+async def _route(store: Store, path: str, query: Mapping[str, str], headers: Mapping[str, str],
+                 ctx: CallContext) -> Answer:
+    if path == "ready":
+        return 200, {"Content-Type": "text/plain; charset=utf-8"}, b"ready"
+    if path == "api/echo":
+        return 200, {"Content-Type": "text/plain; charset=utf-8"}, b"echo"
+    if path == "api/status/buildinfo":
+        return _json({"version": "profile-bridge-standalone", "revision": "", "branch": "", "buildUser": "",
+                      "buildDate": "", "goVersion": ""})
+    protobuf = PROTOBUF in (headers_get(headers, "Accept") or "")
+    if match := _V2_TRACE.match(path):
+        return await _trace_by_id(store, match.group(1), ctx, v2=True, protobuf=protobuf)
+    if match := _V1_TRACE.match(path):
+        return await _trace_by_id(store, match.group(1), ctx, v2=False, protobuf=protobuf)
+    if path == "api/search":
+        return await _search(store, query, ctx)
+    if path == "api/search/tags":
+        names = await store.tag_names(ctx.tenant)
+        return _json({"tagNames": sorted({*names.get("resource", []), *names.get("span", [])})})
+    if path == "api/v2/search/tags":
+        names = await store.tag_names(ctx.tenant)
+        scopes = [{"name": scope, "tags": names.get(scope, [])} for scope in ("resource", "span")]
+        scopes.append({"name": "intrinsic", "tags": list(INTRINSIC_TAGS)})
+        wanted = query.get("scope", "")
+        if wanted and wanted != "all":
+            scopes = [s for s in scopes if s["name"] == wanted]
+        return _json({"scopes": scopes})
+    if match := _V2_VALUES.match(path):
+        values = await store.tag_values(ctx.tenant, match.group(1))
+        return _json({"tagValues": [{"type": "string", "value": v} for v in values]})
+    if match := _V1_VALUES.match(path):
+        values = await store.tag_values(ctx.tenant, match.group(1))
+        return _json({"tagValues": values})
+    return _text(
+        f"standalone mode does not serve /tempo/{path}: the embedded store answers trace by ID, search "
+        "(a TraceQL subset), tags, tag values, /ready and /api/echo; run Tempo (proxy mode) for the rest",
+        501,
+    )
+
+
+async def _trace_by_id(store: Store, trace_id: str, ctx: CallContext, *, v2: bool, protobuf: bool) -> Answer:
+    try:
+        resource_spans = await store.trace_resource_spans(trace_id, ctx.tenant)
+    except InvalidArgument:
+        return _text(f"failed to parse trace id {trace_id!r}: not up to 32 hex characters", 400)
+    if not resource_spans and not v2:
+        return _text(f"trace not found: {trace_id}", 404)
+    inspected = sum(rs.ByteSize() for rs in resource_spans)
+    if protobuf:
+        trace = tempo_pb2.Trace(resource_spans=[rs.SerializeToString() for rs in resource_spans])
+        if v2:
+            body = tempo_pb2.TraceByIDResponse(
+                trace=trace, metrics=tempo_pb2.TraceByIDMetrics(inspectedBytes=inspected)
+            ).SerializeToString()
+        else:
+            body = trace.SerializeToString()
+        return 200, {"Content-Type": PROTOBUF}, body
+    batches = [_resource_spans_json(rs) for rs in resource_spans]
+    if v2:
+        trace_doc: dict[str, Any] = {"resourceSpans": batches} if batches else {}
+        metrics = {"inspectedBytes": str(inspected)} if inspected else {}
+        return _json({"trace": trace_doc, "metrics": metrics})
+    return _json({"batches": batches})
+
+
+async def _search(store: Store, query: Mapping[str, str], ctx: CallContext) -> Answer:
+    q = query.get("q", "").strip() or "{}"
+    parsed = traceql.parse(q)
+    start = _int_param(query, "start", 0)
+    end = _int_param(query, "end", 0)
+    limit = _int_param(query, "limit", 20)
+    spss = _int_param(query, "spss", 3)
+    if limit <= 0:
+        limit = 20
+    if spss <= 0:
+        spss = 3
+    matches = await store.search_traces(parsed, start, end, limit, spss, ctx.tenant)
+    traces = []
+    for m in matches:
+        spans = [{k: v for k, v in s.items() if not k.startswith("_")} for s in m.spans]
+        span_set = {"spans": spans, "matched": m.matched}
+        traces.append({
+            "traceID": m.trace_id.lstrip("0") or "0",
+            "rootServiceName": m.root_service,
+            **({"rootTraceName": m.root_name} if m.root_name else {}),
+            "startTimeUnixNano": str(m.start_ns),
+            "durationMs": (m.end_ns - m.start_ns) // 1_000_000,
+            "spanSet": span_set,
+            "spanSets": [span_set],
+        })
+    doc: dict[str, Any] = {"metrics": {"inspectedTraces": len(traces), "completedJobs": 1, "totalJobs": 1}}
+    if traces:
+        doc = {"traces": traces, **doc}
+    return _json(doc)
