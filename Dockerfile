@@ -1,0 +1,34 @@
+# profile-bridge, and (target "demo") the demo shop of examples/demo_app.
+#   docker build -t profile-bridge .                 # the bridge: `profile-bridge serve`
+#   docker build --target demo -t profile-bridge-demo .
+# The package is installed the way README's quick start does it: pip install of this repository.
+FROM python:3.11-slim-bookworm AS bridge
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY bridge ./bridge
+RUN pip install . \
+    && useradd --system --uid 10001 --home-dir /data --create-home bridge
+
+USER bridge
+WORKDIR /data
+# HTTP (Grafana, ingest, pages, API, /metrics) and the OTLP gRPC receiver
+EXPOSE 4041 4317
+ENTRYPOINT ["profile-bridge"]
+CMD ["serve"]
+
+FROM bridge AS demo
+
+USER root
+WORKDIR /src
+RUN pip install ".[demo]"
+COPY examples ./examples
+USER bridge
+EXPOSE 8080 8081
+ENTRYPOINT ["python", "-m", "examples.demo_app"]
+CMD ["--host", "0.0.0.0", "--frontend-port", "8080", "--backend-port", "8081", "--load"]

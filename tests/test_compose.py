@@ -1,0 +1,248 @@
+"""Static checks of docker-compose.yaml, the Dockerfile and the files they mount (there is no Docker engine here):
+the Compose Specification schema (vendored in tests/schemas/), pinned images, healthchecks and depends_on
+conditions, mounted paths, published ports, and that the pieces agree with each other (provisioning URLs, dashboard
+path, Prometheus target, the bridge's settings, the demo's command line)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import jsonschema
+import pytest
+import yaml
+
+from bridge.cli import build_parser
+from bridge.config import Settings
+from examples.demo_app.__main__ import build_parser as demo_parser
+from tests.paths import COMPOSE_SCHEMA, ROOT
+
+VENDORED_SCHEMA = ROOT / "tests" / "schemas" / "compose-spec.json"
+COMPOSE_FILE = ROOT / "docker-compose.yaml"
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def _compose() -> dict[str, Any]:
+    doc = yaml.safe_load(COMPOSE_FILE.read_text(encoding="utf-8"))
+    assert isinstance(doc, dict)
+    return doc
+
+
+def _services() -> dict[str, dict[str, Any]]:
+    return dict(_compose()["services"])
+
+
+def _dockerfile_stages() -> dict[str, list[str]]:
+    """stage name -> its instructions (continuation lines joined)."""
+    text = DOCKERFILE.read_text(encoding="utf-8").replace("\\\n", " ")
+    stages: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = re.match(r"FROM\s+(\S+)(?:\s+AS\s+(\S+))?", line, re.IGNORECASE)
+        if match:
+            current = stages.setdefault(match.group(2) or f"stage{len(stages)}", [])
+        current.append(line)
+    return stages
+
+
+def _image_is_pinned(image: str) -> bool:
+    name, _, tag = image.rpartition(":")
+    return bool(name) and "/" not in tag and tag != "latest" and any(c.isdigit() for c in tag)
+
+
+def test_vendored_schema_is_the_shared_one_and_documented() -> None:
+    assert VENDORED_SCHEMA.read_bytes() == COMPOSE_SCHEMA.read_bytes()
+    source = (VENDORED_SCHEMA.parent / "SOURCE.txt").read_text(encoding="utf-8")
+    assert "compose-spec/compose-spec" in source and "170098ba07d9" in source
+
+
+def test_compose_file_validates_against_the_compose_specification() -> None:
+    schema = json.loads(VENDORED_SCHEMA.read_text(encoding="utf-8"))
+    jsonschema.Draft7Validator.check_schema(schema)
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(_compose()), key=lambda e: list(e.path))
+    assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
+
+
+def test_the_schema_validation_catches_a_broken_file() -> None:
+    """The validator is not vacuous: a misspelt key and a bad type are reported."""
+    schema = json.loads(VENDORED_SCHEMA.read_text(encoding="utf-8"))
+    broken = _compose()
+    broken["services"]["bridge"]["healthcheck"]["intervall"] = "5s"
+    broken["services"]["grafana"]["ports"] = "3000:3000"
+    messages = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(broken)]
+    assert len(messages) >= 2, messages
+
+
+def test_services_are_the_stack_issue_4_describes() -> None:
+    assert set(_services()) == {"grafana", "tempo", "pyroscope", "prometheus", "bridge", "demo"}
+
+
+@pytest.mark.parametrize("name", sorted(_services()))
+def test_every_service_is_pinned_and_health_checked(name: str) -> None:
+    service = _services()[name]
+    assert _image_is_pinned(service["image"]), service["image"]
+    health = service["healthcheck"]
+    assert health["test"][0] in ("CMD", "CMD-SHELL") and len(health["test"]) >= 2
+    for key in ("interval", "timeout", "retries"):
+        assert key in health
+
+
+def test_depends_on_uses_conditions_on_healthy_services_without_cycles() -> None:
+    services = _services()
+    roots = {name for name, service in services.items() if "depends_on" not in service}
+    assert roots == {"tempo", "pyroscope"}  # the two storage backends depend on nothing
+    for name, service in services.items():
+        for dep, spec in service.get("depends_on", {}).items():
+            assert isinstance(spec, dict), f"{name}: depends_on {dep} needs the long form with a condition"
+            assert spec["condition"] == "service_healthy", (name, dep)
+            assert dep in services and "healthcheck" in services[dep]
+    # topological order exists
+    done: set[str] = set()
+    while len(done) < len(services):
+        ready = {n for n, s in services.items() if n not in done and set(s.get("depends_on", {})) <= done}
+        assert ready, f"depends_on cycle among {set(services) - done}"
+        done |= ready
+    assert set(services["grafana"]["depends_on"]) >= {"bridge", "tempo", "pyroscope", "prometheus"}
+    assert set(services["bridge"]["depends_on"]) == {"tempo", "pyroscope"}
+
+
+def test_every_mounted_path_exists_and_named_volumes_are_declared() -> None:
+    compose = _compose()
+    declared = set(compose.get("volumes") or {})
+    binds = 0
+    for name, service in compose["services"].items():
+        for volume in service.get("volumes", []):
+            source, target = volume.split(":")[:2]
+            assert target.startswith("/"), (name, volume)
+            if source.startswith((".", "/")):
+                assert (ROOT / source).exists(), f"{name} mounts {source}, which is not in the repository"
+                binds += 1
+            else:
+                assert source in declared, f"{name}: named volume {source} not declared"
+        build = service.get("build")
+        if build:
+            assert (ROOT / build["context"] / build.get("dockerfile", "Dockerfile")).is_file()
+            assert build["target"] in _dockerfile_stages(), build
+    assert binds >= 4
+
+
+def test_no_published_host_port_collides() -> None:
+    published: dict[str, str] = {}
+    for name, service in _services().items():
+        for port in service.get("ports", []):
+            parts = str(port).split(":")
+            assert len(parts) in (2, 3), f"{name}: publish ports as HOST:CONTAINER ({port})"
+            host = ":".join(parts[:-1])
+            assert host not in published, f"{name} and {published.get(host)} both publish {host}"
+            published[host] = name
+    assert {"3000", "4041", "3200", "4040", "9090", "8080"} <= set(published)
+
+
+def test_grafana_mounts_the_committed_provisioning_and_the_dashboards_where_the_provider_looks() -> None:
+    grafana = _services()["grafana"]
+    mounts = dict(tuple(v.split(":")[:2]) for v in grafana["volumes"])
+    assert mounts["./provisioning"] == "/etc/grafana/provisioning"
+    provider = yaml.safe_load((ROOT / "provisioning" / "dashboards" / "profile-bridge.yaml").read_text())
+    assert mounts["./grafana/dashboards"] == provider["providers"][0]["options"]["path"]
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home.startswith(mounts["./grafana/dashboards"] + "/")
+    assert (ROOT / "grafana" / "dashboards" / Path(home).name).is_file()
+    assert grafana["environment"]["GF_AUTH_ANONYMOUS_ENABLED"] == "true"
+    assert grafana["environment"]["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Admin"
+
+
+def _container_ports(service: dict[str, Any]) -> set[int]:
+    return {int(str(p).split(":")[-1]) for p in service.get("ports", [])}
+
+
+def test_provisioned_data_sources_reach_compose_services() -> None:
+    services = _services()
+    doc = yaml.safe_load((ROOT / "provisioning" / "datasources" / "profile-bridge.yaml").read_text())
+    known_ports = {"bridge": 4041, "tempo": 3200, "pyroscope": 4040, "prometheus": 9090}
+    for ds in doc["datasources"]:
+        url = urlsplit(ds["url"])
+        assert url.hostname in services, ds
+        assert url.port == known_ports[url.hostname] and url.port in _container_ports(services[url.hostname])
+
+
+def test_bridge_runs_serve_in_proxy_mode_with_valid_settings() -> None:
+    bridge = _services()["bridge"]
+    args = build_parser().parse_args(bridge["command"])
+    assert args.command == "serve" and args.proxy
+    settings = Settings.from_env({k: str(v) for k, v in bridge["environment"].items()})
+    assert settings.mode == "proxy"
+    assert urlsplit(settings.tempo_url).hostname == "tempo"
+    assert urlsplit(settings.pyroscope_url).hostname == "pyroscope"
+    assert settings.listen_port == 4041 and 4041 in _container_ports(bridge)
+
+
+def test_prometheus_scrapes_the_bridge() -> None:
+    prometheus = _services()["prometheus"]
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
+    (job,) = config["scrape_configs"]
+    assert job["metrics_path"] == "/metrics"
+    assert job["static_configs"][0]["targets"] == ["bridge:4041"]
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prometheus["command"]
+
+
+def test_tempo_is_monolithic_with_local_storage_and_otlp_on_all_interfaces() -> None:
+    tempo = _services()["tempo"]
+    assert tempo["command"] == ["-target=all", "-config.file=/etc/tempo.yaml"]
+    config = yaml.safe_load((ROOT / "deploy" / "tempo.yaml").read_text())
+    protocols = config["distributor"]["receivers"]["otlp"]["protocols"]
+    assert protocols["grpc"]["endpoint"] == "0.0.0.0:4317" and protocols["http"]["endpoint"] == "0.0.0.0:4318"
+    assert config["server"]["http_listen_port"] == 3200
+    storage = config["storage"]["trace"]
+    assert storage["backend"] == "local"
+    assert storage["wal"]["path"].startswith("/var/tempo/") and storage["local"]["path"].startswith("/var/tempo/")
+    assert "tempo-data:/var/tempo" in tempo["volumes"]
+    assert config["usage_report"]["reporting_enabled"] is False
+
+
+def test_demo_sends_to_the_stack_and_its_command_parses() -> None:
+    demo = _services()["demo"]
+    args = demo_parser().parse_args(demo["command"])
+    assert args.load and args.host == "0.0.0.0" and args.frontend_port in _container_ports(demo)
+    env = demo["environment"]
+    assert urlsplit(env["OTEL_EXPORTER_OTLP_ENDPOINT"]).netloc == "tempo:4318"
+    assert urlsplit(env["PYROSCOPE_SERVER_ADDRESS"]).netloc == "pyroscope:4040"
+
+
+def _readme_install_target() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first_block = re.search(r"```sh\n(.*?)```", readme, re.DOTALL)
+    assert first_block
+    words = shlex.split(first_block.group(1).replace("&&", " ; "))
+    index = words.index("install")
+    assert words[index - 1].endswith("pip")
+    target = next(w for w in words[index + 1 :] if not w.startswith("-"))
+    return target
+
+
+def test_dockerfile_installs_the_package_like_the_readme() -> None:
+    readme_target = _readme_install_target()  # e.g. ".[dev]": a pip install of the repository itself
+    assert readme_target.split("[")[0] == "."
+    stages = _dockerfile_stages()
+    for name, lines in stages.items():
+        image = lines[0].split()[1]
+        assert image in stages or _image_is_pinned(image), f"stage {name}: base image {image} is not pinned"
+    runs = [line for line in stages["bridge"] if line.startswith("RUN ")]
+    installs = [shlex.split(line[4:].split("&&")[0]) for line in runs if "pip install" in line]
+    assert installs == [["pip", "install", "."]]
+    copies = [line.split()[1:-1] for line in stages["bridge"] if line.startswith("COPY ")]
+    for sources in copies:
+        for source in sources:
+            assert (ROOT / source).exists(), source
+    assert {"pyproject.toml", "README.md", "bridge"} <= {s for sources in copies for s in sources}
+    assert 'ENTRYPOINT ["profile-bridge"]' in stages["bridge"]
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'profile-bridge = "bridge.cli:main"' in pyproject
+    demo_installs = [line for line in stages["demo"] if "pip install" in line]
+    assert demo_installs == ['RUN pip install ".[demo]"'] and "demo = [" in pyproject
