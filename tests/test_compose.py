@@ -246,3 +246,17 @@ def test_dockerfile_installs_the_package_like_the_readme() -> None:
     assert 'profile-bridge = "bridge.cli:main"' in pyproject
     demo_installs = [line for line in stages["demo"] if "pip install" in line]
     assert demo_installs == ['RUN pip install ".[demo]"'] and "demo = [" in pyproject
+
+
+def test_readme_describes_the_stack_as_composed() -> None:
+    """README's table of services names each pinned image and each published host port."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("<!-- section:grafana -->") : readme.index("<!-- /section:grafana -->")]
+    rows = {line.split("|")[1].strip(" `"): line for line in section.splitlines() if line.startswith("| `")}
+    for name, service in _services().items():
+        row = rows[name]
+        if "build" not in service:
+            assert f"`{service['image']}`" in row, name
+        cells = [c.strip() for c in row.split("|")]
+        host_ports = {str(p).split(":")[0] for p in service.get("ports", [])}
+        assert host_ports == {p.strip() for p in cells[3].split(",")}, name

@@ -59,7 +59,7 @@ async def _supervise(args: argparse.Namespace) -> int:
                 stop.set()
             await asyncio.sleep(0.2)
 
-    tasks = [asyncio.create_task(watch())]
+    tasks: list[asyncio.Task[object]] = [asyncio.create_task(watch())]
     if args.load:
         host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
         tasks.append(asyncio.create_task(run_load(f"http://{host}:{args.frontend_port}", args.load_interval, stop)))
