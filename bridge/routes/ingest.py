@@ -31,11 +31,13 @@ from bridge.errors import BridgeError, Code, InvalidArgument, ResourceExhausted
 from bridge.middleware import ROUTE_LABEL
 from bridge.store import model
 from bridge.store.db import Store
+from bridge.upstream.proxy import read_body
 
 OTLP_PROTOBUF: Final = ("application/x-protobuf", "application/protobuf")
 OTLP_JSON: Final = "application/json"
 # google.rpc.Code numbers for the OTLP/HTTP error body
 RPC_CODES: Final = {Code.INVALID_ARGUMENT: 3, Code.RESOURCE_EXHAUSTED: 8, Code.INTERNAL: 13, Code.UNAVAILABLE: 14}
+EMPTY_GZIP_BYTES: Final = 20  # gzip.compress(b"") with no file name
 INGEST_FORMATS: Final = ("pprof", "folded", "lines")
 
 
@@ -44,6 +46,21 @@ def _store(request: web.Request) -> Store:
     if not isinstance(store, Store):
         raise RuntimeError("standalone store is not open")
     return store
+
+
+async def _body(request: web.Request, max_bytes: int) -> bytes:
+    """The whole body, bounded by ``max_bytes`` also after gzip (whether aiohttp or ``decompress`` undoes it)."""
+    raw, encoding = await read_body(request, max_bytes)
+    _check_not_swallowed(request, raw)
+    return decompress(raw, encoding, max_bytes)
+
+
+def _check_not_swallowed(request: web.Request, raw: bytes) -> None:
+    """aiohttp's server undoes gzip itself and turns a truncated stream into an empty body; a gzip body longer than
+    an empty gzip member that decodes to nothing is refused instead of acknowledged."""
+    gzipped = request.headers.get("Content-Encoding", "").strip().lower() == "gzip"
+    if gzipped and not raw and (request.content_length or 0) > EMPTY_GZIP_BYTES:
+        raise InvalidArgument("request body is not valid gzip (it decompresses to nothing)")
 
 
 def _tenant(request: web.Request) -> str | None:
@@ -102,7 +119,7 @@ async def v1_traces(request: web.Request) -> web.Response:
             False,
         )
     try:
-        body = decompress(await request.read(), request.headers.get("Content-Encoding"), settings.max_body_bytes)
+        body = await _body(request, settings.max_body_bytes)
         if as_json:
             req = model.parse_export_json(body)
         else:
@@ -134,9 +151,10 @@ async def push(request: web.Request) -> web.Response:
     request[ROUTE_LABEL] = "/push.v1.PusherService/Push"
     settings = request.app[appmod.SETTINGS]
     try:
+        raw, encoding = await read_body(request, settings.max_body_bytes)
+        _check_not_swallowed(request, raw)
         req, codec = decode_request(
-            await request.read(), request.headers.get("Content-Type"), request.headers.get("Content-Encoding"),
-            push_pb2.PushRequest, settings.max_body_bytes,
+            raw, request.headers.get("Content-Type"), encoding, push_pb2.PushRequest, settings.max_body_bytes
         )
         records = model.records_from_push(req, now_ns=_now_ns(request))
         await _store(request).ingest_profiles(records, _tenant(request))
@@ -161,10 +179,27 @@ def _opt_int(request: web.Request, name: str) -> int | None:
         raise InvalidArgument(f"{name}={raw!r} is not a whole number") from None
 
 
-async def _multipart_profile(request: web.Request) -> tuple[bytes, set[str] | None]:
+async def _read_part(part: BodyPartReader, budget: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await part.read_chunk():
+        size += len(chunk)
+        if size > budget:
+            raise ResourceExhausted(f"multipart body is over the limit of {budget} bytes")
+        chunks.append(chunk)
+    return part.decode(b"".join(chunks))
+
+
+async def _multipart_profile(request: web.Request, max_bytes: int) -> tuple[bytes, set[str] | None]:
     profile: bytes | None = None
     only_types: set[str] | None = None
-    reader = await request.multipart()
+    if request.content_length is not None and request.content_length > max_bytes:
+        raise ResourceExhausted(f"request body of {request.content_length} bytes is over the limit of {max_bytes}")
+    try:
+        reader = await request.multipart()
+    except (ValueError, AssertionError) as exc:
+        raise InvalidArgument(f"multipart body cannot be read ({exc})") from exc
+    budget = max_bytes
     while True:
         part = await reader.next()
         if part is None:
@@ -172,7 +207,8 @@ async def _multipart_profile(request: web.Request) -> tuple[bytes, set[str] | No
         if not isinstance(part, BodyPartReader):
             raise InvalidArgument("nested multipart bodies are not accepted")
         name = part.name
-        data = await part.read(decode=True)
+        data = await _read_part(part, budget)
+        budget -= len(data)
         if name == "profile":
             profile = bytes(data)
         elif name == "sample_type_config":
@@ -220,11 +256,11 @@ async def _decode_ingest(request: web.Request) -> list[model.ProfileRecord]:
     if multipart:
         if fmt != "pprof":
             raise InvalidArgument("a multipart body must carry a pprof profile (format=pprof)")
-        profile, only_types = await _multipart_profile(request)
+        profile, only_types = await _multipart_profile(request, settings.max_body_bytes)
         return model.records_from_legacy_pprof(
             profile, name, from_s=from_s, until_s=until_s, now_ns=now, only_types=only_types
         )
-    body = decompress(await request.read(), request.headers.get("Content-Encoding"), settings.max_body_bytes)
+    body = await _body(request, settings.max_body_bytes)
     if not body:
         raise InvalidArgument("request body is empty")
     if fmt == "pprof":
