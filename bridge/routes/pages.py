@@ -93,6 +93,7 @@ class FlameSvg:
     folded: int
     total: int
     matched_total: int
+    min_width: float  # frames narrower than this many pixels are folded
 
 
 def frame_colour(name: str, depth: int, folded: bool) -> str:
@@ -138,7 +139,7 @@ def flame_svg(tree: flamegraph.Node, unit: str, query: str = "") -> FlameSvg:
             name=rect.name, label=fit_label(rect.name, rect.width), title=title,
             fill=frame_colour(rect.name, rect.depth, folded), match=match, folded=folded,
         ))
-    return FlameSvg(frames, SVG_WIDTH, lay.depth * ROW_HEIGHT + 2, lay.folded, total, matched_total)
+    return FlameSvg(frames, SVG_WIDTH, lay.depth * ROW_HEIGHT + 2, lay.folded, total, matched_total, lay.min_width)
 
 
 # --------------------------------------------------------------------------------------------- links
