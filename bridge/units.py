@@ -20,12 +20,14 @@ def format_value(value: int | float, unit: str) -> str:
 
 
 def _scaled(value: float, steps: tuple[tuple[float, str], ...]) -> str:
+    if value == 0:
+        return "0"
     for size, suffix in steps:
         if abs(value) >= size:
             scaled = value / size
             digits = 0 if scaled >= 100 or size == 1.0 else 1 if scaled >= 10 else 2
             return f"{scaled:.{digits}f} {suffix}"
-    return f"0 {steps[-1][1]}"
+    return "0"
 
 
 def format_duration_ns(ns: int) -> str:

@@ -1,0 +1,231 @@
+"""``profile-bridge resolve TRACE_ID SPAN_ID``: one span's answer on the terminal — the mode, the reasons and the top
+frames by self and by total time.
+
+How it reaches the data:
+
+- **proxy mode**: Tempo and Pyroscope directly (``PROFILE_BRIDGE_TEMPO_URL`` / ``PROFILE_BRIDGE_PYROSCOPE_URL``) with
+  the same resolver the service runs — no bridge needs to be running.
+- **standalone mode**: the data lives in the running bridge's store, so it asks that bridge's API
+  (``GET /api/v1/spans/…/profile`` at ``PROFILE_BRIDGE_LISTEN``; ``0.0.0.0`` is reached as ``127.0.0.1``).
+
+Exit codes: 0 an answer with samples; 1 no samples (mode ``none``) or a backend failed (one line on stderr); 2 bad ids
+or arguments (one line on stderr). Never a stack trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, TextIO
+
+import aiohttp
+from google.protobuf import json_format
+
+from bridge import flamegraph
+from bridge._proto import querier_pb2 as qpb
+from bridge.config import Settings
+from bridge.connect import Deadline
+from bridge.errors import BridgeError, InvalidArgument, UpstreamUnavailable
+from bridge.metrics import Metrics
+from bridge.request_scope import SCOPES, Scope, answer
+from bridge.spancache import SpanCache
+from bridge.spans import normalise_span_id, normalise_trace_id
+from bridge.units import format_duration_ns, format_value, share
+from bridge.upstream.base import CallContext
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+
+
+# --------------------------------------------------------------------------------------------- pure: the tables
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionCost:
+    name: str
+    self: int
+    total: int  # counted once per stack even when the function recurses
+
+
+def function_costs(root: flamegraph.Node) -> list[FunctionCost]:
+    """Self and total time per function name over the whole tree (a recursive function's total is counted once per
+    stack, as pprof's ``-top`` does). The root and folded ``other`` bars are not functions."""
+    self_of: dict[str, int] = {}
+    total_of: dict[str, int] = {}
+    work: list[tuple[flamegraph.Node, frozenset[str]]] = [(c, frozenset()) for c in root.children.values()]
+    while work:
+        node, above = work.pop()
+        self_of[node.name] = self_of.get(node.name, 0) + node.self
+        if node.name not in above:
+            total_of[node.name] = total_of.get(node.name, 0) + node.total
+        inner = above | {node.name}
+        work.extend((c, inner) for c in node.children.values())
+    return [FunctionCost(name, self_of[name], total_of.get(name, 0)) for name in self_of]
+
+
+def top_table(costs: list[FunctionCost], whole: int, unit: str, key: str, top: int) -> list[str]:
+    ranked = sorted(costs, key=lambda c: (-getattr(c, key), c.name))[:top]
+    rows = [("self", "self%", "total", "total%", "function")]
+    rows += [(format_value(c.self, unit), share(c.self, whole), format_value(c.total, unit), share(c.total, whole),
+              c.name) for c in ranked]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return ["  " + "  ".join(r[i].rjust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
+
+
+def format_report(doc: Mapping[str, Any], top: int) -> str:
+    """The terminal report for one answer, from the API's JSON document (both modes produce it)."""
+    span = doc["span"]
+    profile_type = str(doc["profileType"])
+    unit = flamegraph.parse_profile_type(profile_type).sample_unit
+    fg = json_format.ParseDict(doc["flamegraph"], qpb.FlameGraph(), ignore_unknown_fields=True)
+    tree = flamegraph.decode(fg)
+    total = int(doc.get("total", tree.total))
+    lines = [
+        f"span     {span['spanId']}  {span['name']}  ({span['service'] or 'unknown service'}, {span['kind']}, "
+        f"{format_duration_ns(int(span['durationNanos']))})",
+        f"trace    {span['traceId']}",
+        f"scope    {doc['scope']}",
+        f"mode     {doc['mode']}",
+        f"reason   {doc['reason']}",
+    ]
+    if doc["scope"] == "request":
+        lines.append("parts:")
+        for part in doc.get("parts", []):
+            mark = "+" if part["included"] else "-"
+            lines.append(f"  {mark} {part['service']} {part['name']} [{part['mode']}] "
+                         f"{format_value(int(part['total']), unit)}: {part['note']}")
+        lines.append("per service:")
+        for svc in doc.get("services", []):
+            lines.append(f"  {svc['service']}  {format_value(int(svc['total']), unit)}  "
+                         f"{share(int(svc['total']), total)}  ({svc['spans']} span{'' if svc['spans'] == 1 else 's'})")
+    lines.append(f"profile  {profile_type}: {format_value(total, unit)}")
+    if total <= 0:
+        lines.append("no samples: nothing to list")
+        return "\n".join(lines) + "\n"
+    if doc["scope"] == "request":  # the first row is one frame per service, not functions
+        inner = flamegraph.Node(flamegraph.ROOT_NAME)
+        for service in tree.children.values():
+            flamegraph.merge_into(inner, service)
+        tree = inner
+    costs = function_costs(tree)
+    lines.append("")
+    lines.append(f"top {top} functions by self")
+    lines += top_table(costs, total, unit, "self", top)
+    lines.append("")
+    lines.append(f"top {top} functions by total")
+    lines += top_table(costs, total, unit, "total", top)
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------- I/O
+
+
+def bridge_url(settings: Settings) -> str:
+    """Where the running bridge answers, from its listen address (a wildcard host is reached on loopback)."""
+    host = settings.listen_host
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "[::1]"
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{settings.listen_port}"
+
+
+def client_timeout(settings: Settings) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=settings.max_request_timeout, connect=settings.connect_timeout)
+
+
+async def fetch_from_bridge(settings: Settings, trace_id: str, span_id: str, *, scope: str,
+                            profile_type: str) -> dict[str, Any]:
+    """Standalone mode: the running bridge's API answers (its store holds the data)."""
+    base = bridge_url(settings)
+    url = f"{base}/api/v1/spans/{trace_id}/{span_id}/profile"
+    params = {"scope": scope, "profile_type": profile_type, "format": "json"}
+    try:
+        async with aiohttp.ClientSession(timeout=client_timeout(settings)) as session, session.get(
+            url, params=params
+        ) as resp:
+            body = await resp.json(content_type=None)
+            if resp.status != 200:
+                err = body.get("error", {}) if isinstance(body, dict) else {}
+                raise BridgeError(f"the bridge at {base} answered HTTP {resp.status}: "
+                                  f"{err.get('message', 'no message')}")
+            return dict(body)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise UpstreamUnavailable(
+            "bridge", f"no bridge answered at {base} ({type(exc).__name__}: {exc}); standalone mode keeps the data "
+            "in the running service: start `profile-bridge serve`, or set PROFILE_BRIDGE_LISTEN to where it runs"
+        ) from exc
+
+
+async def answer_direct(settings: Settings, trace_id: str, span_id: str, *, scope: Scope,
+                        profile_type: str) -> dict[str, Any]:
+    """Proxy mode: Tempo and Pyroscope directly, through the service's own resolver."""
+    from bridge.resolve import Resolver
+    from bridge.routes.api import answer_json
+    from bridge.upstream.http import open_clients
+
+    metrics = Metrics()
+    ctx = CallContext(deadline=Deadline.start(None, settings.max_request_timeout))
+    async with open_clients(settings, metrics) as (tempo, pyroscope):
+        resolver = Resolver(tempo, pyroscope, SpanCache(1000, 16 * 1024**2, 60.0), settings, metrics)
+        ans = await answer(resolver, trace_id, span_id, scope=scope, profile_type=profile_type, settings=settings,
+                           ctx=ctx)
+        return answer_json(ans)
+
+
+async def fetch_answer(settings: Settings, trace_id: str, span_id: str, *, scope: Scope,
+                       profile_type: str) -> dict[str, Any]:
+    if settings.is_standalone:
+        return await fetch_from_bridge(settings, trace_id, span_id, scope=scope, profile_type=profile_type)
+    return await answer_direct(settings, trace_id, span_id, scope=scope, profile_type=profile_type)
+
+
+def check_args(trace_id: str, span_id: str, scope: str, top: int, profile_type: str) -> tuple[str, str, Scope]:
+    """Validated, normalised arguments; ``InvalidArgument`` with the one line to print."""
+    tid = normalise_trace_id(trace_id)
+    if tid is None:
+        raise InvalidArgument(f"trace id {trace_id[:80]!r} is not 1-32 hex characters")
+    sid = normalise_span_id(span_id)
+    if sid is None:
+        raise InvalidArgument(f"span id {span_id[:80]!r} is not 16 hex characters")
+    if scope not in SCOPES:
+        raise InvalidArgument(f"scope {scope!r} is not one of: {', '.join(SCOPES)}")
+    if top <= 0:
+        raise InvalidArgument(f"--top {top} must be a positive number")
+    try:
+        flamegraph.parse_profile_type(profile_type)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from exc
+    return tid, sid, "request" if scope == "request" else "span"
+
+
+async def resolve_report(settings: Settings, trace_id: str, span_id: str, *, scope: str, top: int,
+                         profile_type: str, out: TextIO, err: TextIO) -> int:
+    try:
+        tid, sid, checked_scope = check_args(trace_id, span_id, scope, top, profile_type)
+    except InvalidArgument as exc:
+        print(f"profile-bridge resolve: {exc.message}", file=err)
+        return EXIT_USAGE
+    try:
+        doc = await fetch_answer(settings, tid, sid, scope=checked_scope, profile_type=profile_type)
+    except BridgeError as exc:
+        print(f"profile-bridge resolve: {exc.message}", file=err)
+        return EXIT_FAILED
+    out.write(format_report(doc, top))
+    return EXIT_OK if doc["mode"] != "none" else EXIT_FAILED
+
+
+def run_resolve(settings: Settings, trace_id: str, span_id: str, *, scope: str, top: int, profile_type: str,
+                out: TextIO, err: TextIO = sys.stderr) -> int:
+    try:
+        return asyncio.run(resolve_report(settings, trace_id, span_id, scope=scope, top=top,
+                                          profile_type=profile_type, out=out, err=err))
+    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line, never a stack trace
+        print(f"profile-bridge resolve: internal error: {type(exc).__name__}: {exc}", file=err)
+        return EXIT_FAILED
+
