@@ -920,7 +920,8 @@ class Store:
         if tag in ("name", "span:name"):
             sql, params = "SELECT DISTINCT name FROM spans WHERE tenant = ? ORDER BY name LIMIT ?", (key, limit)
         else:
-            attr = traceql.parse_attr(tag if "." in tag or ":" in tag else "." + tag)
+            scoped = tag in traceql.INTRINSICS or tag.startswith(("resource.", "span.", "."))
+            attr = traceql.parse_attr(tag) if scoped else traceql.Attr("any", tag)
             if attr.scope == "intrinsic":
                 return []
             if attr.scope == "any":
