@@ -523,3 +523,38 @@ def test_reason_header_is_ascii_safe() -> None:
 
     assert ascii_header("total — a–b “c” é\n") == 'total - a-b "c" ? '
 
+
+
+# --------------------------------------------------------------------------------------------- standalone mode
+
+
+async def test_standalone_mode_answers_from_the_store_and_resolves_spans(
+    aiohttp_client: Client, tmp_path: Any
+) -> None:
+    from tests.paths import SHOP_CAPTURE
+
+    app = create_app(Settings.for_tests(mode="standalone", data_dir=str(tmp_path / "data"), capture_window=10.0))
+    client = await aiohttp_client(app)
+    for path in sorted(SHOP_CAPTURE.glob("*.bin")):
+        route = "/v1/traces" if path.name.endswith("_v1_traces.bin") else "/push.v1.PusherService/Push"
+        ctype = "application/x-protobuf" if route == "/v1/traces" else "application/proto"
+        resp = await client.post(route, data=path.read_bytes(), headers={"Content-Type": ctype})
+        assert resp.status == 200, await resp.text()
+
+    status, _, raw = await call(client, "ProfileTypes", qpb.ProfileTypesRequest(), codec="json")
+    assert status == 200
+    assert DEFAULT_PROFILE_TYPE in [t.ID for t in decode(qpb.ProfileTypesResponse, raw, "json").profile_types]
+
+    shop = load_shop()
+    profiles = PyroscopeDouble().profiles
+    linked = {lb["span_id"] for p in profiles for _, _, lb in p.samples if "span_id" in lb}
+    child = shop_span("frontend-child", lambda s: shop.trace(s.trace_id).local_root(s.span_id).span_id in linked)
+    status, headers, raw = await call(client, "SelectMergeSpanProfile", span_request(child))
+    assert status == 200, raw
+    assert headers["X-Profile-Bridge-Resolution"] == "local-root"
+    assert "local root GET /checkout" in root_name(decode(qpb.SelectMergeSpanProfileResponse, raw).flamegraph)
+
+    status, _, raw = await call(client, "Diff", qpb.ProfileTypesRequest(), accept_gzip=False)
+    assert status == 501 and json.loads(raw)["code"] == "unimplemented"
+    resp = await client.get("/pyroscope/render?query=x")
+    assert resp.status == 501 and (await resp.json())["code"] == "unimplemented"
