@@ -77,6 +77,9 @@ def create_app(settings: Settings, *, wall_clock: Callable[[], float] = time.tim
     from bridge.routes import pyroscope
 
     pyroscope.setup(app)
+    from bridge.routes import tempo
+
+    tempo.setup(app)
     from bridge.routes import api, pages
 
     api.setup(app)

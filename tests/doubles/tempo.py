@@ -146,6 +146,8 @@ class TempoDouble:
         self.partial: str | None = None  # v2 answers carry status PARTIAL and this message
         self.gzip = False
         self.faults = Faults()
+        # trace id → (status, headers, body) answered as is, for both versions (bodies no Tempo would send)
+        self.raw_answers: dict[str, tuple[int, dict[str, str], bytes]] = {}
         self.url = ""
         self.app = web.Application()
         self.app.router.add_get("/api/v2/traces/{trace_id}", self._trace_v2)
@@ -182,6 +184,11 @@ class TempoDouble:
         json_format.ParseDict(json.loads(VULTURE_TRACE.read_text()), data)
         trace_id = data.resource_spans[0].scope_spans[0].spans[0].trace_id.hex()
         return self.add_trace(trace_id, data.resource_spans)
+
+    def trace_answer_for(self, trace_id: str, *, version: int, protobuf: bool) -> bytes:
+        """The body this double answers for ``trace_id`` (uncompressed), to compare with what went through."""
+        raw = self.traces.get(hex_string_to_trace_id(trace_id), [])
+        return trace_answer(raw, version=version, protobuf=protobuf, partial=self.partial if raw else None)
 
     def decoded(self, trace_id: str) -> list[otlp_trace.ResourceSpans]:
         return [otlp_trace.ResourceSpans.FromString(raw) for raw in self.traces.get(trace_id, [])]
@@ -246,6 +253,9 @@ class TempoDouble:
             tid = hex_string_to_trace_id(request.match_info["trace_id"])
         except ValueError as exc:
             return self._text(400, str(exc))
+        if tid in self.raw_answers:
+            status, headers, body = self.raw_answers[tid]
+            return web.Response(status=status, body=body, headers=headers)
         return tid, self.traces.get(tid)
 
     async def _trace_v2(self, request: web.Request) -> web.StreamResponse:
