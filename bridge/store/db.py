@@ -109,8 +109,8 @@ def _unpack(blob: bytes) -> array[int]:
 
 def _window_ns(start_ms: int, end_ms: int) -> tuple[int, int]:
     """Pyroscope's inclusive ``[start, end]`` in ms over the capture start → ``[lo, hi)`` in ns."""
-    lo = max(0, start_ms) * 1_000_000
-    hi = (end_ms + 1) * 1_000_000 if end_ms > 0 else FAR_FUTURE_NS
+    lo = min(max(0, start_ms) * 1_000_000, FAR_FUTURE_NS)
+    hi = min((end_ms + 1) * 1_000_000, FAR_FUTURE_NS) if end_ms > 0 else FAR_FUTURE_NS
     return lo, hi
 
 
@@ -828,7 +828,10 @@ class Store:
         params: list[Any] = [tenant]
         if start_s or end_s:
             where.append("start_ns < ? AND end_ns >= ?")
-            params.extend([(end_s + 1) * 1_000_000_000 if end_s else FAR_FUTURE_NS, start_s * 1_000_000_000])
+            params.extend([
+                min((end_s + 1) * 1_000_000_000, FAR_FUTURE_NS) if end_s > 0 else FAR_FUTURE_NS,
+                min(max(0, start_s) * 1_000_000_000, FAR_FUTURE_NS),
+            ])
         python_conds: list[traceql.Cond] = []
         for cond in query.conds:
             a = cond.attr
