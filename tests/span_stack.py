@@ -57,3 +57,21 @@ async def start_stack(aiohttp_server: ServerFactory, aiohttp_client: ClientFacto
     app: web.Application = create_app(stack.settings, wall_clock=stack.capture_clock)
     stack.client = await aiohttp_client(app)
     return stack
+
+
+async def start_standalone(aiohttp_client: ClientFactory, data_dir: str) -> tuple[TestClient[Any, Any], ShopCapture]:
+    """The bridge in standalone mode, its store filled with the shop capture through its own ingest routes (the
+    recorded SDK request bodies, replayed)."""
+    from tests.paths import SHOP_CAPTURE
+
+    shop = load_shop()
+    clock = max(s.end_ns for s in shop.all_spans()) / 1e9 + 60
+    app = create_app(Settings.for_tests(mode="standalone", data_dir=data_dir, capture_window=10.0),
+                     wall_clock=lambda: clock)
+    client = await aiohttp_client(app)
+    for path in sorted(SHOP_CAPTURE.glob("*.bin")):
+        route = "/v1/traces" if path.name.endswith("_v1_traces.bin") else "/push.v1.PusherService/Push"
+        ctype = "application/x-protobuf" if route == "/v1/traces" else "application/proto"
+        resp = await client.post(route, data=path.read_bytes(), headers={"Content-Type": ctype})
+        assert resp.status == 200, await resp.text()
+    return client, shop

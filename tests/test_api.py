@@ -254,3 +254,22 @@ async def test_a_failing_backend_is_named_in_the_problem(stack: Stack, broken: s
     doc = await resp.json()
     assert resp.status == status and doc["error"]["code"] == code.value
     assert broken in doc["error"]["message"].lower()
+
+
+# --------------------------------------------------------------------------------------------- standalone mode
+
+
+async def test_standalone_mode_answers_from_the_store(aiohttp_client: Any, tmp_path: Any) -> None:
+    from tests.span_stack import start_standalone
+
+    client, shop = await start_standalone(aiohttp_client, str(tmp_path / "data"))
+    role = next(r for r in shop.of_role("frontend-client")
+                if any(linked_total(s.span_id) for s in shop.trace(r.trace_id).descendant_local_roots(r.span_id)))
+    resp = await client.get(path(role.trace_id, role.span_id), params={"scope": "request"})
+    assert resp.status == 200, await resp.text()
+    doc = await resp.json()
+    assert doc["mode"] == "local-root"
+    assert "count_primes" in names(tree_of(doc))
+    assert {s["service"] for s in doc["services"]} == {"shop-frontend", "shop-backend"}
+    resp = await client.get(path(role.trace_id, "0123456789abcdef"))
+    assert resp.status == 404 and (await resp.json())["error"]["code"] == "not_found"
