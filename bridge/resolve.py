@@ -374,9 +374,12 @@ class Resolver:
     ) -> Found | None:
         tenant = ctx.tenant_key
         cached = self._from_span_cache(tenant, span_id)
-        if cached is not None:
+        if cached is not None and cached.local_root is not None:
             self.metrics.cache_hits.labels("spans").inc()
             return cached
+        if cached is not None:
+            # the span is remembered but its local root is gone from the cache: its trace by ID (no search) says
+            trace_id = cached.span.trace_id
         key = (tenant, span_id)
         hit = self._lookups.get(key)
         if hit is not None:
@@ -398,7 +401,7 @@ class Resolver:
         future: asyncio.Future[Found | None] = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            found = await self._fetch(span_id, ctx, trace_id, start_ms, end_ms)
+            found = await self._fetch(span_id, ctx, trace_id, start_ms, end_ms) or cached
         except asyncio.CancelledError:
             future.cancel()
             raise

@@ -292,3 +292,27 @@ async def test_span_cache_is_per_tenant(env: Env) -> None:
                                            start_ms=child.start_ns // 10**6 - 1000, end_ms=child.end_ns // 10**6 + 1000)
     assert found is not None
     assert [r.headers.get("X-Scope-OrgID") for r in env.tempo.search_calls] == ["team-b"]
+
+
+async def test_a_cached_span_whose_root_was_evicted_is_completed_from_its_trace_without_search(env: Env) -> None:
+    shop = load_shop()
+    linked = linked_ids(env.pyro)
+    role = shop.pick("frontend-child",
+                     lambda r: shop.trace(r.trace_id).local_root(r.span_id).span_id in linked)  # type: ignore[union-attr]
+    child = shop.span(role.span_id)
+    env.cache.put_trace(None, shop.trace(child.trace_id))
+    root_id = shop.trace(child.trace_id).local_root(child.span_id).span_id  # type: ignore[union-attr]
+    del env.cache._spans[("anonymous", root_id)]  # as if evicted: the child still names it as its local root
+    res = await env.resolver.resolve(query_for(child), ctx())
+    assert res.mode is Mode.LOCAL_ROOT and res.local_root is not None and res.local_root.name == "GET /checkout"
+    assert env.tempo.search_calls == []
+    assert [r.path for r in env.tempo.requests] == [f"/api/v2/traces/{child.trace_id}"]
+
+
+@pytest.mark.parametrize("style", ["v2.0", "v2.2"])
+async def test_both_no_data_shapes_count_as_empty(env: Env, style: str) -> None:
+    env.pyro.empty_style = style
+    shop = load_shop()
+    io = shop.span(shop.pick("frontend-io").span_id)
+    res = await env.resolver.resolve(query_for(io), ctx())
+    assert res.mode is Mode.TIME_WINDOW  # the empty linked answer, in either shape, led to the fallback

@@ -47,7 +47,7 @@ HOP_BY_HOP: Final = frozenset(
 _REQUEST_DROP: Final = HOP_BY_HOP | {"host", "expect"}
 # aiohttp would otherwise add these itself when the client did not send them
 _SKIP_AUTO: Final = ("Accept-Encoding", "User-Agent", "Content-Type")
-CHUNK: Final = 256 * 1024
+CHUNK: Final = 256 * 1024  # read size for callers that stream in fixed chunks (the /tempo mount uses it)
 # Content-Encodings aiohttp's server undoes by itself unless it runs with ``auto_decompress=False``
 SERVER_DECODED: Final = frozenset({"gzip", "deflate", "br", "zstd"})
 
@@ -182,14 +182,20 @@ async def _relay(request: web.Request, upstream_resp: aiohttp.ClientResponse, up
     await response.prepare(request)
     if request.method == "HEAD":
         return response
-    try:
-        async for chunk in upstream_resp.content.iter_chunked(CHUNK):
+    content = upstream_resp.content
+    while True:
+        try:
+            chunk = await content.readany()
+        except Exception as exc:  # noqa: BLE001 - headers are out: no error answer is possible any more
+            _abort(request, upstream, exc)
+            break
+        if not chunk:
+            break
+        try:
             await response.write(chunk)
-    except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
-        # the client went away, or the upstream reset mid-body; either way the connection is done
-        _abort(request, upstream, exc)
-    except Exception as exc:  # noqa: BLE001 - headers are out: no error answer is possible any more
-        _abort(request, upstream, exc)
+        except (ConnectionError, aiohttp.ClientConnectionResetError):
+            log.debug("client went away during %s %s", request.method, request.path)
+            break
     return response
 
 
