@@ -3,7 +3,10 @@ every scope and format, and the errors."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import os
+import shutil
 from collections import Counter
 from typing import Any
 
@@ -273,3 +276,18 @@ async def test_standalone_mode_answers_from_the_store(aiohttp_client: Any, tmp_p
     assert {s["service"] for s in doc["services"]} == {"shop-frontend", "shop-backend"}
     resp = await client.get(path(role.trace_id, "0123456789abcdef"))
     assert resp.status == 404 and (await resp.json())["error"]["code"] == "not_found"
+
+
+@pytest.mark.skipif(shutil.which("go") is None, reason="the Go toolchain is not installed (apt-get install golang-go)")
+async def test_go_tool_pprof_opens_the_request_profile(stack: Stack, tmp_path: Any) -> None:
+    trace_id, client_id, _ = a_client_span_calling_a_profiled_backend(stack)
+    resp = await stack.http.get(path(trace_id, client_id), params={"scope": "request", "format": "pprof"})
+    out = tmp_path / "request.pb.gz"
+    out.write_bytes(await resp.read())
+    proc = await asyncio.create_subprocess_exec(
+        "go", "tool", "pprof", "-top", str(out), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={"HOME": str(tmp_path), "PATH": os.environ.get("PATH", ""), "GOCACHE": str(tmp_path / "gocache")},
+    )
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode == 0, stderr.decode()
+    assert "count_primes" in stdout.decode() and "Type: cpu" in stdout.decode()

@@ -284,3 +284,13 @@ async def test_standalone_index_and_span_page_come_from_the_store(aiohttp_client
     page = await resp.text()
     assert resp.status == 200 and re.search(r'class="badge mode-(linked|time-window|none)"', page)
     assert frames_of(page)[0] == "total"
+
+
+async def test_a_span_without_samples_says_so_and_why(stack: Stack) -> None:
+    root = stack.shop.pick("frontend-root")
+    _, page = await get_page(stack, f"/spans/{root.trace_id}/{root.span_id}",
+                             profile_type="memory:alloc_space:bytes:space:bytes")
+    assert re.search(r'class="badge mode-none"[^>]*>none</span>', page)
+    assert '<p id="no-data" class="error">No samples for this span: ' in page
+    # the scope toggle keeps the profile type
+    assert "scope=request&amp;profile_type=memory%3Aalloc_space%3Abytes%3Aspace%3Abytes" in page

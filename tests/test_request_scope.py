@@ -1,0 +1,76 @@
+"""The pure core of ``scope=request``: which parts are added up, and how the per-service breakdown is built."""
+
+from __future__ import annotations
+
+from bridge import flamegraph
+from bridge.config import Settings
+from bridge.request_scope import QUERY_MARGIN_MS, combine, query_for, selector_for
+from bridge.resolve import Mode, Resolution
+from bridge.spans import Span
+
+
+def span(span_id: str, service: str, name: str = "op", start_ms: int = 1_000_000, end_ms: int = 1_000_050,
+         resource: tuple[tuple[str, str], ...] = ()) -> Span:
+    return Span("ab" * 16, span_id, "", name, 2, service, start_ms * 1_000_000, end_ms * 1_000_000,
+                (("service.name", service), *resource))
+
+
+def resolution(mode: Mode, stacks: list[tuple[tuple[str, ...], int]], span_ids: tuple[str, ...] = ()) -> Resolution:
+    fg = flamegraph.encode(flamegraph.build_tree(stacks)) if stacks else flamegraph.empty()
+    if mode not in (Mode.LINKED,):
+        fg = flamegraph.relabel_root(fg, flamegraph.root_label(f"{mode.value} reason"))
+    return Resolution(mode, f"{mode.value} reason", fg, None, None, None, "{}", span_ids)
+
+
+FRONT = span("1" * 16, "frontend")
+BACK = span("2" * 16, "backend")
+OTHER = span("3" * 16, "billing")
+SAME_ROOT = span("4" * 16, "frontend")
+
+
+def test_linked_descendants_are_added_under_a_frame_per_service() -> None:
+    own = resolution(Mode.LOCAL_ROOT, [(("main", "render"), 60)], (FRONT.span_id,))
+    back = resolution(Mode.LINKED, [(("main", "count_primes"), 40)], (BACK.span_id,))
+    tree, parts, services = combine(FRONT, own, [(BACK, back)])
+    assert tree.name == "total" and tree.total == 100
+    assert set(tree.children) == {"frontend", "backend"}
+    assert tree.children["backend"].children["main"].children["count_primes"].self == 40
+    assert [(s.service, s.value, s.spans) for s in services] == [("frontend", 60, 1), ("backend", 40, 1)]
+    assert [(p.span.span_id, p.included) for p in parts] == [(FRONT.span_id, True), (BACK.span_id, True)]
+
+
+def test_time_window_and_empty_descendants_are_listed_but_not_added() -> None:
+    own = resolution(Mode.LINKED, [(("main",), 10)], (FRONT.span_id,))
+    window = resolution(Mode.TIME_WINDOW, [(("main", "whole_service"), 500)])
+    nothing = resolution(Mode.NONE, [])
+    tree, parts, services = combine(FRONT, own, [(BACK, window), (OTHER, nothing)])
+    assert tree.total == 10 and set(tree.children) == {"frontend"}
+    by_id = {p.span.span_id: p for p in parts}
+    assert not by_id[BACK.span_id].included and "whole service's CPU" in by_id[BACK.span_id].note
+    assert by_id[BACK.span_id].value == 500  # still reported, so the reader sees what was left out
+    assert not by_id[OTHER.span_id].included and by_id[OTHER.span_id].note == "no samples"
+    assert [s.service for s in services] == ["frontend"]
+
+
+def test_a_descendant_answered_by_ids_already_counted_is_not_added_twice() -> None:
+    own = resolution(Mode.LINKED, [(("main",), 10)], (FRONT.span_id,))
+    again = resolution(Mode.LOCAL_ROOT, [(("main",), 10)], (FRONT.span_id,))
+    tree, parts, _ = combine(FRONT, own, [(SAME_ROOT, again)])
+    assert tree.total == 10
+    assert parts[1].note == "already counted (same local root)" and not parts[1].included
+
+
+def test_an_empty_own_answer_still_lets_the_backends_speak() -> None:
+    own = resolution(Mode.NONE, [])
+    back = resolution(Mode.LINKED, [(("count_primes",), 40)], (BACK.span_id,))
+    tree, parts, services = combine(FRONT, own, [(BACK, back)])
+    assert tree.total == 40 and not parts[0].included and [s.service for s in services] == ["backend"]
+
+
+def test_query_for_uses_grafanas_window_and_the_mapped_labels() -> None:
+    settings = Settings.for_tests(label_map=(("service.name", "service_name"), ("k8s.pod.name", "pod")))
+    s = span("5" * 16, 'we"ird', resource=(("k8s.pod.name", "pod-1"),))
+    q = query_for(s, "process_cpu:cpu:nanoseconds:cpu:nanoseconds", settings, max_nodes=100)
+    assert q.span_ids == (s.span_id,) and q.trace_id == s.trace_id and q.max_nodes == 100
+    assert q.start_ms == 1_000_000 - QUERY_MARGIN_MS and q.end_ms == 1_000_050 + QUERY_MARGIN_MS
+    assert q.label_selector == selector_for(s, settings.label_map) == '{service_name="we\\"ird", pod="pod-1"}'
