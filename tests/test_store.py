@@ -352,3 +352,4 @@ async def test_tenants_are_kept_apart(tmp_path: Path) -> None:
 async def test_huge_and_negative_windows_do_not_overflow(store: Store) -> None:
     assert (await merge(store, start=-5, end=2**62)).total == 3_590_000_000
     assert await store.search("{}", -1, 2**40, 1, ctx()) != []
+

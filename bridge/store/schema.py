@@ -86,6 +86,11 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         PRIMARY KEY (tenant, scope, key, value)
     ) WITHOUT ROWID;
     """,
+    # 3: merges read (profile, stack, value) from one covering index instead of visiting every sample row
+    """
+    CREATE INDEX samples_profile_stack ON samples (profile_id, stack_id, value);
+    DROP INDEX samples_profile;
+    """,
 )
 
 LATEST: Final = len(MIGRATIONS)
