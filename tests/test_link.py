@@ -189,6 +189,11 @@ def test_raw_byte_values_and_hex_byte_values_are_ids() -> None:
     assert link_ids(b.req, text.link_index) == ("", SPAN_B)
 
 
+def _bad_key(b: Builder) -> None:
+    b.sample(b.attr("thread.name", "main"))
+    b.req.dictionary.attribute_table[3].key_strindex = 500
+
+
 @pytest.mark.parametrize(
     ("corrupt", "named"),
     [
@@ -198,11 +203,6 @@ def test_raw_byte_values_and_hex_byte_values_are_ids() -> None:
         (lambda b: _bad_key(b), "attribute_table\\[3\\].key_strindex 500"),
     ],
 )
-def _bad_key(b: Builder) -> None:
-    b.sample(b.attr("thread.name", "main"))
-    b.req.dictionary.attribute_table[3].key_strindex = 500
-
-
 def test_out_of_range_indices_reject_the_whole_request(corrupt: object, named: str) -> None:
     b = Builder()
     b.sample(b.attr("trace_id", TRACE_A), b.attr("span_id", SPAN_A))
