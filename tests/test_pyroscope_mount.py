@@ -558,3 +558,21 @@ async def test_standalone_mode_answers_from_the_store_and_resolves_spans(
     assert status == 501 and json.loads(raw)["code"] == "unimplemented"
     resp = await client.get("/pyroscope/render?query=x")
     assert resp.status == 501 and (await resp.json())["code"] == "unimplemented"
+
+
+async def test_cookies_set_by_the_upstream_never_reach_another_request(
+    aiohttp_server: Server, aiohttp_client: Client
+) -> None:
+    probe = await make_stack(aiohttp_server, aiohttp_client)
+    # a host name, not an IP: a cookie jar would keep cookies for it
+    stack = await make_stack(aiohttp_server, aiohttp_client,
+                             pyroscope_url=probe.pyroscope.url.replace("127.0.0.1", "localhost"))
+    stack.pyroscope = probe.pyroscope
+    stack.pyroscope.cookie = "session=alice; Path=/"
+    resp = await stack.client.get("/pyroscope/ready", headers={"Cookie": "mine=1"})
+    assert resp.status == 200 and resp.headers["Set-Cookie"] == "session=alice; Path=/"  # passed to its client
+    stack.client.session.cookie_jar.clear()
+    resp = await stack.client.get("/pyroscope/ready")
+    assert resp.status == 200
+    seen = [r.headers.get("Cookie") for r in stack.pyroscope.requests]
+    assert seen == ["mine=1", None]  # the bridge's upstream session remembers nothing between requests

@@ -247,9 +247,11 @@ class PyroscopeClient(_Upstream):
 
 
 def new_session(settings: Settings) -> aiohttp.ClientSession:
-    """One session per upstream: pooled keep-alive connections and an explicit default timeout."""
+    """One session per upstream: pooled keep-alive connections and an explicit default timeout. No cookie jar:
+    the session carries many users' requests, so nothing one upstream answer sets may reach another request."""
     return aiohttp.ClientSession(
         timeout=aiohttp.ClientTimeout(total=settings.upstream_timeout, connect=settings.connect_timeout),
+        cookie_jar=aiohttp.DummyCookieJar(),
         connector=aiohttp.TCPConnector(limit=CONNECTIONS_PER_UPSTREAM, keepalive_timeout=30),
     )
 

@@ -137,6 +137,7 @@ class PyroscopeDouble:
     faults: Faults = field(default_factory=Faults)
     empty_style: str = "v2.2"
     ignores_stacktraces_span_selector: bool = False
+    cookie: str = ""  # /ready answers with this Set-Cookie when set
     url: str = ""
     app: web.Application = field(init=False)
 
@@ -181,7 +182,7 @@ class PyroscopeDouble:
         self.requests.append(Recorded(request.path, None, "", dict(request.headers), b""))
         if (faulted := await self._fault(request)) is not None:
             return faulted
-        return web.Response(text="ready\n")
+        return web.Response(text="ready\n", headers={"Set-Cookie": self.cookie} if self.cookie else None)
 
     async def _not_found(self, request: web.Request) -> web.StreamResponse:
         self.requests.append(Recorded(request.path, None, "", dict(request.headers), await request.read()))
