@@ -109,9 +109,13 @@ def clean_span_ids(raw: Iterable[str]) -> tuple[str, ...]:
     if dropped:
         raise InvalidArgument(
             f"span selector {dropped!r} has no valid span id: each entry must be 16 hex characters, "
-            "e.g. 7f80395fd15dcdc9"
+            f"e.g. 7f80395fd15dcdc9 (Grafana sends {GRAFANA_UNRESOLVED_HINT} unresolved for a span without that "
+            "attribute: point its Tempo data source at the bridge's /tempo mount)"
         )
-    raise InvalidArgument("span selector is empty: give at least one 16-hex-character span id")
+    raise InvalidArgument(
+        "span selector is empty: give at least one 16-hex-character span id (an empty selector would match "
+        "every sample)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
