@@ -326,6 +326,34 @@ async def test_selectors_without_a_valid_id_are_refused(stack: Stack, selector: 
     assert stack.pyroscope.requests == []
 
 
+async def test_an_empty_span_selector_is_refused_never_forwarded(stack: Stack) -> None:
+    span = shop_span("frontend-root")
+    for fmt in (qpb.PROFILE_FORMAT_FLAMEGRAPH, qpb.PROFILE_FORMAT_TREE):
+        req = span_request(span, selector=[])
+        req.format = fmt
+        status, _, raw = await call(stack.client, "SelectMergeSpanProfile", req, accept_gzip=False)
+        assert status == 400 and b"span selector is empty" in raw
+    assert stack.pyroscope.requests == []
+
+
+@pytest.mark.parametrize("gzip_request", [False, True])
+@pytest.mark.parametrize("codec", ["proto", "json"])
+async def test_other_formats_are_forwarded_with_the_selector_cleaned(
+    stack: Stack, gzip_request: bool, codec: str
+) -> None:
+    linked = stack.linked_ids()
+    span = shop_span("frontend-root", lambda s: s.span_id in linked)
+    req = span_request(span, selector=['${__span.tags["pyroscope.profile.id"]}', span.span_id.upper()])
+    req.format = qpb.PROFILE_FORMAT_TREE
+    status, headers, raw = await call(stack.client, "SelectMergeSpanProfile", req, codec=codec,
+                                      gzip_request=gzip_request)
+    assert status == 200 and "X-Profile-Bridge-Resolution" not in headers
+    [seen] = stack.pyroscope.calls("SelectMergeSpanProfile")
+    assert list(seen.message.span_selector) == [span.span_id]  # type: ignore[union-attr]
+    assert seen.message.format == qpb.PROFILE_FORMAT_TREE  # type: ignore[union-attr]
+    assert "Content-Encoding" not in seen.headers  # re-encoded plain
+
+
 async def test_malformed_bodies_are_invalid_argument(stack: Stack) -> None:
     resp = await stack.client.post(QUERIER + "SelectMergeSpanProfile", data=b"\xff\xff\xff\xff",
                                    headers={"Content-Type": "application/proto"})

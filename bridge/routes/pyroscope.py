@@ -11,6 +11,7 @@ queries through the same resolver; anything else is ``unimplemented``.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 
@@ -26,12 +27,13 @@ from bridge.connect import (
     codec_for,
     decode_message,
     decompress,
+    encode_message,
     encode_response,
     parse_timeout_ms,
 )
 from bridge.errors import Unimplemented
 from bridge.middleware import ROUTE_LABEL
-from bridge.resolve import Resolution, SpanQuery, resolver_of
+from bridge.resolve import Resolution, SpanQuery, clean_span_ids, resolver_of
 from bridge.upstream.base import CallContext
 from bridge.upstream.proxy import read_body, stream_through, target_url
 
@@ -70,6 +72,22 @@ def span_query_of(msg: Message) -> SpanQuery | None:
         end_ms=msg.end,
         max_nodes=msg.max_nodes if msg.HasField("max_nodes") and msg.max_nodes > 0 else None,
     )
+
+
+def clean_selector_of(msg: Message) -> Message | None:
+    """For a span RPC that is not resolved: a copy with its span selector cleaned when that changes it; None when
+    it is fine as sent. ``SelectMergeSpanProfile`` with no valid id (or none at all) → ``InvalidArgument``."""
+    if not isinstance(msg, qpb.SelectMergeSpanProfileRequest | qpb.SelectMergeStacktracesRequest):
+        return None
+    if isinstance(msg, qpb.SelectMergeStacktracesRequest) and not msg.span_selector:
+        return None  # a plain profile query
+    ids = clean_span_ids(msg.span_selector)
+    if list(ids) == list(msg.span_selector):
+        return None
+    out = copy.deepcopy(msg)
+    del out.span_selector[:]
+    out.span_selector.extend(ids)
+    return out
 
 
 def answer_of(method: str, resolution: Resolution) -> Message:
@@ -111,10 +129,14 @@ async def handle(request: web.Request) -> web.StreamResponse:
             query = span_query_of(msg)
             if query is not None:
                 return await _resolve(request, method, query, codec, ctx)
+            cleaned = clean_selector_of(msg)
+            if cleaned is not None:  # another format: forwarded, but never with junk or an empty selector
+                data, encoding = encode_message(cleaned, codec), None
+                body = data
         if local is not None:
             return await _local(request, local, method, data, codec, ctx)
-        return await _forward(request, ctx, body)
-    return await _forward(request, ctx, None)
+        return await _forward(request, ctx, body, encoding)
+    return await _forward(request, ctx, None, None)
 
 
 async def _resolve(request: web.Request, method: str, query: SpanQuery, codec: Codec,
@@ -137,7 +159,8 @@ async def _local(request: web.Request, local: Mapping[str, LocalRpc], method: st
     return web.Response(body=body, headers=headers)
 
 
-async def _forward(request: web.Request, ctx: CallContext, body: bytes | None) -> web.StreamResponse:
+async def _forward(request: web.Request, ctx: CallContext, body: bytes | None,
+                   encoding: str | None) -> web.StreamResponse:
     settings = request.app[appmod.SETTINGS]
     profiles = appmod.profiles_of(request.app)
     session: aiohttp.ClientSession = profiles.session  # type: ignore[attr-defined]
@@ -147,7 +170,8 @@ async def _forward(request: web.Request, ctx: CallContext, body: bytes | None) -
         total=left, connect=min(settings.connect_timeout, left), sock_read=min(settings.upstream_timeout, left)
     )
     url = target_url(base_url, request, MOUNT)
-    return await stream_through(request, session, url, upstream="pyroscope", timeout=timeout, body=body)
+    return await stream_through(request, session, url, upstream="pyroscope", timeout=timeout, body=body,
+                                body_encoding=encoding)
 
 
 def setup(app: web.Application) -> None:

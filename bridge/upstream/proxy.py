@@ -128,18 +128,21 @@ async def stream_through(
     upstream: str,
     timeout: aiohttp.ClientTimeout,
     body: bytes | None = None,
+    body_encoding: str | None = None,
 ) -> web.StreamResponse:
     """Forward ``request`` to ``target_url`` (query included; a ``str`` is taken as already percent-encoded) and
     stream the answer back. Raises ``UpstreamError`` when the upstream fails before answering.
 
-    ``body``: the request body when the caller has already read it (``read_body``); it is sent as read."""
+    ``body``: the request body when the caller has already read it, sent instead of the request's stream, with
+    ``body_encoding`` as its ``Content-Encoding`` (None: identity). ``read_body`` returns both."""
     url = target_url if isinstance(target_url, URL) else URL(target_url, encoded=True)
     headers = end_to_end(request.headers, _REQUEST_DROP)
     data: bytes | aiohttp.StreamReader | None = body
     if body is not None:
         headers["Content-Length"] = str(len(body))
-        if server_decoded(request):
-            headers.popall("Content-Encoding", None)
+        headers.popall("Content-Encoding", None)
+        if body_encoding and body_encoding.strip().lower() != "identity":
+            headers["Content-Encoding"] = body_encoding
     elif not request.body_exists:
         headers.popall("Content-Length", None)
     else:
