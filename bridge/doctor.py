@@ -9,8 +9,8 @@ Checks, in order (a check whose input a failed check should have given is skippe
 4. span carries pyroscope.profile.id (or the bridge's enrichment adds it)
 8. the expected function in the answer (``--expect-function``)
 
-Without ``--trace-id``/``--span-id`` it picks the slowest recent root span itself (``--trace-id`` alone: that trace's
-root span; ``--span-id`` alone: found by Tempo's search).
+Without ``--trace-id``/``--span-id`` it picks a recent root span itself: the slowest one with linked samples, else
+the slowest (``--trace-id`` alone: that trace's root span; ``--span-id`` alone: found by Tempo's search).
 
 How it reaches the data:
 
@@ -56,6 +56,7 @@ RECENT_S: Final = 3600  # where "a recent root span" is looked for
 SPAN_SEARCH_S: Final = 24 * 3600  # how far back --span-id alone is searched
 PICK_LIMIT: Final = 50  # traces the search for "a recent root span" asks for
 PICK_TRACES: Final = 20  # of those, fetched to find the slowest root span
+PICK_PROBES: Final = 5  # endpoints whose slowest root span is asked whether it has linked samples
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +97,15 @@ class Missing:
     message: str
 
 
-async def _pick_span(hops: Hops, settings: Settings, trace_id: str | None, span_id: str | None,
-                     now: float) -> tuple[Span, Trace] | Missing:
+@dataclass(frozen=True, slots=True)
+class Picked:
+    span: Span
+    trace: Trace
+    note: str = ""  # how the span was chosen, when the user did not name it
+
+
+async def _pick_span(hops: Hops, settings: Settings, trace_id: str | None, span_id: str | None, now: float,
+                     profile_type: str) -> Picked | Missing:
     """The span to check, or which of trace and span was not found and why."""
     ctx = _ctx(settings)
     if trace_id is None and span_id is not None:
@@ -107,30 +115,47 @@ async def _pick_span(hops: Hops, settings: Settings, trace_id: str | None, span_
                                     f"{SPAN_SEARCH_S // 3600} h (search lags ingest by 15-30 s; give --trace-id too)")
         trace_id = hit.trace_id
     if trace_id is None:
-        hits = await hops.traces.search("{ }", int(now) - RECENT_S, int(now) + 1, PICK_LIMIT, ctx, spss=1)
-        if not hits:
-            return Missing("trace", f"no traces in the last {RECENT_S // 60} minutes")
-        best: tuple[Span, Trace] | None = None
-        for tid in list(dict.fromkeys(h.trace_id for h in hits))[:PICK_TRACES]:
-            trace = await hops.traces.trace_by_id(tid, ctx)
-            if trace is None:
-                continue
-            for root in trace.roots():
-                if best is None or root.duration_ns > best[0].duration_ns:
-                    best = (root, trace)
-        if best is None:
-            return Missing("trace", "the recent traces Tempo's search found could not be fetched by ID")
-        return best
+        return await _pick_recent(hops, ctx, now, profile_type)
     trace = await hops.traces.trace_by_id(trace_id, ctx)
     if trace is None or not len(trace):
         return Missing("trace", f"trace {trace_id} not found")
     if span_id is None:
         roots = trace.roots() or sorted(trace.spans.values(), key=lambda s: (s.start_ns, s.span_id))
-        return roots[0], trace
+        return Picked(roots[0], trace, " (its root span)")
     span = trace.get(span_id)
     if span is None:
         return Missing("span", f"span {span_id} is not in trace {trace_id} ({len(trace)} spans)")
-    return span, trace
+    return Picked(span, trace)
+
+
+async def _pick_recent(hops: Hops, ctx: CallContext, now: float, profile_type: str) -> Picked | Missing:
+    """The slowest recent root span with linked samples (the one a healthy pipeline answers best), probing the
+    slowest span of each endpoint (service, span name), slowest first; when none of those has any, the slowest root
+    span (the checks then say why)."""
+    hits = await hops.traces.search("{ }", int(now) - RECENT_S, int(now) + 1, PICK_LIMIT, ctx, spss=1)
+    if not hits:
+        return Missing("trace", f"no traces in the last {RECENT_S // 60} minutes")
+    roots: list[tuple[Span, Trace]] = []
+    for tid in list(dict.fromkeys(h.trace_id for h in hits))[:PICK_TRACES]:
+        trace = await hops.traces.trace_by_id(tid, ctx)
+        if trace is not None:
+            roots.extend((root, trace) for root in trace.roots())
+    if not roots:
+        return Missing("trace", "the recent traces Tempo's search found could not be fetched by ID")
+    roots.sort(key=lambda st: (-st[0].duration_ns, st[0].span_id))
+    endpoints: dict[tuple[str, str], tuple[Span, Trace]] = {}  # the slowest span of each endpoint, slowest first
+    for span, trace in roots:
+        endpoints.setdefault((span.service, span.name), (span, trace))
+    probes = list(endpoints.values())[:PICK_PROBES]
+    for span, trace in probes:
+        try:
+            doc = await hops.answer(span.trace_id, span.span_id, "span", profile_type)
+        except BridgeError:
+            break  # the checks below name the failing hop
+        if doc.get("mode") == "linked":
+            return Picked(span, trace, " (picked: the slowest recent root span with linked samples)")
+    return Picked(*roots[0], f" (picked: the slowest recent root span; none of the {len(probes)} slowest endpoints "
+                             "has linked samples)")
 
 
 async def diagnose(
@@ -166,7 +191,7 @@ async def diagnose(
         skip("span found", "Tempo")
     else:
         try:
-            picked = await _pick_span(hops, settings, trace_id, span_id, now)
+            picked = await _pick_span(hops, settings, trace_id, span_id, now, profile_type)
         except BridgeError as exc:
             picked = Missing("trace", exc.message)
         if isinstance(picked, Missing):
@@ -179,8 +204,7 @@ async def diagnose(
                                     "check the span id (16 hex characters from the trace view); the trace may be "
                                     "partial (over Tempo's max_bytes_per_trace) or still arriving"))
         else:
-            span, trace = picked
-            how = " (picked: the slowest recent root span)" if trace_id is None and span_id is None else ""
+            span, trace, how = picked.span, picked.trace, picked.note
             size = f"{len(trace)} span{_plural(len(trace))}"
             checks.append(Check("trace found", True, f"trace {span.trace_id}, {size}{how}"))
             checks.append(Check("span found", True,

@@ -77,12 +77,20 @@ async def test_every_hop_passes_for_a_profiled_root_span(stack: Stack) -> None:
     assert out.rstrip().endswith("all 8 checks passed")
 
 
-async def test_without_ids_it_picks_the_slowest_recent_root_span(stack: Stack) -> None:
+async def test_without_ids_it_picks_the_slowest_recent_root_span_with_samples(stack: Stack) -> None:
+    code, out, _ = await run(stack, expect_function="render_json")
+    # GET /slow-io is slower (it sleeps 300 ms) but burns no CPU: the slowest GET /checkout is checked instead
+    assert "(picked: the slowest recent root span with linked samples)" in out
+    assert "'GET /checkout' in shop-frontend" in out
+    assert code == 0, out
+
+
+async def test_without_ids_and_no_linked_samples_it_checks_the_slowest_and_says_why(stack: Stack) -> None:
+    stack.pyroscope.profiles = [p for p in stack.pyroscope.profiles if p.labels.get("service_name") != "shop-frontend"]
     code, out, _ = await run(stack)
-    assert "(picked: the slowest recent root span)" in out
-    assert "GET /slow-io" in out  # the slowest requests of the capture sleep 300 ms
-    # /slow-io burns no CPU: the doctor says so and which fallback would answer
-    assert marks(out)["samples linked to the span"] == "✗" and code == 1
+    assert "(picked: the slowest recent root span; none of the 3 slowest endpoints has linked samples)" in out
+    assert "'GET /slow-io'" in out
+    assert code == 1 and marks(out)["samples linked to the span"] == "✗"
 
 
 async def test_trace_id_alone_checks_its_root_span(stack: Stack) -> None:
