@@ -44,7 +44,8 @@ ATTR_KEY: Final = PROFILE_ID_ATTR.encode()
 _ATTR_HEAD: Final = b"\x4a\x2a\x0a\x14" + ATTR_KEY + b"\x12\x12\x0a\x10"
 _CANON_TRACE_ID: Final = b"\x0a\x10"  # field 1, 16 bytes
 _CANON_SPAN_ID: Final = b"\x12\x08"  # field 2, 8 bytes
-assert len(ATTR_KEY) == 0x14 and len(_ATTR_HEAD) + 16 == 0x2A + 2
+_ADDED_LEN: Final = len(_ATTR_HEAD) + 16  # the whole appended field
+assert len(ATTR_KEY) == 0x14 and _ADDED_LEN == 0x2A + 2
 
 
 class Policy(enum.StrEnum):
@@ -169,7 +170,7 @@ class _ProtoSpans(_SpanSource):
 
 
 def _profile_id_of(raw_span: bytes) -> str:
-    if raw_span[-58:-16] == _ATTR_HEAD:  # the attribute this module appended
+    if raw_span[-_ADDED_LEN:-16] == _ATTR_HEAD:  # the attribute this module appended
         return raw_span[-16:].decode("ascii", "replace")
     return _existing_profile_id(raw_span) if ATTR_KEY in raw_span else ""
 
