@@ -251,6 +251,35 @@ async def test_a_span_named_script_stays_text_in_the_browser(served: tuple[Stack
         assert await evaluate(tools, session, "document.querySelectorAll('script').length") == 1
 
 
+async def test_from_the_index_to_a_request_profile_by_links_alone(served: tuple[Stack, str]) -> None:
+    """Index → a GET /checkout page → the request scope, following links only (no JavaScript involved)."""
+    _, base = served
+    async with browser() as tools:
+        session = await open_page(tools, f"{base}/")
+        headings = await evaluate(tools, session, "Array.from(document.querySelectorAll('h2')).map(h => h.textContent)")
+        assert {"shop-frontend", "shop-backend"} <= set(headings)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        (ARTIFACTS / "index.png").write_bytes(base64.b64decode(
+            (await tools.send("Page.captureScreenshot", {"format": "png"}, session=session))["data"]))
+
+        href = await evaluate(tools, session, """Array.from(document.querySelectorAll('table.spans a'))
+            .find(a => a.textContent === 'GET /checkout').getAttribute('href')""")
+        await tools.send("Page.navigate", {"url": base + href}, session=session)
+        await tools.wait_event("Page.loadEventFired")
+        href = await evaluate(tools, session, """Array.from(document.querySelectorAll('.toggle a'))
+            .find(a => a.textContent === 'request').getAttribute('href')""")
+        await tools.send("Page.navigate", {"url": base + href}, session=session)
+        await tools.wait_event("Page.loadEventFired")
+        services = await evaluate(tools, session, """Array.from(
+            document.querySelectorAll('#services tr td:first-child')).map(td => td.textContent)""")
+        assert "shop-frontend" in services
+        top_frames = await evaluate(tools, session, """Array.from(document.querySelectorAll('#flame g.f'))
+            .filter(g => g.dataset.d === '1').map(g => g.dataset.n)""")
+        assert set(top_frames) == set(services)  # one frame per service under the root
+        (ARTIFACTS / "span-page-request.png").write_bytes(base64.b64decode(
+            (await tools.send("Page.captureScreenshot", {"format": "png"}, session=session))["data"]))
+
+
 def test_artifacts_directory_is_ignored_by_git() -> None:
     ignored = (Path(__file__).resolve().parent.parent / ".gitignore").read_text().splitlines()
     assert "tests/artifacts/" in ignored

@@ -104,6 +104,8 @@ async def test_request_scope_page_shows_the_backend_and_its_share(stack: Stack) 
     _, page = await get_page(stack, f"/spans/{client.trace_id}/{client.span_id}", scope="request")
     assert "count_primes" in frames_of(page)
     assert {"shop-frontend", "shop-backend"} <= set(frames_of(page))
+    # the service bars are told apart from functions by colour
+    assert re.search(r'data-d="1" data-n="shop-backend"><title>[^<]*</title><rect [^>]*fill="rgb\(160,190,230\)"', page)
     services = re.search(r'<table id="services">(.*?)</table>', page, re.S)
     assert services is not None and "shop-backend" in services.group(1) and "%" in services.group(1)
     assert '<a href="/spans/' in page and 'class="on">request</a>' in page

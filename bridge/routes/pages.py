@@ -96,12 +96,15 @@ class FlameSvg:
     min_width: float  # frames narrower than this many pixels are folded
 
 
-def frame_colour(name: str, depth: int, folded: bool) -> str:
-    """Warm flame colours, stable per function name; the root and folded bars grey."""
+def frame_colour(name: str, depth: int, folded: bool, service: bool = False) -> str:
+    """Warm flame colours, stable per function name; the root and folded bars grey, service bars (request scope)
+    blue."""
     if depth == 0:
         return "rgb(190,190,200)"
     if folded:
         return "rgb(205,205,205)"
+    if service:
+        return "rgb(160,190,230)"
     h = zlib.crc32(name.encode())
     r = 205 + (h & 0x3F) % 50
     g = 80 + ((h >> 8) & 0xFF) % 150
@@ -117,7 +120,8 @@ def fit_label(name: str, width: float) -> str:
     return name if len(name) <= room else name[: room - 1] + "…"
 
 
-def flame_svg(tree: flamegraph.Node, unit: str, query: str = "") -> FlameSvg:
+def flame_svg(tree: flamegraph.Node, unit: str, query: str = "", services: frozenset[str] = frozenset()) -> FlameSvg:
+    """The SVG-ready frames; ``services`` names the first-row bars that stand for a service (request scope)."""
     lay = flamegraph.layout(tree, SVG_WIDTH, MIN_FRAME_PX, max_rects=MAX_RECTS)
     total = tree.total
     needle = query.casefold()
@@ -137,7 +141,8 @@ def flame_svg(tree: flamegraph.Node, unit: str, query: str = "") -> FlameSvg:
         frames.append(Frame(
             x=round(rect.x, 2), y=rect.depth * ROW_HEIGHT, width=round(rect.width, 2), depth=rect.depth,
             name=rect.name, label=fit_label(rect.name, rect.width), title=title,
-            fill=frame_colour(rect.name, rect.depth, folded), match=match, folded=folded,
+            fill=frame_colour(rect.name, rect.depth, folded, rect.depth == 1 and rect.name in services),
+            match=match, folded=folded,
         ))
     return FlameSvg(frames, SVG_WIDTH, lay.depth * ROW_HEIGHT + 2, lay.folded, total, matched_total, lay.min_width)
 
@@ -285,7 +290,7 @@ def span_context(ans: Answer, params: ProfileParams, settings: Settings, values:
         "profile_type": params.profile_type,
         "default_profile_type": settings.profile_type,
         "query": query,
-        "svg": flame_svg(ans.tree, unit, query),
+        "svg": flame_svg(ans.tree, unit, query, frozenset(s.service or "(unknown service)" for s in ans.services)),
         "total": format_value(ans.tree.total, unit),
         "services": [(s.service, format_value(s.value, unit), share(s.value, ans.tree.total), s.spans)
                      for s in ans.services],
