@@ -22,6 +22,7 @@ from yarl import URL
 from bridge._proto import tempo_pb2
 from bridge.app import BACKENDS, METRICS, SPAN_CACHE, create_app
 from bridge.config import Settings
+from bridge.routes.tempo import accepts_gzip, is_protobuf_answer, parse_trace_id, trace_request
 from bridge.spans import PROFILE_ID_ATTR
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.shop import load_shop
@@ -435,3 +436,70 @@ async def test_standalone_mode_enriches_the_stores_answers(aiohttp_server: Serve
     assert resp.status == 400
     resp = await client.get("/tempo/api/echo")
     assert (resp.status, await resp.text()) == (200, "echo")
+
+
+# ---------------------------------------------------------------------------------------- the pure parts, as tables
+
+
+@pytest.mark.parametrize(
+    ("tail", "expected"),
+    [
+        ("api/v2/traces/abc", (2, "abc")),
+        ("api/traces/ABC", (1, "ABC")),
+        ("api/v2/traces/", (2, "")),
+        ("api/traces/abc/extra", None),
+        ("api/v2/search", None),
+        ("api/search", None),
+        ("api/traces", None),
+    ],
+)
+def test_trace_request_paths(tail: str, expected: tuple[int, str] | None) -> None:
+    assert trace_request(tail) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("5B8EFFF798038103D269B633813FC700", "5b8efff798038103d269b633813fc700"),
+        ("d269b633813fc700", "0000000000000000d269b633813fc700"),
+        ("abc", "00000000000000000000000000000abc"),
+        ("", "00000000000000000000000000000000"),
+    ],
+)
+def test_trace_ids_are_read_like_tempo(raw: str, expected: str) -> None:
+    assert parse_trace_id(raw) == expected
+
+
+@pytest.mark.parametrize(
+    ("content_type", "accept", "protobuf"),
+    [
+        ("application/protobuf", "", True),
+        ("application/x-protobuf", "", True),
+        ("application/json", "application/protobuf", False),
+        ("application/json; charset=utf-8", "", False),
+        ("", "application/protobuf", True),
+        ("", "application/json, application/protobuf", True),
+        ("", "*/*", False),
+        ("text/plain", "", False),
+    ],
+)
+def test_answer_encoding_from_content_type_then_accept(content_type: str, accept: str, protobuf: bool) -> None:
+    assert is_protobuf_answer(content_type, accept) is protobuf
+
+
+@pytest.mark.parametrize(
+    ("header", "gzip_ok"),
+    [
+        ("gzip", True),
+        ("gzip, deflate, br", True),
+        ("br;q=1.0, gzip;q=0.8", True),
+        ("*", True),
+        ("gzip;q=0", False),
+        ("gzip;q=0.0", False),
+        ("identity", False),
+        ("", False),
+        ("deflate", False),
+    ],
+)
+def test_accept_encoding(header: str, gzip_ok: bool) -> None:
+    assert accepts_gzip(header) is gzip_ok

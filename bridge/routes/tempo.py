@@ -350,8 +350,11 @@ async def _send(request: web.Request, answer: Answer, enriched: Enriched | None)
     if encoding and encoding.lower() != "identity":
         headers["Content-Encoding"] = encoding
     response = web.Response(status=answer.status, body=body, headers=headers)
-    await response.prepare(request)
-    await response.write_eof()
+    try:
+        await response.prepare(request)
+        await response.write_eof()
+    except (ConnectionError, aiohttp.ClientConnectionResetError) as exc:
+        log.info("tempo: client went away before the trace answer was sent (%s)", exc)
     return response
 
 
