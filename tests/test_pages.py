@@ -296,3 +296,17 @@ async def test_a_span_without_samples_says_so_and_why(stack: Stack) -> None:
     assert '<p id="no-data" class="error">No samples for this span: ' in page
     # the scope toggle keeps the profile type
     assert "scope=request&amp;profile_type=memory%3Aalloc_space%3Abytes%3Aspace%3Abytes" in page
+
+
+def test_the_span_tree_of_a_huge_trace_is_capped_and_keeps_the_current_span() -> None:
+    from bridge.spans import Span
+
+    spans = [Span("ab" * 16, f"{i + 1:016x}", f"{i:016x}" if i else "", f"op{i}", 1, "svc", i, i + 10)
+             for i in range(3000)]
+    trace = Trace.from_spans(spans, "ab" * 16)
+    current = spans[2500].span_id
+    rows, hidden = pages.tree_rows(trace, current, {spans[0].span_id: 5_000_000}, "nanoseconds", "span")
+    assert len(rows) == pages.MAX_TREE_ROWS + 1 and hidden == 3000 - len(rows)
+    assert rows[-1].current and rows[-1].span.span_id == current
+    assert rows[0].linked == "5.00 ms" and rows[0].local_root
+    assert rows[1].linked == ""  # an in-process child: its CPU is in its local root

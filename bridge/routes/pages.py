@@ -44,6 +44,7 @@ CHAR_WIDTH: Final = 7.0  # 12 px monospace
 MIN_FRAME_PX: Final = 2.0
 MAX_RECTS: Final = 2500  # the size budget: ~300 bytes a frame → under 1 MB of SVG whatever the profile
 MAX_TREE_QUERIES: Final = 64  # local roots whose linked samples the span tree shows
+MAX_TREE_ROWS: Final = 1000  # spans listed in the span tree (a 10,000-span trace stays a readable page)
 INDEX_SEARCH_LIMIT: Final = 200  # traces the index page's search asks for
 INDEX_LIMIT: Final = 60  # of those, the slowest-looking ones per service it fetches
 INDEX_PER_SERVICE: Final = 10
@@ -215,11 +216,17 @@ class TreeRow:
 
 
 async def linked_values(
-    profiles: ProfileSource, trace: Trace, profile_type: str, settings: Settings, ctx: CallContext
+    profiles: ProfileSource, trace: Trace, current: str, profile_type: str, settings: Settings, ctx: CallContext
 ) -> dict[str, int | None]:
     """Each local root's own linked samples (``SelectMergeSpanProfile`` with its id alone); None when the backend
-    failed for that span. Children have none of their own: the SDKs record their CPU under the local root."""
-    roots = [s for s in trace.spans.values() if trace.is_local_root(s)][:MAX_TREE_QUERIES]
+    failed for that span. Children have none of their own: the SDKs record their CPU under the local root. At most
+    ``MAX_TREE_QUERIES`` are asked: the current span's local root and the local roots below it first."""
+    first = [trace.local_root(current), *trace.descendant_local_roots(current)]
+    ordered = {s.span_id: s for s in first if s is not None}
+    for s in trace.spans.values():
+        if s.span_id not in ordered and trace.is_local_root(s):
+            ordered[s.span_id] = s
+    roots = list(ordered.values())[:MAX_TREE_QUERIES]
     limit = asyncio.Semaphore(8)
 
     async def one(span: Span) -> int | None:
@@ -239,16 +246,29 @@ async def linked_values(
     return {s.span_id: v for s, v in zip(roots, values, strict=True)}
 
 
-def tree_rows(trace: Trace, current: str, values: Mapping[str, int | None], unit: str, scope: str) -> list[TreeRow]:
-    rows = []
+def tree_rows(trace: Trace, current: str, values: Mapping[str, int | None], unit: str, scope: str,
+              limit: int = MAX_TREE_ROWS) -> tuple[list[TreeRow], int]:
+    """The trace's span tree, depth first, at most ``limit`` rows (the current span always among them), and how many
+    rows were left out. A local root's linked samples: its value, ``?`` when the backend failed, ``—`` when it was not
+    asked (over ``MAX_TREE_QUERIES``)."""
+    rows: list[TreeRow] = []
+    hidden = 0
     for depth, span in trace.walk():
+        is_current = span.span_id == current
+        if len(rows) >= limit and not is_current:
+            hidden += 1
+            continue
         is_root = trace.is_local_root(span)
-        value = values.get(span.span_id)
-        linked = "" if not is_root else ("?" if value is None and span.span_id in values else
-                                         format_value(value or 0, unit))
-        rows.append(TreeRow(depth, span, format_duration_ns(span.duration_ns), is_root, linked,
-                            span.span_id == current, span_path(span, scope=scope if scope != "span" else "")))
-    return rows
+        if not is_root:
+            linked = ""
+        elif span.span_id not in values:
+            linked = "—"
+        else:
+            value = values[span.span_id]
+            linked = "?" if value is None else format_value(value, unit)
+        rows.append(TreeRow(depth, span, format_duration_ns(span.duration_ns), is_root, linked, is_current,
+                            span_path(span, scope=scope if scope != "span" else "")))
+    return rows, hidden
 
 
 # --------------------------------------------------------------------------------------------- handlers
@@ -266,8 +286,8 @@ async def span_page(request: web.Request) -> web.Response:
         if params.format != "json":
             raise InvalidArgument("the page has no format parameter; download pprof or collapsed from the API")
         ans = await answer_for(request, params)
-        values = await linked_values(appmod.profiles_of(request.app), ans.trace, params.profile_type, settings,
-                                     call_context(request))
+        values = await linked_values(appmod.profiles_of(request.app), ans.trace, ans.span.span_id,
+                                     params.profile_type, settings, call_context(request))
     except BridgeError as exc:
         return error_page(exc)
     return render_page("span.html", **span_context(ans, params, settings, values, query))
@@ -277,6 +297,7 @@ def span_context(ans: Answer, params: ProfileParams, settings: Settings, values:
                  query: str) -> dict[str, Any]:
     unit = flamegraph.parse_profile_type(params.profile_type).sample_unit
     span = ans.span
+    rows, hidden = tree_rows(ans.trace, span.span_id, values, unit, params.scope)
     api = f"/api/v1/spans/{span.trace_id}/{span.span_id}/profile"
     base_q = {"scope": params.scope, "profile_type": params.profile_type}
     return {
@@ -295,7 +316,8 @@ def span_context(ans: Answer, params: ProfileParams, settings: Settings, values:
         "services": [(s.service, format_value(s.value, unit), share(s.value, ans.tree.total), s.spans)
                      for s in ans.services],
         "parts": [(p, format_value(p.value, unit)) for p in ans.parts],
-        "tree": tree_rows(ans.trace, span.span_id, values, unit, params.scope),
+        "tree": rows,
+        "tree_hidden": hidden,
         "scope_links": [(s, span_path(span, scope=s if s != "span" else "",
                                       profile_type=params.profile_type if params.profile_type != settings.profile_type
                                       else "")) for s in ("span", "request")],
