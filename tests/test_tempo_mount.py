@@ -405,6 +405,14 @@ async def test_tempo_cutting_the_answer_short_is_an_error_not_a_truncated_trace(
     assert len(stack.app[SPAN_CACHE]) == 0
 
 
+async def test_tempo_dropping_the_connection_is_unavailable(stack: Stack) -> None:
+    stack.tempo.faults.refuse = True
+    for path in (f"/tempo/api/v2/traces/{stack.vulture_id}", "/tempo/api/echo"):
+        resp = await stack.client.get(path, headers=PB)
+        assert resp.status == 503, path
+        assert "tempo" in await resp.text()
+
+
 async def test_tempo_error_status_passes_through(stack: Stack) -> None:
     stack.tempo.faults.status = 429
     resp = await stack.client.get(f"/tempo/api/v2/traces/{stack.vulture_id}", headers=PB)

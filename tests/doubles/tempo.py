@@ -12,8 +12,9 @@ pytest-aiohttp's ``aiohttp_server``) that answers from traces given to it, in Te
   ``traceID`` with leading zeros stripped, ``durationNanos`` strings, ``traces`` absent when nothing matched).
 - ``GET /api/v2/search/tags``, ``GET /api/v2/search/tag/{tag}/values``, ``/ready``, ``/api/echo``,
   ``/api/status/buildinfo``; anything else → Go's ``404 page not found``.
-- ``gzip`` knob: gzip the body when the client accepts it. ``faults``: slow, error status, reset mid-body, garbage
-  body, search lag (the next N searches find nothing), optionally only under a path prefix.
+- ``gzip`` knob: gzip the body when the client accepts it. ``faults``: slow, error status, refuse (drop the
+  connection before answering), reset mid-body, garbage body, search lag (the next N searches find nothing),
+  optionally only under a path prefix.
 - ``refused_url()``: a URL where nothing listens (connection refused).
 
     tempo = TempoDouble()
@@ -69,6 +70,7 @@ class Faults:
     delay: float = 0.0  # seconds to wait before answering (slow Tempo)
     status: int | None = None  # answer with this HTTP status and ``body`` instead of the real answer
     body: str = "too many outstanding requests"
+    refuse: bool = False  # drop the connection before answering anything
     reset: bool = False  # send headers and part of a body, then drop the connection
     garbage: bool = False  # 200 with bytes that are neither protobuf nor JSON of the right shape
     search_lag: int = 0  # the next N searches find nothing (Tempo's search lags ingest by 15–30 s)
@@ -219,6 +221,10 @@ class TempoDouble:
             await asyncio.sleep(f.delay)
         if f.status is not None:
             return web.Response(status=f.status, text=f.body + "\n", content_type="text/plain", charset="utf-8")
+        if f.refuse:
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response(status=503)  # never sent: the connection is gone
         if f.reset:
             response = web.StreamResponse(status=200, headers={"Content-Length": "100000"})
             response.content_type = "application/json"
