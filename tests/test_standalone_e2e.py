@@ -92,7 +92,8 @@ async def run_program(url: str, tmp_path: Path) -> list[dict[str, str]]:
 
 
 async def start(settings: Settings) -> tuple[web.AppRunner, str]:
-    runner = web.AppRunner(create_app(settings))
+    # as `profile-bridge serve` runs it: bodies arrive still gzip-compressed and handlers undo it with a size limit
+    runner = web.AppRunner(create_app(settings), auto_decompress=False)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()

@@ -353,3 +353,34 @@ async def test_huge_and_negative_windows_do_not_overflow(store: Store) -> None:
     assert (await merge(store, start=-5, end=2**62)).total == 3_590_000_000
     assert await store.search("{}", -1, 2**40, 1, ctx()) != []
 
+
+
+async def test_group_commit_isolates_a_failing_job(tmp_path: Path) -> None:
+    """Concurrent ingests share one transaction (one fsync); a job that fails is rolled back alone."""
+    import asyncio
+
+    store = await Store.open(tmp_path, clock=lambda: CAPTURE_END_S)
+    try:
+        pushes = [body for path, body in capture_requests() if path != "/v1/traces"]
+        batches = [model.records_from_push(push_pb2.PushRequest.FromString(b), now_ns=0) for b in pushes]
+
+        def failing(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO functions (name) VALUES ('ghost')")
+            raise RuntimeError("boom")
+
+        results = await asyncio.gather(
+            *(store.ingest_profiles(b, None) for b in batches[:3]),
+            store._commit(failing),
+            *(store.ingest_profiles(b, None) for b in batches[3:]),
+            return_exceptions=True,
+        )
+        assert isinstance(results[3], RuntimeError)
+        assert sum(r for r in results if isinstance(r, int)) == 201
+        c = await store.counts()
+        assert (c.samples, c.sample_value) == (201, 3_590_000_000)
+        names = stacks_of(await merge(store))
+        assert all("ghost" not in frames for frames in names)
+    finally:
+        await store.close()
+    with pytest.raises(Exception, match="closed"):
+        await store.ingest_profiles(batches[0], None)

@@ -16,8 +16,11 @@ after it has committed: a malformed body stores nothing.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
 
 from aiohttp import BodyPartReader, web
 from google.protobuf import json_format
@@ -26,19 +29,30 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_tra
 
 from bridge import app as appmod
 from bridge._proto import push_pb2
-from bridge.connect import decode_request, decompress, encode_response
+from bridge.connect import Codec, decode_request, decompress, encode_response
 from bridge.errors import BridgeError, Code, InvalidArgument, ResourceExhausted
 from bridge.middleware import ROUTE_LABEL
 from bridge.store import model
 from bridge.store.db import Store
 from bridge.upstream.proxy import read_body
 
+T = TypeVar("T")
+
 OTLP_PROTOBUF: Final = ("application/x-protobuf", "application/protobuf")
 OTLP_JSON: Final = "application/json"
 # google.rpc.Code numbers for the OTLP/HTTP error body
 RPC_CODES: Final = {Code.INVALID_ARGUMENT: 3, Code.RESOURCE_EXHAUSTED: 8, Code.INTERNAL: 13, Code.UNAVAILABLE: 14}
+OFFLOAD_BYTES: Final = 256 * 1024
 EMPTY_GZIP_BYTES: Final = 20  # gzip.compress(b"") with no file name
 INGEST_FORMATS: Final = ("pprof", "folded", "lines")
+
+
+async def off_loop(size: int, fn: Callable[..., T], *args: Any) -> T:
+    """Decode a body: inline when small, on a worker thread when large, so one big upload does not stall every
+    other request on the event loop."""
+    if size >= OFFLOAD_BYTES:
+        return await asyncio.to_thread(fn, *args)
+    return fn(*args)
 
 
 def _store(request: web.Request) -> Store:
@@ -105,6 +119,18 @@ def _otlp_error(status: int, code: Code, message: str, as_json: bool) -> web.Res
     return web.Response(status=status, body=encode_rpc_status(rpc, message), content_type="application/x-protobuf")
 
 
+def decode_traces(body: bytes, as_json: bool) -> model.SpanBatch:
+    if as_json:
+        req = model.parse_export_json(body)
+    else:
+        req = otlp_trace_svc.ExportTraceServiceRequest()
+        try:
+            req.ParseFromString(body)
+        except DecodeError as exc:
+            raise InvalidArgument(f"request body is not a valid OTLP ExportTraceServiceRequest ({exc})") from exc
+    return model.rows_from_export(req)
+
+
 async def v1_traces(request: web.Request) -> web.Response:
     request[ROUTE_LABEL] = "/v1/traces"
     settings = request.app[appmod.SETTINGS]
@@ -120,15 +146,7 @@ async def v1_traces(request: web.Request) -> web.Response:
         )
     try:
         body = await _body(request, settings.max_body_bytes)
-        if as_json:
-            req = model.parse_export_json(body)
-        else:
-            req = otlp_trace_svc.ExportTraceServiceRequest()
-            try:
-                req.ParseFromString(body)
-            except DecodeError as exc:
-                raise InvalidArgument(f"request body is not a valid OTLP ExportTraceServiceRequest ({exc})") from exc
-        batch = model.rows_from_export(req)
+        batch = await off_loop(len(body), decode_traces, body, as_json)
         stored = await _store(request).ingest_spans(batch, _tenant(request))
     except BridgeError as exc:
         metrics.ingest_rejected.labels("/v1/traces").inc()
@@ -147,16 +165,22 @@ async def v1_traces(request: web.Request) -> web.Response:
 # --------------------------------------------------------------------------------------------- Pyroscope push
 
 
+def decode_push(raw: bytes, content_type: str | None, encoding: str | None, max_bytes: int,
+                now_ns: int) -> tuple[Codec, list[model.ProfileRecord]]:
+    req, codec = decode_request(raw, content_type, encoding, push_pb2.PushRequest, max_bytes)
+    return codec, model.records_from_push(req, now_ns=now_ns)
+
+
 async def push(request: web.Request) -> web.Response:
     request[ROUTE_LABEL] = "/push.v1.PusherService/Push"
     settings = request.app[appmod.SETTINGS]
     try:
         raw, encoding = await read_body(request, settings.max_body_bytes)
         _check_not_swallowed(request, raw)
-        req, codec = decode_request(
-            raw, request.headers.get("Content-Type"), encoding, push_pb2.PushRequest, settings.max_body_bytes
+        codec, records = await off_loop(
+            len(raw), decode_push, raw, request.headers.get("Content-Type"), encoding, settings.max_body_bytes,
+            _now_ns(request),
         )
-        records = model.records_from_push(req, now_ns=_now_ns(request))
         await _store(request).ingest_profiles(records, _tenant(request))
     except BridgeError:
         request.app[appmod.METRICS].ingest_rejected.labels("/push.v1.PusherService/Push").inc()
@@ -257,17 +281,20 @@ async def _decode_ingest(request: web.Request) -> list[model.ProfileRecord]:
         if fmt != "pprof":
             raise InvalidArgument("a multipart body must carry a pprof profile (format=pprof)")
         profile, only_types = await _multipart_profile(request, settings.max_body_bytes)
-        return model.records_from_legacy_pprof(
-            profile, name, from_s=from_s, until_s=until_s, now_ns=now, only_types=only_types
-        )
+        return await off_loop(len(profile), functools.partial(
+            model.records_from_legacy_pprof, profile, name, from_s=from_s, until_s=until_s, now_ns=now,
+            only_types=only_types,
+        ))
     body = await _body(request, settings.max_body_bytes)
     if not body:
         raise InvalidArgument("request body is empty")
     if fmt == "pprof":
-        return model.records_from_legacy_pprof(body, name, from_s=from_s, until_s=until_s, now_ns=now)
-    return model.records_from_folded(
-        body, name, from_s=from_s, until_s=until_s, sample_rate=sample_rate, now_ns=now
-    )
+        return await off_loop(len(body), functools.partial(
+            model.records_from_legacy_pprof, body, name, from_s=from_s, until_s=until_s, now_ns=now
+        ))
+    return await off_loop(len(body), functools.partial(
+        model.records_from_folded, body, name, from_s=from_s, until_s=until_s, sample_rate=sample_rate, now_ns=now
+    ))
 
 
 def setup(app: web.Application) -> None:

@@ -50,6 +50,7 @@ T = TypeVar("T")
 
 DB_FILE: Final = "store.sqlite3"
 DEFAULT_MAX_NODES: Final = 8192  # Pyroscope's querier.max-flamegraph-nodes-default
+OFFLOAD_BYTES: Final = 256 * 1024  # requests at least this large are decoded on a worker thread
 SEARCH_SCAN_LIMIT: Final = 50_000  # candidate spans examined per search
 FAR_FUTURE_NS: Final = 2**62
 _BIG_ENDIAN: Final = sys.byteorder == "big"
@@ -174,6 +175,9 @@ class Store:
         self._lock = threading.Lock()
         self._wconn: sqlite3.Connection | None = None
         self._closed = False
+        self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any],
+                                  asyncio.AbstractEventLoop]] = []
+        self._flush_scheduled = False
         # writer-side id caches (cleared on rollback and after retention)
         self._function_ids: dict[str, int] = {}
         self._stack_ids: dict[tuple[str, ...], int] = {}
@@ -216,9 +220,10 @@ class Store:
         self._wconn = conn
 
     async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         try:
             await self._write(self._close_writer)
         finally:
@@ -282,6 +287,61 @@ class Store:
         conn.execute("COMMIT")
         return result
 
+    # ----------------------------------------------------------------------------------------- group commit
+
+    async def _commit(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``job`` in a write transaction and return once that transaction has committed.
+
+        Group commit: jobs that arrive while the writer is busy are written together in the next transaction, each
+        inside its own savepoint — one job's failure rolls back only that job, and the commit (one fsync) is
+        shared. Each caller is answered only after the shared COMMIT."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        with self._lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            self._pending.append((job, future, loop))
+            schedule = not self._flush_scheduled
+            self._flush_scheduled = True
+        if schedule:
+            self._writer.submit(self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        with self._lock:
+            jobs, self._pending = self._pending, []
+            self._flush_scheduled = False
+        if not jobs:
+            return
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        try:
+            conn = self._w()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for n, (job, _, _) in enumerate(jobs):
+                    conn.execute(f"SAVEPOINT job{n}")
+                    try:
+                        outcomes.append((job(conn), None))
+                    except Exception as exc:  # noqa: BLE001 - handed to the job's caller below
+                        conn.execute(f"ROLLBACK TO job{n}")
+                        self._forget_ids()  # ids handed out inside the rolled-back job no longer exist
+                        outcomes.append((None, exc))
+                    conn.execute(f"RELEASE job{n}")
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                self._forget_ids()
+                raise
+        except Exception as group_exc:  # noqa: BLE001 - the whole group failed: every caller hears it
+            error: BaseException = (
+                group_exc if isinstance(group_exc, BridgeError)
+                else StoreError(f"the store could not commit: {group_exc}")
+            )
+            outcomes = [(None, error)] * len(jobs)
+        for (_, future, loop), (result, failure) in zip(jobs, outcomes, strict=True):
+            loop.call_soon_threadsafe(_settle, future, result, failure)
+
     # ----------------------------------------------------------------------------------------- ingest: profiles
 
     async def ingest_profiles(self, records: Sequence[model.ProfileRecord], tenant: str | None) -> int:
@@ -289,7 +349,7 @@ class Store:
         if not records:
             return 0
         key = tenant or "anonymous"
-        return await self._write(self._transaction, lambda conn: self._insert_profiles(conn, key, records))
+        return await self._commit(lambda conn: self._insert_profiles(conn, key, records))
 
     def _function_id(self, conn: sqlite3.Connection, name: str) -> int:
         fid = self._function_ids.get(name)
@@ -363,7 +423,8 @@ class Store:
         self, req: otlp_profiles_svc.ExportProfilesServiceRequest, tenant: str | None
     ) -> None:
         """The profile sink (link gateway in standalone mode). Raises ``InvalidArgument`` on bad content."""
-        records = model.records_from_otlp_profiles(req, now_ns=self._now_ns())
+        decode = functools.partial(model.records_from_otlp_profiles, req, now_ns=self._now_ns())
+        records = await asyncio.to_thread(decode) if req.ByteSize() >= OFFLOAD_BYTES else decode()
         await self.ingest_profiles(records, tenant)
 
     # ----------------------------------------------------------------------------------------- ingest: traces
@@ -372,7 +433,7 @@ class Store:
         if not batch.rows:
             return 0
         key = tenant or "anonymous"
-        return await self._write(self._transaction, lambda conn: self._insert_spans(conn, key, batch))
+        return await self._commit(lambda conn: self._insert_spans(conn, key, batch))
 
     def _blob_id(self, conn: sqlite3.Connection, table: str, body: bytes) -> int:
         key = (table, body)
@@ -415,7 +476,9 @@ class Store:
         self, req: otlp_trace_svc.ExportTraceServiceRequest, tenant: str | None
     ) -> tuple[int, str]:
         """The trace sink (``/v1/traces`` and gRPC TraceService): returns (rejected spans, message)."""
-        batch = model.rows_from_export(req)
+        batch = await asyncio.to_thread(model.rows_from_export, req) if req.ByteSize() >= OFFLOAD_BYTES else (
+            model.rows_from_export(req)
+        )
         await self.ingest_spans(batch, tenant)
         return batch.rejected, batch.message
 
@@ -958,6 +1021,15 @@ class Store:
             return Counts(spans, traces, profiles, uploads, samples, value, with_span, distinct, series)
 
         return await self._read(read)
+
+
+def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if future.done():  # the caller went away (cancelled); its data is committed or rolled back all the same
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
 
 
 def _bound_attr_value(bound: tuple[Any, ...], attr: traceql.Attr) -> traceql.Value | None:
