@@ -10,12 +10,14 @@ with SIGTERM, which flushes the remaining spans and profile window.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import re
 import signal
 import socket
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,8 @@ import pytest
 from aiohttp import ClientError, ClientSession, ClientTimeout
 
 from bridge._proto import push_pb2
+from bridge.app import create_app
+from bridge.config import Settings
 from bridge.pprof import decode_pprof, iter_samples
 from bridge.spans import PROFILE_ID_ATTR, SPAN_KIND_CLIENT, SPAN_KIND_SERVER, Span, spans_from_otlp
 from tests.doubles.recorder import RECORDER, Recorder, build_recorder
@@ -105,11 +109,10 @@ def demo_log(tmp_path: Path) -> Iterator[Path]:
         print(path.read_text(errors="replace")[-4000:])
 
 
-async def test_demo_app_sends_linked_traces_and_profiles(aiohttp_server: Any, demo_log: Path) -> None:
-    app = build_recorder()
-    server = await aiohttp_server(app)
-    recorder = app[RECORDER]
-    sink = str(server.make_url("")).rstrip("/")
+@contextlib.asynccontextmanager
+async def run_demo(sink: str, log_path: Path) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+    """Run ``python -m examples.demo_app`` sending to ``sink``; yields the frontend's URL and the process, and
+    always stops it (SIGTERM, then SIGKILL of its process group)."""
     frontend_port, backend_port = _free_port(), _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYROSCOPE_"))}
     env.update(
@@ -118,25 +121,40 @@ async def test_demo_app_sends_linked_traces_and_profiles(aiohttp_server: Any, de
         OTEL_BSP_SCHEDULE_DELAY="200",
         PYTHONPATH=str(ROOT),
     )
-    with demo_log.open("wb") as log:
+    with log_path.open("wb") as log:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "examples.demo_app",
             "--frontend-port", str(frontend_port), "--backend-port", str(backend_port),
             cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True,
         )
         try:
-            base = f"http://127.0.0.1:{frontend_port}"
-            async with ClientSession(timeout=ClientTimeout(total=10, connect=2)) as session:
-                await _wait_ready(session, base)
-                loop = asyncio.get_running_loop()
-                deadline = loop.time() + DRIVE_SECONDS
-                rounds = 0
-                while not _linked_count_primes(recorder):
-                    assert loop.time() < deadline, f"no linked count_primes samples after {rounds} rounds"
-                    await _drive(session, base)
-                    rounds += 1
+            yield f"http://127.0.0.1:{frontend_port}", proc
         finally:
             await _stop(proc)
+
+
+async def _drive_until(session: ClientSession, base: str, done: Callable[[], Awaitable[bool]]) -> None:
+    await _wait_ready(session, base)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DRIVE_SECONDS
+    rounds = 0
+    while not await done():
+        assert loop.time() < deadline, f"condition not met after {rounds} rounds"
+        await _drive(session, base)
+        rounds += 1
+
+
+async def test_demo_app_sends_linked_traces_and_profiles(aiohttp_server: Any, demo_log: Path) -> None:
+    app = build_recorder()
+    server = await aiohttp_server(app)
+    recorder = app[RECORDER]
+
+    async def linked_count_primes() -> bool:
+        return _linked_count_primes(recorder)
+
+    async with run_demo(str(server.make_url("")).rstrip("/"), demo_log) as (base, proc):
+        async with ClientSession(timeout=ClientTimeout(total=10, connect=2)) as session:
+            await _drive_until(session, base, linked_count_primes)
     assert proc.returncode == 0
     assert not recorder.rejected
 
@@ -191,3 +209,64 @@ async def test_demo_app_sends_linked_traces_and_profiles(aiohttp_server: Any, de
                      for label in series.labels}
     assert series_labels["__name__"] == "process_cpu" and series_labels["service_namespace"] == "shop"
     assert all(isinstance(request, push_pb2.PushRequest) for request in recorder.pushes)
+
+
+async def _ingested(client: ClientSession, bridge: str, kind: str) -> float:
+    async with client.get(bridge + "/metrics") as resp:
+        text = await resp.text()
+    match = re.search(rf'^profile_bridge_ingested_total\{{kind="{kind}"\}} (\S+)$', text, re.MULTILINE)
+    return float(match.group(1)) if match else 0.0
+
+
+async def _span_answers(client: ClientSession, bridge: str, name: str) -> list[tuple[str, str]]:
+    """(resolution mode, collapsed stacks) of the profile of every span named ``name`` (Tempo search through the
+    bridge's /tempo mount, then the bridge's span profile API)."""
+    async with client.get(bridge + "/tempo/api/search", params={"q": f'{{name="{name}"}}', "limit": "20"}) as resp:
+        assert resp.status == 200, await resp.text()
+        doc = await resp.json()
+    answers = []
+    for hit in doc["traces"]:
+        for span_set in hit.get("spanSets") or [hit["spanSet"]]:
+            for span in span_set["spans"]:
+                url = f"{bridge}/api/v1/spans/{hit['traceID']}/{span['spanID']}/profile"
+                async with client.get(url, params={"format": "collapsed"}) as resp:
+                    assert resp.status == 200, await resp.text()
+                    answers.append((resp.headers["X-Profile-Bridge-Resolution"], await resp.text()))
+    assert answers, f"no {name} spans found"
+    return answers
+
+
+async def test_demo_app_through_the_standalone_bridge_shows_every_mode(
+    aiohttp_server: Any, tmp_path: Path, demo_log: Path
+) -> None:
+    """The demo app sends to a standalone bridge (its embedded store); each kind of span then resolves the way the
+    README's table says: roots linked, in-process children local-root, a short or sleeping span time-window/none."""
+    bridge_app = create_app(Settings.for_tests(mode="standalone", data_dir=str(tmp_path / "data")))
+    server = await aiohttp_server(bridge_app)
+    bridge = str(server.make_url("")).rstrip("/")
+    async with ClientSession(timeout=ClientTimeout(total=10, connect=2)) as client:
+
+        async def both_services_pushed() -> bool:
+            return await _ingested(client, bridge, "profiles") >= 2
+
+        async with run_demo(bridge, demo_log) as (base, proc):
+            await _drive_until(client, base, both_services_pushed)
+        assert proc.returncode == 0
+
+        expectations = {
+            # span name: (modes allowed, mode that must show up at least once, function in its flame graph)
+            "GET /price": ({"linked", "time-window"}, "linked", "count_primes"),
+            "countPrimes": ({"local-root", "time-window"}, "local-root", "count_primes"),
+            "GET /checkout": ({"linked", "time-window"}, "linked", "render_json"),
+            "renderCart": ({"local-root", "time-window"}, "local-root", "render_json"),
+            "GET /health": ({"linked", "time-window", "none"}, "time-window", ""),
+            "waitForInventory": ({"local-root", "time-window", "none"}, "time-window", ""),
+        }
+        for name, (allowed, required, function) in expectations.items():
+            answers = await _span_answers(client, bridge, name)
+            modes = {mode for mode, _ in answers}
+            assert modes <= allowed, (name, modes)
+            assert required in modes or (required == "time-window" and "none" in modes), (name, modes)
+            for mode, stacks in answers:
+                if mode == required and function:
+                    assert function in stacks, (name, stacks[:500])
