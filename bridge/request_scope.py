@@ -186,6 +186,8 @@ async def answer(
         tree.name = flamegraph.ROOT_NAME
         return Answer("span", span, trace, profile_type, own, tree, own.flamegraph)
 
+    # the tree is known now: the resolver finds every descendant in the span cache instead of asking Tempo again
+    resolver.span_cache.put_trace(ctx.tenant, trace)
     descendants = trace.descendant_local_roots(span.span_id)
     asked, skipped = descendants[:MAX_DESCENDANTS], max(0, len(descendants) - MAX_DESCENDANTS)
     limit = asyncio.Semaphore(CONCURRENCY)

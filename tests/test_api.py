@@ -291,3 +291,13 @@ async def test_go_tool_pprof_opens_the_request_profile(stack: Stack, tmp_path: A
     stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=120)
     assert proc.returncode == 0, stderr.decode()
     assert "count_primes" in stdout.decode() and "Type: cpu" in stdout.decode()
+
+
+@pytest.mark.parametrize("profile_type", [CPU, "memory:alloc_space:bytes:space:bytes"])
+async def test_request_scope_fetches_the_trace_once(stack: Stack, profile_type: str) -> None:
+    # with no data for the type, every descendant falls through to a lookup: the span cache must answer them
+    trace_id, client_id, _ = a_client_span_calling_a_profiled_backend(stack)
+    resp = await stack.http.get(path(trace_id, client_id), params={"scope": "request", "profile_type": profile_type})
+    assert resp.status == 200
+    assert len(stack.tempo.calls(f"/api/v2/traces/{trace_id}")) == 1
+    assert not stack.tempo.search_calls
