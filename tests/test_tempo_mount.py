@@ -249,6 +249,19 @@ async def test_corrupt_gzip_passes_through_with_encoding_failure(stack: Stack) -
     assert stack.metric("profile_bridge_enrich_failures_total", reason="encoding") == 1
 
 
+async def test_grafana_flow_against_a_tempo_without_v2(stack: Stack) -> None:
+    """Grafana asks v2 first and, on a 404, the old v1 endpoint (contracts/grafana.md §3): both go through."""
+    stack.tempo.faults.status, stack.tempo.faults.body, stack.tempo.faults.paths = 404, "404 page not found", "/api/v2/"
+    child = load_shop().pick("frontend-child")
+    resp = await stack.client.get(f"/tempo/api/v2/traces/{child.trace_id}", headers=PB)
+    assert (resp.status, await resp.text()) == (404, "404 page not found\n")
+    resp = await stack.client.get(f"/tempo/api/traces/{child.trace_id}", headers=PB)
+    assert resp.status == 200
+    spans = spans_of(await resp.read(), 1, True)
+    assert len(spans) == 5 and all(profile_ids(s) == [s.span_id.hex()] for s in spans)
+    assert stack.app[SPAN_CACHE].get(None, child.span_id) is not None
+
+
 # --------------------------------------------------------------------------------------------- bad trace ids
 
 
