@@ -87,7 +87,11 @@ def create_app(settings: Settings, *, wall_clock: Callable[[], float] = time.tim
     from bridge.routes import ingest
 
     ingest.setup(app)
+    from bridge.routes import otlp
+
+    otlp.setup(app)
     app.cleanup_ctx.append(_backends)
+    app.cleanup_ctx.append(_otlp_gateway)
     return app
 
 
@@ -105,4 +109,13 @@ async def _backends(app: web.Application) -> AsyncIterator[None]:
     async with open_clients(settings, app[METRICS]) as (traces, profiles):
         app[BACKENDS].traces = traces
         app[BACKENDS].profiles = profiles
+        yield
+
+
+async def _otlp_gateway(app: web.Application) -> AsyncIterator[None]:
+    """The OTLP profile link gateway (after ``_backends``: standalone mode hands it the store's sink): the gRPC
+    receiver and the pprof puller, published in ``app[BACKENDS].extras``."""
+    from bridge.otlp.runtime import open_gateway
+
+    async with open_gateway(app[SETTINGS], app[METRICS], app[BACKENDS].extras, wall_clock=app[CLOCK].now):
         yield

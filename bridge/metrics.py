@@ -46,6 +46,10 @@ class Metrics:
             "profile_bridge_link_samples", "OTLP profile samples seen by the link gateway, by outcome",
             ["outcome"], registry=r,
         )
+        self.pprof_scrapes = Counter(
+            "profile_bridge_pprof_scrapes", "pprof pull scrapes by target and outcome (ok, error)",
+            ["target", "outcome"], registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

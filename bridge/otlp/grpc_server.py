@@ -1,0 +1,149 @@
+"""The OTLP gRPC receiver (grpc.aio, on ``settings.otlp_grpc_listen``, default ``0.0.0.0:4317``).
+
+- ``opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export`` → the link gateway.
+- ``opentelemetry.proto.collector.trace.v1.TraceService/Export`` → ``extras["trace_sink"]``, registered only when
+  the standalone store provides one.
+
+Requests arrive as bytes and are decoded here, so a malformed body is ``INVALID_ARGUMENT`` with a message (grpc's
+own deserialiser would say ``INTERNAL``). The tenant is the ``x-scope-orgid`` metadata entry, credentials
+``authorization``; the call's deadline (if the client set one) caps the budget. ``BridgeError`` codes map one to one
+onto gRPC status codes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, TypeVar
+
+import grpc
+from google.protobuf.message import DecodeError, Message
+from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as psvc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as tsvc
+
+from bridge.config import Settings
+from bridge.connect import Deadline
+from bridge.errors import BridgeError, InvalidArgument
+from bridge.otlp.gateway import Gateway
+from bridge.upstream.base import CallContext
+from bridge.upstream.otlp_forward import CODE_TO_GRPC
+
+log = logging.getLogger("bridge.otlp.grpc")
+
+PROFILES_SERVICE: Final = "opentelemetry.proto.collector.profiles.v1development.ProfilesService"
+TRACE_SERVICE: Final = "opentelemetry.proto.collector.trace.v1.TraceService"
+
+M = TypeVar("M", bound=Message)
+
+
+class TraceSink(Protocol):
+    async def ingest_otlp_traces(self, req: tsvc.ExportTraceServiceRequest, tenant: str | None) -> tuple[int, str]:
+        ...
+
+
+@dataclass(slots=True)
+class GrpcServer:
+    server: grpc.aio.Server
+    host: str
+    port: int  # the bound port (useful when the setting asked for port 0)
+
+    async def stop(self, grace: float = 2.0) -> None:
+        await self.server.stop(grace)
+
+
+def call_context(context: grpc.aio.ServicerContext, settings: Settings) -> CallContext:
+    metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+    remaining = context.time_remaining()
+    return CallContext(
+        deadline=Deadline.start(remaining, settings.max_request_timeout),
+        tenant=metadata.get("x-scope-orgid") or None,
+        authorization=metadata.get("authorization") or None,
+    )
+
+
+def decode(cls: type[M], body: bytes) -> M:
+    msg = cls()
+    try:
+        msg.ParseFromString(body)
+    except DecodeError as exc:
+        raise InvalidArgument(f"request is not a valid {cls.DESCRIPTOR.full_name} protobuf message ({exc})") from exc
+    return msg
+
+
+Handler = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[Message]]
+
+
+def _guarded(name: str, fn: Handler) -> Handler:
+    """Map errors once: BridgeError → its gRPC code and message; anything else → logged, INTERNAL."""
+
+    async def handler(body: bytes, context: grpc.aio.ServicerContext) -> Message:
+        try:
+            return await fn(body, context)
+        except BridgeError as exc:
+            log.info("%s failed: %s (%s)", name, exc.message, exc.code.value)
+            await context.abort(CODE_TO_GRPC.get(exc.code, grpc.StatusCode.UNKNOWN), exc.message)
+        except Exception:
+            log.exception("unhandled error in %s", name)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error in profile-bridge (see its log)")
+        raise AssertionError("unreachable: context.abort raises")
+
+    return handler
+
+
+def build_handlers(settings: Settings, gateway: Gateway, trace_sink: TraceSink | None) -> list[Any]:
+    async def export_profiles(body: bytes, context: grpc.aio.ServicerContext) -> Message:
+        req = decode(psvc.ExportProfilesServiceRequest, body)
+        return await gateway.export(req, call_context(context, settings), route="otlp_grpc_profiles")
+
+    handlers: list[Any] = [
+        grpc.method_handlers_generic_handler(PROFILES_SERVICE, {
+            "Export": grpc.unary_unary_rpc_method_handler(
+                _guarded("ProfilesService/Export", export_profiles),
+                request_deserializer=None,
+                response_serializer=psvc.ExportProfilesServiceResponse.SerializeToString,
+            ),
+        })
+    ]
+    if trace_sink is not None:
+        sink = trace_sink
+
+        async def export_traces(body: bytes, context: grpc.aio.ServicerContext) -> Message:
+            req = decode(tsvc.ExportTraceServiceRequest, body)
+            ctx = call_context(context, settings)
+            rejected, message = await sink.ingest_otlp_traces(req, ctx.tenant)
+            resp = tsvc.ExportTraceServiceResponse()
+            if rejected or message:
+                resp.partial_success.rejected_spans = rejected
+                resp.partial_success.error_message = message
+            return resp
+
+        handlers.append(grpc.method_handlers_generic_handler(TRACE_SERVICE, {
+            "Export": grpc.unary_unary_rpc_method_handler(
+                _guarded("TraceService/Export", export_traces),
+                request_deserializer=None,
+                response_serializer=tsvc.ExportTraceServiceResponse.SerializeToString,
+            ),
+        }))
+    return handlers
+
+
+async def start_grpc_server(settings: Settings, gateway: Gateway, trace_sink: TraceSink | None = None) -> GrpcServer:
+    """Bind and start. A port that cannot be bound raises ``OSError`` naming the address."""
+    host, port = settings.otlp_grpc_listen
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", settings.max_body_bytes),
+        ("grpc.so_reuseport", 0),
+    ])
+    server.add_generic_rpc_handlers(build_handlers(settings, gateway, trace_sink))
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise OSError(f"cannot listen for OTLP gRPC on {address} ({exc})") from exc
+    if bound == 0:
+        raise OSError(f"cannot listen for OTLP gRPC on {address}")
+    await server.start()
+    services = "profiles" + (" and traces" if trace_sink is not None else "")
+    log.info("OTLP gRPC receiver for %s on %s:%d", services, host, bound)
+    return GrpcServer(server, host, bound)

@@ -1,0 +1,142 @@
+"""``POST /v1development/profiles``: the link gateway's OTLP/HTTP receiver.
+
+- Bodies: ``application/x-protobuf`` (binary) or ``application/json`` (OTLP/JSON: lowerCamelCase names, ``traceId``
+  / ``spanId`` / ``profileId`` as hex — base64 is accepted too), optionally ``Content-Encoding: gzip``.
+- Answers ``ExportProfilesServiceResponse`` in the request's encoding; a partial success carries the count of
+  samples whose ids were invalid (``rejected_profiles`` stays 0).
+- Errors are OTLP errors: a ``google.rpc.Status`` in the request's encoding with the HTTP status of its code
+  (malformed body 400, unsupported media type 415, upstream failures as Pyroscope answered them, e.g. 503/504).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any, Final
+
+from aiohttp import web
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from google.rpc import status_pb2
+from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as svc
+
+from bridge import app as appmod
+from bridge.connect import Deadline, decompress
+from bridge.errors import CODE_TO_HTTP, BridgeError, Code, InvalidArgument, UpstreamUnavailable
+from bridge.middleware import ROUTE_LABEL
+from bridge.otlp.gateway import Gateway
+from bridge.upstream.base import CallContext
+from bridge.upstream.otlp_forward import CODE_TO_GRPC
+from bridge.upstream.proxy import read_body
+
+PATH: Final = "/v1development/profiles"
+PROTOBUF_TYPES: Final = ("application/x-protobuf", "application/protobuf", "application/proto")
+JSON_TYPE: Final = "application/json"
+EMPTY_GZIP_BYTES: Final = 20  # an empty gzip member
+ID_SIZES: Final = {"traceId": 16, "trace_id": 16, "spanId": 8, "span_id": 8, "profileId": 16, "profile_id": 16}
+
+
+def gateway_of(app: web.Application) -> Gateway:
+    gateway = app[appmod.BACKENDS].extras.get("otlp_gateway")
+    if gateway is None:
+        raise UpstreamUnavailable("pyroscope", "the OTLP profile gateway is not running")
+    assert isinstance(gateway, Gateway)
+    return gateway
+
+
+def decode_protobuf(data: bytes) -> svc.ExportProfilesServiceRequest:
+    req = svc.ExportProfilesServiceRequest()
+    try:
+        req.ParseFromString(data)
+    except DecodeError as exc:
+        raise InvalidArgument(f"request body is not a valid ExportProfilesServiceRequest protobuf message ({exc})") \
+            from exc
+    return req
+
+
+def decode_json(data: bytes) -> svc.ExportProfilesServiceRequest:
+    """OTLP/JSON → message. Ids are hex in OTLP/JSON (protobuf's JSON mapping would read them as base64)."""
+    try:
+        doc = json.loads(data or b"{}")
+        if not isinstance(doc, dict):
+            raise ValueError("the body is not a JSON object")
+        _hex_ids_to_base64(doc)
+        req = svc.ExportProfilesServiceRequest()
+        json_format.ParseDict(doc, req, ignore_unknown_fields=True)
+    except (json_format.ParseError, ValueError, TypeError, AttributeError, RecursionError) as exc:
+        raise InvalidArgument(f"request body is not a valid OTLP/JSON ExportProfilesServiceRequest ({exc})") from exc
+    return req
+
+
+def _hex_ids_to_base64(doc: dict[str, Any]) -> None:
+    dictionary = doc.get("dictionary")
+    if isinstance(dictionary, dict):
+        for link in _list(dictionary.get("linkTable", dictionary.get("link_table"))):
+            _convert_ids(link)
+    for rp in _list(doc.get("resourceProfiles", doc.get("resource_profiles"))):
+        for sp in _list(rp.get("scopeProfiles", rp.get("scope_profiles")) if isinstance(rp, dict) else None):
+            for profile in _list(sp.get("profiles") if isinstance(sp, dict) else None):
+                _convert_ids(profile)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _convert_ids(obj: Any) -> None:
+    if not isinstance(obj, dict):
+        return
+    for key, size in ID_SIZES.items():
+        value = obj.get(key)
+        if isinstance(value, str) and len(value) == 2 * size:
+            try:
+                raw = binascii.unhexlify(value)
+            except (binascii.Error, ValueError):
+                continue  # not hex: leave it to the base64 reading
+            obj[key] = base64.b64encode(raw).decode("ascii")
+
+
+def status_response(code: Code, message: str, as_json: bool, *, http_status: int | None = None) -> web.Response:
+    """An OTLP/HTTP error: ``google.rpc.Status`` in the request's encoding."""
+    status = status_pb2.Status(code=CODE_TO_GRPC[code].value[0], message=message)
+    http = http_status or CODE_TO_HTTP[code]
+    if as_json:
+        body = json.dumps({"code": status.code, "message": message}).encode()
+        return web.Response(status=http, body=body, content_type=JSON_TYPE)
+    return web.Response(status=http, body=status.SerializeToString(), content_type="application/x-protobuf")
+
+
+async def export_profiles(request: web.Request) -> web.Response:
+    request[ROUTE_LABEL] = "otlp_profiles"
+    ctype = (request.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+    as_json = ctype == JSON_TYPE
+    if not as_json and ctype not in PROTOBUF_TYPES:
+        message = f"unsupported Content-Type {ctype or '(none)'!r}: send application/x-protobuf or application/json"
+        return status_response(Code.INVALID_ARGUMENT, message, False, http_status=415)
+    app = request.app
+    settings = app[appmod.SETTINGS]
+    try:
+        raw, encoding = await read_body(request, settings.max_body_bytes)
+        if not raw and request.headers.get("Content-Encoding", "").strip().lower() == "gzip" \
+                and (request.content_length or 0) > EMPTY_GZIP_BYTES:
+            # aiohttp's server undoes gzip itself and turns a broken stream into an empty body
+            raise InvalidArgument("request body is not valid gzip (it decompresses to nothing)")
+        data = decompress(raw, encoding, settings.max_body_bytes)
+        req = decode_json(data) if as_json else decode_protobuf(data)
+        ctx = CallContext(
+            deadline=Deadline.start(None, settings.max_request_timeout),
+            tenant=request.headers.get("X-Scope-OrgID") or None,
+            authorization=request.headers.get("Authorization") or None,
+        )
+        resp = await gateway_of(app).export(req, ctx, route="otlp_http_profiles")
+    except BridgeError as exc:
+        return status_response(exc.code, exc.message, as_json)
+    if as_json:
+        body = json_format.MessageToJson(resp, indent=None).encode()
+        return web.Response(body=body, content_type=JSON_TYPE)
+    return web.Response(body=resp.SerializeToString(), content_type="application/x-protobuf")
+
+
+def setup(app: web.Application) -> None:
+    app.router.add_post(PATH, export_profiles)
