@@ -11,7 +11,10 @@ Queries, each measured ``--reps`` times, the store and the baseline alternating:
   all-services  ``{}`` over the whole hour
   span          one root span id (``span_selector``), ±60 s around its window — Grafana's span-profile question
 Baseline ("dict"): ``SELECT stack_id, value`` for every matching sample row, merged in a Python dict keyed by stack id,
-then the same frame lookup, tree build and flame-graph encoding. Both answers are checked equal.
+then the same frame lookup, tree build and flame-graph encoding. Both answers are checked equal. (The store merges
+without a span selector read its per-profile stack totals, ``profile_stacks``; with one, the span index.)
+
+Lines: ``merge`` is the merge alone (rows → (frames, value) per distinct stack); ``flamegraph`` the whole answer.
 
 Run: ``.venv/bin/python bench/store_query.py [--services 10] [--minutes 60] [--reps 15]``.
 """

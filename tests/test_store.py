@@ -271,17 +271,21 @@ async def test_migrates_a_version_1_database(tmp_path: Path) -> None:
     conn.execute("INSERT INTO series (tenant, labels, service, profile_type) VALUES ('anonymous', ?, 'old', ?)",
                  (json.dumps(labels, sort_keys=True, separators=(",", ":")), CPU))
     conn.execute("INSERT INTO profiles (series_id, time_ns, duration_ns, total) VALUES (1, 5000000000, 10, 7)")
-    conn.execute("INSERT INTO samples VALUES (1, 1, 1, 7, NULL, NULL)")
+    conn.execute("INSERT INTO samples VALUES (1, 1, 1, 7, 5, NULL)")
+    conn.execute("INSERT INTO samples VALUES (1, 1, 1, 3, NULL, NULL)")
     conn.close()
     store = await Store.open(tmp_path, clock=lambda: 10.0)
     try:
         fg = await merge(store, '{service_name="old"}', 0, 10_000)
+        assert stacks_of(fg) == {("main",): 10}
+        fg = await merge(store, '{service_name="old"}', 0, 10_000, span_selector=["0000000000000005"])
         assert stacks_of(fg) == {("main",): 7}
     finally:
         await store.close()
     conn = sqlite3.connect(tmp_path / DB_FILE)
     assert schema.current_version(conn) == schema.LATEST
-    assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'samples_trace'").fetchone()[0] == 1
+    for name in ("samples_trace", "profile_stacks", "samples_profile"):
+        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = ?", (name,)).fetchone()[0] == 1
     conn.close()
 
 

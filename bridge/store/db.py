@@ -416,6 +416,13 @@ class Store:
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 rows,
             )
+            per_stack: dict[int, int] = {}
+            for row in rows:
+                per_stack[row[2]] = per_stack.get(row[2], 0) + row[3]
+            conn.executemany(
+                "INSERT INTO profile_stacks (profile_id, stack_id, value) VALUES (?, ?, ?)",
+                [(profile_id, stack, value) for stack, value in per_stack.items()],
+            )
             stored += len(rows)
         return stored
 
@@ -495,9 +502,11 @@ class Store:
         return int((pages - free) * page_size)
 
     def _delete_before(self, conn: sqlite3.Connection, profiles_before: int, spans_before: int) -> tuple[int, int]:
-        conn.execute(
-            "DELETE FROM samples WHERE profile_id IN (SELECT id FROM profiles WHERE time_ns < ?)", (profiles_before,)
-        )
+        for table in ("samples", "profile_stacks"):
+            conn.execute(
+                f"DELETE FROM {table} WHERE profile_id IN (SELECT id FROM profiles WHERE time_ns < ?)",
+                (profiles_before,),
+            )
         profiles = conn.execute("DELETE FROM profiles WHERE time_ns < ?", (profiles_before,)).rowcount
         spans = conn.execute("DELETE FROM spans WHERE start_ns < ?", (spans_before,)).rowcount
         conn.execute("DELETE FROM tags WHERE last_ns < ?", (spans_before,))
@@ -593,10 +602,13 @@ class Store:
         self, conn: sqlite3.Connection, series_ids: Sequence[int], window: tuple[int, int],
         span_ids: Sequence[int] | None = None, trace_ids: Sequence[bytes] | None = None,
     ) -> list[tuple[tuple[str, ...], int]]:
-        """``GROUP BY stack`` over the selected samples → (frames root first, summed value) per distinct stack."""
+        """``GROUP BY stack`` over the selected profiles → (frames root first, summed value) per distinct stack: from
+        the per-profile stack totals, or from the samples when span or trace ids select them."""
         if not series_ids:
             return []
-        inner = "SELECT stack_id, SUM(value) AS v FROM samples"
+        inner = "SELECT stack_id, SUM(value) AS v FROM " + (
+            "profile_stacks" if span_ids is None and trace_ids is None else "samples"
+        )
         where = [
             "profile_id IN (SELECT id FROM profiles WHERE series_id IN (SELECT value FROM json_each(?)) "
             "AND time_ns >= ? AND time_ns < ?)"

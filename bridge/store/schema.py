@@ -11,7 +11,7 @@ Layout (ids are integers; span ids are stored as signed 64-bit integers, trace i
 - profiles: ``functions`` (de-duplicated names), ``stacks`` (de-duplicated sequences of function ids, root first,
   packed as little-endian int32), ``series`` (one per tenant + label set, profile type included as labels),
   ``profiles`` (one per series and capture window: start, duration, total), ``samples`` (stack, value, span id,
-  trace id per row).
+  trace id per row), ``profile_stacks`` (each profile's total per stack, for merges without a span selector).
 """
 
 from __future__ import annotations
@@ -90,6 +90,20 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     CREATE INDEX samples_profile_stack ON samples (profile_id, stack_id, value);
     DROP INDEX samples_profile;
+    """,
+    # 4: per-profile stack totals (span and trace ids summed away): what merges without a span or trace selector
+    # read — one row per distinct stack and profile instead of one per sample
+    """
+    CREATE TABLE profile_stacks (
+        profile_id INTEGER NOT NULL,
+        stack_id INTEGER NOT NULL,
+        value INTEGER NOT NULL,
+        PRIMARY KEY (profile_id, stack_id)
+    ) WITHOUT ROWID;
+    INSERT INTO profile_stacks (profile_id, stack_id, value)
+        SELECT profile_id, stack_id, SUM(value) FROM samples GROUP BY profile_id, stack_id;
+    CREATE INDEX samples_profile ON samples (profile_id);
+    DROP INDEX samples_profile_stack;
     """,
 )
 
