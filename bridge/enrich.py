@@ -177,7 +177,10 @@ def _profile_id_of(raw_span: bytes) -> str:
 
 def _existing_profile_id(raw_span: bytes) -> str:
     """The value of the span's own ``pyroscope.profile.id`` attribute (the first one), or "" without it."""
-    view = svpb.SpanAttributesView.FromString(raw_span)
+    try:
+        view = svpb.SpanAttributesView.FromString(raw_span)
+    except DecodeError:
+        return ""
     for kv in view.attributes:
         if kv.key == ATTR_KEY:
             return kv.value.string_value.decode("utf-8", "replace")
@@ -229,10 +232,10 @@ def enrich_protobuf(body: bytes, *, version: int, policy: EnrichPolicy) -> Enric
             if covered:
                 out: list[bytes] = []
                 for span in spans:
-                    if may_have and _has_attr(span):
-                        out.append(span)
-                        continue
                     try:
+                        if may_have and _has_attr(span):
+                            out.append(span)
+                            continue
                         sid = _span_id(span)
                     except DecodeError as exc:
                         raise UndecodableBody("protobuf", f"a span is not an OTLP Span: {exc}") from exc

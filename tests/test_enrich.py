@@ -424,3 +424,14 @@ def test_json_enrichment_does_not_touch_the_callers_document_copy() -> None:
     body = json.dumps({"batches": doc["resourceSpans"]}).encode()
     enrich_trace_body(body, version=1, protobuf=False, policy=ALL)
     assert doc == before
+
+
+def test_a_malformed_span_carrying_the_attribute_name_is_undecodable_not_a_crash() -> None:
+    head = otlp_trace.Span(trace_id=bytes(range(16)), span_id=bytes(range(8))).SerializeToString()
+    broken = head + b"\x4a\x30\x0a\x14" + PROFILE_ID_ATTR.encode() + b"\x12"  # field 9 claims 48 bytes, has 23
+    scope = b"\x12" + _varint(len(broken)) + broken
+    rs = b"\x12" + _varint(len(scope)) + scope
+    body = tempo_pb2.Trace(resource_spans=[rs]).SerializeToString()
+    with pytest.raises(UndecodableBody) as caught:
+        enrich_trace_body(body, version=1, protobuf=True, policy=ALL)
+    assert caught.value.reason == "protobuf"

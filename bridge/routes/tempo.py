@@ -368,11 +368,17 @@ def _gunzip_or_raw(answer: Answer, enriched: Enriched | None) -> tuple[bytes, st
 
 
 def _remember(app: web.Application, ctx: CallContext, trace_id: str, enriched: Enriched) -> None:
-    spans = enriched.spans()
-    if not spans:
+    """Record the answer's spans in the caller's span cache. The answer is already sent: a failure here is
+    logged, never turned into an error answer."""
+    try:
+        spans = enriched.spans()
+        if not spans:
+            return
+        cache = app[appmod.SPAN_CACHE]
+        cache.put_trace(ctx.tenant, Trace.from_spans(spans, trace_id))
+    except Exception:  # noqa: BLE001 - the answer is out; the cache is an optimisation
+        log.exception("tempo: spans of trace %s could not be recorded in the span cache", trace_id)
         return
-    cache = app[appmod.SPAN_CACHE]
-    cache.put_trace(ctx.tenant, Trace.from_spans(spans, trace_id))
     app[appmod.METRICS].cache_entries.labels("spans").set(len(cache))
 
 
