@@ -282,3 +282,23 @@ async def test_ingest_routes_exist_only_in_standalone_mode(tmp_path: Path) -> No
     standalone = make_app(tmp_path)
     paths = {r.resource.canonical for r in standalone.router.routes() if r.resource is not None}
     assert {"/v1/traces", "/push.v1.PusherService/Push", "/ingest"} <= paths
+
+
+async def test_the_pyroscope_mount_answers_from_the_store(tmp_path: Path, aiohttp_client: Client) -> None:
+    client = await aiohttp_client(make_app(tmp_path))
+    await replay_capture(client)
+    base = "/pyroscope/querier.v1.QuerierService/"
+    resp = await client.post(base + "LabelValues", json={"name": "service_name", "start": "0", "end": "4000000000000"},
+                             headers={"Connect-Protocol-Version": "1"})
+    assert resp.status == 200
+    assert await resp.json() == {"names": ["shop-backend", "shop-frontend"]}
+    req = qpb.SelectMergeStacktracesRequest(profile_typeID=CPU, label_selector='{env="capture"}',
+                                            start=ALL_MS[0], end=ALL_MS[1], max_nodes=16)
+    resp = await client.post(base + "SelectMergeStacktraces", data=req.SerializeToString(),
+                             headers={"Content-Type": "application/proto", "Accept-Encoding": "gzip"})
+    assert resp.status == 200
+    fg = qpb.SelectMergeStacktracesResponse.FromString(await resp.read()).flamegraph
+    assert fg.total == 3_590_000_000 and "other" in fg.names
+    resp = await client.post(base + "SelectHeatmap", data=b"", headers={"Content-Type": "application/proto"})
+    assert resp.status == 501
+    assert (await resp.json())["code"] == "unimplemented"

@@ -85,12 +85,6 @@ def _now_ns(request: web.Request) -> int:
     return int(request.app[appmod.CLOCK].now() * 1_000_000_000)
 
 
-def _count(request: web.Request, records: list[model.ProfileRecord]) -> None:
-    metrics = request.app[appmod.METRICS]
-    metrics.ingested.labels("profiles").inc(len(records))
-    metrics.ingested.labels("samples").inc(sum(len(r.samples) for r in records))
-
-
 # --------------------------------------------------------------------------------------------- OTLP traces
 
 
@@ -147,12 +141,11 @@ async def v1_traces(request: web.Request) -> web.Response:
     try:
         body = await _body(request, settings.max_body_bytes)
         batch = await off_loop(len(body), decode_traces, body, as_json)
-        stored = await _store(request).ingest_spans(batch, _tenant(request))
+        await _store(request).ingest_spans(batch, _tenant(request))
     except BridgeError as exc:
         metrics.ingest_rejected.labels("/v1/traces").inc()
         status = 413 if isinstance(exc, ResourceExhausted) else exc.http_status
         return _otlp_error(status, exc.code, exc.message, as_json)
-    metrics.ingested.labels("spans").inc(stored)
     resp = otlp_trace_svc.ExportTraceServiceResponse()
     if batch.rejected:
         resp.partial_success.rejected_spans = batch.rejected
@@ -185,7 +178,6 @@ async def push(request: web.Request) -> web.Response:
     except BridgeError:
         request.app[appmod.METRICS].ingest_rejected.labels("/push.v1.PusherService/Push").inc()
         raise
-    _count(request, records)
     body, headers = encode_response(push_pb2.PushResponse(), codec, request.headers.get("Accept-Encoding"))
     return web.Response(body=body, headers=headers)
 
@@ -257,7 +249,6 @@ async def ingest(request: web.Request) -> web.Response:
         request.app[appmod.METRICS].ingest_rejected.labels("/ingest").inc()
         status = 413 if isinstance(exc, ResourceExhausted) else exc.http_status
         return web.Response(status=status, text=exc.message + "\n")
-    _count(request, records)
     return web.Response(status=200)
 
 

@@ -38,7 +38,8 @@ from bridge._proto import profile_pb2
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
 from bridge.errors import BridgeError, InvalidArgument, Unimplemented
-from bridge.spans import SearchHit, Trace, spans_from_otlp
+from bridge.metrics import Metrics
+from bridge.spans import SERVICE_NAME, SearchHit, Trace, spans_from_otlp
 from bridge.store import model, traceql
 from bridge.store.schema import migrate
 from bridge.store.selector import Matcher, matches_any, parse_selector, parse_selectors
@@ -164,8 +165,9 @@ class Store:
     name = "store"
 
     def __init__(self, path: Path, *, clock: Callable[[], float] = time.time, readers: int = 3,
-                 synchronous: str = "FULL") -> None:
+                 synchronous: str = "FULL", metrics: Metrics | None = None) -> None:
         self.path = path
+        self._metrics = metrics
         self._clock = clock
         self._synchronous = synchronous
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="store-writer")
@@ -192,8 +194,8 @@ class Store:
 
     @classmethod
     async def open(cls, data_dir: str | Path, *, clock: Callable[[], float] = time.time, readers: int = 3,
-                   synchronous: str = "FULL") -> Store:
-        store = cls(Path(data_dir) / DB_FILE, clock=clock, readers=readers, synchronous=synchronous)
+                   synchronous: str = "FULL", metrics: Metrics | None = None) -> Store:
+        store = cls(Path(data_dir) / DB_FILE, clock=clock, readers=readers, synchronous=synchronous, metrics=metrics)
         try:
             await store._write(store._open_writer)
         except BaseException:
@@ -349,7 +351,11 @@ class Store:
         if not records:
             return 0
         key = tenant or "anonymous"
-        return await self._commit(lambda conn: self._insert_profiles(conn, key, records))
+        stored = await self._commit(lambda conn: self._insert_profiles(conn, key, records))
+        if self._metrics is not None:
+            self._metrics.ingested.labels("profiles").inc(sum(1 for r in records if r.samples))
+            self._metrics.ingested.labels("samples").inc(stored)
+        return stored
 
     def _function_id(self, conn: sqlite3.Connection, name: str) -> int:
         fid = self._function_ids.get(name)
@@ -431,7 +437,12 @@ class Store:
     ) -> None:
         """The profile sink (link gateway in standalone mode). Raises ``InvalidArgument`` on bad content."""
         decode = functools.partial(model.records_from_otlp_profiles, req, now_ns=self._now_ns())
-        records = await asyncio.to_thread(decode) if req.ByteSize() >= OFFLOAD_BYTES else decode()
+        try:
+            records = await asyncio.to_thread(decode) if req.ByteSize() >= OFFLOAD_BYTES else decode()
+        except InvalidArgument:
+            if self._metrics is not None:
+                self._metrics.ingest_rejected.labels("otlp-profiles").inc()
+            raise
         await self.ingest_profiles(records, tenant)
 
     # ----------------------------------------------------------------------------------------- ingest: traces
@@ -440,7 +451,10 @@ class Store:
         if not batch.rows:
             return 0
         key = tenant or "anonymous"
-        return await self._commit(lambda conn: self._insert_spans(conn, key, batch))
+        stored = await self._commit(lambda conn: self._insert_spans(conn, key, batch))
+        if self._metrics is not None:
+            self._metrics.ingested.labels("spans").inc(stored)
+        return stored
 
     def _blob_id(self, conn: sqlite3.Connection, table: str, body: bytes) -> int:
         key = (table, body)
@@ -934,7 +948,10 @@ class Store:
                 params.append(cond.value)
             else:
                 python_conds.append(cond)
-        needs_body = bool(python_conds) or any(a.scope != "intrinsic" for a in query.select)
+        needs_body = bool(python_conds) or any(
+            a.scope != "intrinsic" and not (a.key == SERVICE_NAME and a.scope in ("resource", "any"))
+            for a in query.select
+        )
         sql = (
             "SELECT trace_id, span_id, service, name, start_ns, end_ns, resource_id, "
             + ("body" if needs_body else "NULL")

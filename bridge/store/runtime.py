@@ -44,10 +44,10 @@ async def retention_loop(store: Store, settings: Settings, interval: float) -> N
 
 @contextlib.asynccontextmanager
 async def standalone_backends(app: web.Application) -> AsyncIterator[Store]:
-    from bridge.app import BACKENDS, CLOCK, SETTINGS
+    from bridge.app import BACKENDS, CLOCK, METRICS, SETTINGS
 
     settings = app[SETTINGS]
-    store = await Store.open(settings.data_dir, clock=app[CLOCK].now)
+    store = await Store.open(settings.data_dir, clock=app[CLOCK].now, metrics=app[METRICS])
     backends = app[BACKENDS]
     backends.traces = store
     backends.profiles = store
