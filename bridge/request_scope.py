@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, Literal
 
 from bridge import flamegraph
@@ -71,7 +71,6 @@ class Answer:
     parts: tuple[Part, ...] = ()
     services: tuple[ServiceShare, ...] = ()
     skipped: int = 0  # descendant local roots over MAX_DESCENDANTS, not asked about
-    extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def mode(self) -> Mode:
