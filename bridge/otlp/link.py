@@ -103,6 +103,7 @@ _Role = tuple[int, bool, bytes | None]
 # what to do with one distinct attribute-index tuple: None = leave alone; _INVALID; or (new indices, link index)
 _Decision = tuple[tuple[int, ...], int] | None
 _INVALID: Final = ((), -1)
+_UNSEEN: Final = ((), -2)
 
 
 class _Linker:
@@ -164,34 +165,42 @@ class _Linker:
 
     def decide(self, indices: tuple[int, ...]) -> _Decision:
         """The fate of every sample carrying exactly these attribute indices."""
-        spans: list[list[tuple[int, bytes | None]]] = [[] for _ in range(self.n_pairs)]  # per pair: (pos, id)
-        traces: list[list[tuple[int, bytes | None]]] = [[] for _ in range(self.n_pairs)]
-        seen = False
+        roles = self.roles
+        hits: list[tuple[int, _Role]] = []  # (position in the sample, role of the attribute there)
         for pos, index in enumerate(indices):
-            for pair, is_span, value in self.roles_of(index):
-                seen = True
-                (spans if is_span else traces)[pair].append((pos, value))
-        if not seen:
+            found = roles.get(index)
+            if found is None:
+                found = self.roles_of(index)
+            for role in found:
+                hits.append((pos, role))
+        if not hits:
             return None
         chosen: tuple[bytes, bytes] | None = None
-        for pair in range(self.n_pairs):
-            span = next((v for _, v in spans[pair] if v is not None), None)
-            if span is None:
-                continue
-            trace_vals = traces[pair]
-            if trace_vals and all(v is None for _, v in trace_vals):
-                continue  # a trace attribute is there but not a valid trace id
-            trace = next((v for _, v in trace_vals if v is not None), b"")
-            chosen = (trace, span)
+        for pair in sorted({role[0] for _, role in hits}):
+            span: bytes | None = None
+            trace: bytes | None = None
+            trace_seen = False
+            for _, (p, is_span, value) in hits:
+                if p != pair:
+                    continue
+                if is_span:
+                    if span is None:
+                        span = value
+                else:
+                    trace_seen = True
+                    if trace is None:
+                        trace = value
+            if span is None or (trace_seen and trace is None):
+                continue  # no valid span id, or a trace attribute that is not a valid trace id
+            chosen = (trace or b"", span)
             break
         if chosen is None:
-            return _INVALID if any(spans) else None
-        trace, span = chosen
-        consumed = {pos for group in spans for pos, v in group if v == span}
-        if trace:
-            consumed.update(pos for group in traces for pos, v in group if v == trace)
+            return _INVALID if any(role[1] for _, role in hits) else None
+        trace_id, span_id = chosen
+        consumed = {pos for pos, (_, is_span, value) in hits
+                    if value is not None and value == (span_id if is_span else trace_id)}
         kept = tuple(index for pos, index in enumerate(indices) if pos not in consumed)
-        return kept, self.link_index(trace, span)
+        return kept, self.link_index(trace_id, span_id)
 
     def link_index(self, trace: bytes, span: bytes) -> int:
         key = (trace, span)
@@ -222,12 +231,14 @@ def link_request(req: svc.ExportProfilesServiceRequest, link_keys: LinkKeys) -> 
     n_links_in = linker.n_links_in
     decide = linker.decide
     decisions = linker.decisions
+    get = decisions.get
     samples = linked = invalid = already = 0
     for resource in req.resource_profiles:
         for scope in resource.scope_profiles:
             for profile in scope.profiles:
-                for sample in profile.samples:
-                    samples += 1
+                profile_samples = profile.samples
+                samples += len(profile_samples)
+                for sample in profile_samples:
                     li = sample.link_index
                     if li:
                         if not 0 < li < n_links_in:
@@ -241,9 +252,8 @@ def link_request(req: svc.ExportProfilesServiceRequest, link_keys: LinkKeys) -> 
                     if not attrs:
                         continue
                     key = tuple(attrs)
-                    try:
-                        decision = decisions[key]
-                    except KeyError:
+                    decision = get(key, _UNSEEN)
+                    if decision is _UNSEEN:
                         decision = decisions[key] = decide(key) if linker.has_keys else _check_only(linker, key)
                     if decision is None:
                         continue
