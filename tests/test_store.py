@@ -311,6 +311,12 @@ async def test_retention_by_age_drops_old_data(tmp_path: Path) -> None:
         c = await store.counts()
         assert (c.spans, c.samples, c.series) == (0, 0, 0)
         assert (await merge(store)).total == 0
+        # ids freed by retention are handed out again: nothing cached under an old id may leak into new answers
+        otlp = svc_request_for_reuse()
+        await store.ingest_otlp_profiles(otlp, None)
+        values = await store.label_values(tpb.LabelValuesRequest(name="service_name"), ctx())
+        assert list(values.names) == ["reused"]
+        assert stacks_of(await merge(store, '{service_name="reused"}')) == {("fresh", "frames"): 42}
     finally:
         await store.close()
 
@@ -388,3 +394,29 @@ async def test_group_commit_isolates_a_failing_job(tmp_path: Path) -> None:
         await store.close()
     with pytest.raises(Exception, match="closed"):
         await store.ingest_profiles(batches[0], None)
+
+
+def svc_request_for_reuse() -> object:
+    from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as svc
+
+    req = svc.ExportProfilesServiceRequest()
+    d = req.dictionary
+    d.string_table.extend(["", "cpu", "nanoseconds", "fresh", "frames"])
+    d.function_table.add()
+    d.function_table.add(name_strindex=3)
+    d.function_table.add(name_strindex=4)
+    d.location_table.add()
+    d.location_table.add().lines.add(function_index=1)
+    d.location_table.add().lines.add(function_index=2)
+    d.stack_table.add()
+    d.stack_table.add(location_indices=[2, 1])
+    d.link_table.add()
+    d.attribute_table.add()
+    rp = req.resource_profiles.add()
+    rp.resource.attributes.add(key="service.name").value.string_value = "reused"
+    prof = rp.scope_profiles.add().profiles.add()
+    prof.sample_type.type_strindex, prof.sample_type.unit_strindex = 1, 2
+    prof.period_type.type_strindex, prof.period_type.unit_strindex = 1, 2
+    prof.time_unix_nano = int(CAPTURE_END_S * 1e9)
+    prof.samples.add(stack_index=1, values=[42])
+    return req

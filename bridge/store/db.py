@@ -187,8 +187,8 @@ class Store:
         self._blob_ids: dict[tuple[str, bytes], int] = {}
         # reader-side caches of immutable rows
         self._names: dict[int, str] = {}
-        self._series_labels: dict[int, dict[str, str]] = {}
-        self._resources: dict[int, otlp_trace.ResourceSpans] = {}
+        # keyed by content, not id: SQLite may hand a deleted row's id to a new row
+        self._series_labels: dict[str, dict[str, str]] = {}
 
     # ----------------------------------------------------------------------------------------- lifetime
 
@@ -572,8 +572,6 @@ class Store:
         conn.execute("DELETE FROM resources WHERE id NOT IN (SELECT DISTINCT resource_id FROM spans)")
         conn.execute("DELETE FROM scopes WHERE id NOT IN (SELECT DISTINCT scope_id FROM spans)")
         self._forget_ids()
-        self._series_labels.clear()
-        self._resources.clear()
 
     async def used_bytes(self) -> int:
         return await self._write(lambda: self._used_bytes(self._w()))
@@ -594,9 +592,11 @@ class Store:
             params.extend(window)
         out: dict[int, dict[str, str]] = {}
         for sid, text in conn.execute(sql, params):
-            labels = self._series_labels.get(sid)
+            labels = self._series_labels.get(text)
             if labels is None:
-                labels = self._series_labels[sid] = json.loads(text)
+                if len(self._series_labels) > 100_000:
+                    self._series_labels.clear()
+                labels = self._series_labels[text] = json.loads(text)
             if matches_any(selectors, labels):
                 out[sid] = labels
         return out
@@ -818,14 +818,13 @@ class Store:
 
     # ----------------------------------------------------------------------------------------- TraceSource
 
-    def _resource(self, conn: sqlite3.Connection, resource_id: int) -> otlp_trace.ResourceSpans:
-        rs = self._resources.get(resource_id)
+    def _resource(self, conn: sqlite3.Connection, resource_id: int,
+                  cache: dict[int, otlp_trace.ResourceSpans]) -> otlp_trace.ResourceSpans:
+        """A resource, decoded once per query (``cache`` lives as long as one read)."""
+        rs = cache.get(resource_id)
         if rs is None:
             row = conn.execute("SELECT body FROM resources WHERE id = ?", (resource_id,)).fetchone()
-            rs = otlp_trace.ResourceSpans.FromString(row[0] if row else b"")
-            if len(self._resources) > 10_000:
-                self._resources.clear()
-            self._resources[resource_id] = rs
+            rs = cache[resource_id] = otlp_trace.ResourceSpans.FromString(row[0] if row else b"")
         return rs
 
     def _trace_resource_spans(
@@ -843,13 +842,17 @@ class Store:
             (json.dumps(sorted({r[1] for r in rows})),),
         ):
             scopes[sid] = body
+        resource_bodies: dict[int, bytes] = dict(conn.execute(
+            "SELECT id, body FROM resources WHERE id IN (SELECT value FROM json_each(?))",
+            (json.dumps(sorted({r[0] for r in rows})),),
+        ).fetchall())
         grouped: dict[int, dict[int, list[bytes]]] = {}
         for resource_id, scope_id, body in rows:
             grouped.setdefault(resource_id, {}).setdefault(scope_id, []).append(body)
         out: list[otlp_trace.ResourceSpans] = []
         for resource_id, by_scope in grouped.items():
             rs = otlp_trace.ResourceSpans()
-            rs.CopyFrom(self._resource(conn, resource_id))
+            rs.MergeFromString(resource_bodies.get(resource_id, b""))
             for scope_id, bodies in by_scope.items():
                 ss = rs.scope_spans.add()
                 ss.MergeFromString(scopes.get(scope_id, b""))
@@ -958,9 +961,10 @@ class Store:
             + f" FROM spans WHERE {' AND '.join(where)} ORDER BY start_ns DESC LIMIT {SEARCH_SCAN_LIMIT}"
         )
         traces: dict[bytes, TraceMatch] = {}
+        resources: dict[int, otlp_trace.ResourceSpans] = {}
         for trace_id, span_id, service, name, start_ns, end_ns, resource_id, body in conn.execute(sql, params):
             span = otlp_trace.Span.FromString(body) if body is not None else None
-            resource = self._resource(conn, resource_id) if needs_body else None
+            resource = self._resource(conn, resource_id, resources) if needs_body else None
 
             value_of = functools.partial(
                 _bound_attr_value, (trace_id, span_id, service, name, start_ns, end_ns, span, resource)
