@@ -604,3 +604,14 @@ async def test_cookies_set_by_the_upstream_never_reach_another_request(
     assert resp.status == 200
     seen = [r.headers.get("Cookie") for r in stack.pyroscope.requests]
     assert seen == ["mine=1", None]  # the bridge's upstream session remembers nothing between requests
+
+
+async def test_a_zero_budget_fails_at_once_instead_of_waiting_forever(stack: Stack) -> None:
+    stack.pyroscope.faults.delay = 30.0
+    for method, msg in (("ProfileTypes", qpb.ProfileTypesRequest()),
+                        ("SelectMergeSpanProfile", span_request(shop_span("frontend-root")))):
+        status, _, raw = await asyncio.wait_for(
+            call(stack.client, method, msg, accept_gzip=False, headers={"Connect-Timeout-Ms": "0"}), timeout=10
+        )
+        assert status == 504 and b"no time left" in raw
+    assert stack.pyroscope.requests == []

@@ -25,7 +25,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from bridge.errors import InvalidArgument, ResourceExhausted
+from bridge.errors import InvalidArgument, ResourceExhausted, UpstreamTimeout
 from bridge.metrics import Metrics
 from bridge.upstream.faults import map_client_error
 
@@ -49,6 +49,7 @@ HOP_BY_HOP: Final = frozenset(
 _REQUEST_DROP: Final = HOP_BY_HOP | {"host", "expect"}
 # aiohttp would otherwise add these itself when the client did not send them
 _SKIP_AUTO: Final = ("Accept-Encoding", "User-Agent", "Content-Type")
+MIN_TIMEOUT: Final = 0.001  # seconds; less is a spent budget
 CHUNK: Final = 256 * 1024  # read size for callers that stream in fixed chunks (the /tempo mount uses it)
 # Content-Encodings aiohttp's server undoes by itself unless it runs with ``auto_decompress=False``
 SERVER_DECODED: Final = frozenset({"gzip", "deflate", "br", "zstd"})
@@ -137,6 +138,9 @@ async def stream_through(
 
     ``body``: the request body when the caller has already read it, sent instead of the request's stream, with
     ``body_encoding`` as its ``Content-Encoding`` (None: identity). ``read_body`` returns both."""
+    if any(t is not None and t <= MIN_TIMEOUT for t in (timeout.total, timeout.connect, timeout.sock_read)):
+        # aiohttp reads a zero timeout as "no timeout": a spent budget must fail here, not wait forever
+        raise UpstreamTimeout(upstream, f"no time left in the request's budget to ask {upstream}")
     url = target_url if isinstance(target_url, URL) else URL(target_url, encoded=True)
     headers = end_to_end(request.headers, _REQUEST_DROP)
     data: bytes | aiohttp.StreamReader | None = body
