@@ -384,6 +384,8 @@ class Resolver:
         if cached is not None:
             # the span is remembered but its local root is gone from the cache: its trace by ID (no search) says
             trace_id = cached.span.trace_id
+        else:
+            self.metrics.cache_misses.labels("spans").inc()
         key = (tenant, span_id)
         hit = self._lookups.get(key)
         if hit is not None:
