@@ -92,11 +92,12 @@ def call_context(request: web.Request) -> CallContext:
     )
 
 
-async def answer_for(request: web.Request, params: ProfileParams) -> Answer:
+async def answer_for(request: web.Request, params: ProfileParams, ctx: CallContext | None = None) -> Answer:
     settings = request.app[appmod.SETTINGS]
     return await answer(
         resolver_of(request.app), params.trace_id, params.span_id, scope=params.scope,
-        profile_type=params.profile_type, settings=settings, ctx=call_context(request), max_nodes=params.max_nodes,
+        profile_type=params.profile_type, settings=settings, ctx=ctx or call_context(request),
+        max_nodes=params.max_nodes,
     )
 
 

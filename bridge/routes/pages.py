@@ -19,6 +19,7 @@ import json
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote, urlencode
@@ -195,6 +196,11 @@ def grafana_links(settings: Settings, ans: Answer) -> list[tuple[str, str]]:
     ]
 
 
+def utc_text(ms: int) -> str:
+    """Milliseconds since the epoch as ``2026-11-29 09:41:23.120 UTC``."""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
+
+
 def span_path(span: Span, **query: str) -> str:
     path = f"/spans/{quote(span.trace_id)}/{quote(span.span_id)}"
     query = {k: v for k, v in query.items() if v}
@@ -285,9 +291,10 @@ async def span_page(request: web.Request) -> web.Response:
         params = parse_params(request, settings.profile_type)
         if params.format != "json":
             raise InvalidArgument("the page has no format parameter; download pprof or collapsed from the API")
-        ans = await answer_for(request, params)
+        ctx = call_context(request)  # one budget for the whole page
+        ans = await answer_for(request, params, ctx)
         values = await linked_values(appmod.profiles_of(request.app), ans.trace, ans.span.span_id,
-                                     params.profile_type, settings, call_context(request))
+                                     params.profile_type, settings, ctx)
     except BridgeError as exc:
         return error_page(exc)
     return render_page("span.html", **span_context(ans, params, settings, values, query))
@@ -323,7 +330,9 @@ def span_context(ans: Answer, params: ProfileParams, settings: Settings, values:
                                       else "")) for s in ("span", "request")],
         "downloads": [(fmt, f"{api}?{urlencode({**base_q, 'format': fmt})}") for fmt in ("json", "pprof", "collapsed")],
         "grafana": grafana_links(settings, ans),
-        "window": ans.resolution.window_ms,
+        "window": (utc_text(ans.resolution.window_ms[0]), utc_text(ans.resolution.window_ms[1]))
+        if ans.resolution.window_ms else None,
+        "started": utc_text(span.start_ns // 1_000_000),
         "local_root": ans.resolution.local_root,
     }
 
