@@ -315,8 +315,7 @@ def test_the_span_tree_of_a_huge_trace_is_capped_and_keeps_the_current_span() ->
 async def test_a_time_window_answer_shows_the_window_in_utc(stack: Stack) -> None:
     io_span = stack.shop.pick("frontend-io")
     _, page = await get_page(stack, f"/spans/{io_span.trace_id}/{io_span.span_id}")
-    if 'mode-time-window' not in page:
-        pytest.fail("GET /slow-io burns no CPU of its own: expected a time-window answer")
+    assert "mode-time-window" in page  # GET /slow-io burns no CPU of its own
     stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC"
     assert re.search(rf'<p class="muted" id="window">Time window queried: {stamp} … {stamp}\.</p>', page)
     assert re.search(rf'<span id="started">{stamp}</span>', page)
