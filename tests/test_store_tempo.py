@@ -217,3 +217,8 @@ def test_json_of_trace_is_what_protobuf_json_format_writes() -> None:
     rs = original_spans()[0][0]
     doc = json_format.MessageToDict(rs)
     assert "resource" in doc and "scopeSpans" in doc
+
+
+def test_traceql_string_escapes_keep_unicode() -> None:
+    q = traceql.parse(r'{ name = "café \"x\" \\ y" }')
+    assert q.conds[0].value == 'café "x" \\ y'

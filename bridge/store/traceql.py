@@ -37,6 +37,8 @@ _TOKENS = re.compile(
     )""",
     re.VERBOSE,
 )
+_ESCAPE = re.compile(r"\\(.)")
+_ESCAPES: Final = {"n": "\n", "t": "\t", "r": "\r"}
 INTRINSICS: Final = {
     "span:id": "span:id",
     "trace:id": "trace:id",
@@ -118,7 +120,7 @@ def _tokens(text: str) -> list[tuple[str, str]]:
 
 def _value(kind: str, raw: str, attr: Attr) -> Value:
     if kind == "str":
-        return bytes(raw[1:-1], "utf-8").decode("unicode_escape") if "\\" in raw else raw[1:-1]
+        return _ESCAPE.sub(lambda m: _ESCAPES.get(m.group(1), m.group(1)), raw[1:-1])
     if kind != "word":
         raise InvalidArgument(f"TraceQL: expected a value, got {raw!r}")
     if attr.key == "duration" and attr.scope == "intrinsic":
