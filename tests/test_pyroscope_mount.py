@@ -456,12 +456,13 @@ async def test_pyroscope_resetting_or_answering_garbage_or_errors(
     assert "Traceback" not in doc["message"]
 
 
-async def test_tempo_answering_garbage_is_internal(stack: Stack) -> None:
-    stack.tempo.faults.garbage = True
+@pytest.mark.parametrize(("fault", "status", "code"), [("garbage", 500, "internal"), ("reset", 503, "unavailable")])
+async def test_tempo_answering_garbage_or_resetting(stack: Stack, fault: str, status: int, code: str) -> None:
+    setattr(stack.tempo.faults, fault, True)
     got, _, raw = await call(stack.client, "SelectMergeSpanProfile", span_request(shop_span("frontend-io")),
                              accept_gzip=False)
     doc = json.loads(raw)
-    assert got == 500 and doc["code"] == "internal" and "tempo" in doc["message"]
+    assert got == status and doc["code"] == code and "tempo" in doc["message"]
 
 
 @pytest.mark.parametrize("auto_decompress", [False, True])
