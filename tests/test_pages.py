@@ -319,3 +319,14 @@ async def test_a_time_window_answer_shows_the_window_in_utc(stack: Stack) -> Non
     stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC"
     assert re.search(rf'<p class="muted" id="window">Time window queried: {stamp} … {stamp}\.</p>', page)
     assert re.search(rf'<span id="started">{stamp}</span>', page)
+
+
+async def test_a_failing_backend_is_an_html_page_naming_it(stack: Stack) -> None:
+    from tests.doubles.tempo import Faults
+
+    stack.tempo.faults = Faults(status=503, body="Tempo is restarting")
+    for url in ("/", "/spans/e19e0353f421bfce945f7d1514c6c9f1/1c60f2b8cd2d96d1"):
+        resp = await stack.http.get(url)
+        text = await resp.text()
+        assert resp.status == 503 and resp.content_type == "text/html"
+        assert "tempo" in text.lower() and "Traceback" not in text
