@@ -473,3 +473,41 @@ async def test_recorder_double_rejects_what_pyroscope_would(aiohttp_client: Any)
     resp = await client.post("/v1development/profiles", data=b"\x0a\xff", headers=PROTO)
     assert resp.status == 400
     assert client.server.app[OTLP_RECORDER].received == []
+
+
+async def test_standalone_bridge_stores_linked_samples_received_over_grpc(
+    aiohttp_client: Any, tmp_path: Any
+) -> None:
+    """OTLP over gRPC → the standalone bridge → its store: span profiles of the shop capture answer by span id."""
+    from bridge._proto import querier_pb2 as qpb
+    from bridge.connect import Deadline
+    from bridge.otlp.pprof_convert import pprof_to_otlp
+    from bridge.pprof import decode_pprof
+    from bridge.upstream.base import CallContext
+
+    service, raw = next((s, r) for s, r in shop_pprofs() if s == "shop-backend")
+    profile = decode_pprof(raw)
+    per_span: dict[str, int] = {}
+    st = profile.string_table
+    for s in profile.sample:
+        labels = {st[lb.key]: st[lb.str] for lb in s.label if lb.str}
+        if "span_id" in labels:
+            per_span[labels["span_id"]] = per_span.get(labels["span_id"], 0) + s.value[0]
+    span, expected = max(per_span.items(), key=lambda kv: kv[1])
+    now = profile.time_nanos / 1e9
+    settings = Settings.for_tests(mode="standalone", data_dir=str(tmp_path), otlp_grpc_enabled=True,
+                                  otlp_grpc_listen=("127.0.0.1", 0))
+    client = await aiohttp_client(create_app(settings, wall_clock=lambda: now))
+
+    answer = await grpc_export(grpc_port(client), pprof_to_otlp(profile, service),
+                               metadata=(("x-scope-orgid", "team-d"),))
+
+    assert not answer.HasField("partial_success")
+    store = client.server.app[BACKENDS].extras["store"]
+    ctx = CallContext(deadline=Deadline.start(None, 10.0), tenant="team-d")
+    start_ms, end_ms = int(now * 1000) - 60_000, int(now * 1000) + 60_000
+    [ptype] = (await store.profile_types(qpb.ProfileTypesRequest(start=start_ms, end=end_ms), ctx)).profile_types
+    got = await store.select_merge_span_profile(qpb.SelectMergeSpanProfileRequest(
+        profile_typeID=ptype.ID, label_selector=f'{{service_name="{service}"}}', span_selector=[span],
+        start=start_ms, end=end_ms), ctx)
+    assert got.flamegraph.total == expected
