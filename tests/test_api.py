@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import os
-import shutil
 from collections import Counter
 from typing import Any
 
@@ -20,6 +19,7 @@ from tests.doubles.pyroscope import Faults as PyroscopeFaults
 from tests.doubles.pyroscope import load_push_profiles
 from tests.doubles.tempo import Faults as TempoFaults
 from tests.span_stack import CPU, Stack, start_stack
+from tests.tools import require_tool
 
 
 @pytest.fixture
@@ -278,8 +278,8 @@ async def test_standalone_mode_answers_from_the_store(aiohttp_client: Any, tmp_p
     assert resp.status == 404 and (await resp.json())["error"]["code"] == "not_found"
 
 
-@pytest.mark.skipif(shutil.which("go") is None, reason="the Go toolchain is not installed (apt-get install golang-go)")
 async def test_go_tool_pprof_opens_the_request_profile(stack: Stack, tmp_path: Any) -> None:
+    require_tool("go", package="golang-go", purpose="check the pprof export with go tool pprof")
     trace_id, client_id, _ = a_client_span_calling_a_profiled_backend(stack)
     resp = await stack.http.get(path(trace_id, client_id), params={"scope": "request", "format": "pprof"})
     out = tmp_path / "request.pb.gz"

@@ -10,9 +10,7 @@ import asyncio
 import base64
 import contextlib
 import itertools
-import os
 import re
-import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,6 +22,7 @@ import pytest
 from tests.doubles.pyroscope import load_push_profiles
 from tests.paths import ARTIFACTS
 from tests.span_stack import CPU, Stack, start_doubles
+from tests.tools import require_tool
 
 pytestmark = pytest.mark.browser
 
@@ -36,14 +35,8 @@ EVIL = "<script>window.__owned = 1</script>"
 
 
 def chromium_binary() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    reason = "headless Chromium is not installed (apt-get install -y chromium)"
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason}; CI is set, so the browser test must run")
-    pytest.skip(reason)
+    return require_tool("chromium", "chromium-browser", "google-chrome", package="chromium",
+                        purpose="render the span page in a real browser")
 
 
 class DevTools:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import random
-import shutil
 import subprocess
 from collections import Counter
 
@@ -13,6 +12,7 @@ import pytest
 from bridge import flamegraph
 from bridge._proto import profile_pb2
 from tests.paths import GO_CPU_PPROF
+from tests.tools import require_tool
 
 CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
 
@@ -157,8 +157,8 @@ def test_pprof_of_an_empty_tree_is_still_a_valid_profile() -> None:
     assert list(prof.string_table)[0] == "" and len(prof.sample_type) == 1 and not prof.sample
 
 
-@pytest.mark.skipif(shutil.which("go") is None, reason="the Go toolchain is not installed (apt-get install golang-go)")
 def test_go_tool_pprof_reads_the_export(tmp_path: object) -> None:
+    require_tool("go", package="golang-go", purpose="check the pprof export with go tool pprof")
     from pathlib import Path
 
     out = Path(str(tmp_path)) / "span.pb.gz"

@@ -1,0 +1,21 @@
+"""External programs some tests drive for real (Debian's chromium, golang-go). Missing one skips the test with the
+reason on a developer's machine, and fails it when ``CI`` is set: CI must run them (``.ci/run`` installs them)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+
+def require_tool(*names: str, package: str, purpose: str) -> str:
+    """The path of the first of ``names`` on PATH; otherwise skip (or fail under CI) saying how to install it."""
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            return found
+    reason = f"{names[0]} is not installed (apt-get install -y {package}); needed to {purpose}"
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; CI is set, so this test must run")
+    pytest.skip(reason)
