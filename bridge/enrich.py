@@ -11,11 +11,10 @@ so does one where no span needed the attribute.
 
 How it stays cheap (``bench/enrich.py``):
 
-- Protobuf: the answer is decoded only as deep as needed, through the partial views of ``_proto/spanview.proto``:
-  each span stays the bytes it came as, and a span that needs the attribute gets one more ``attributes`` entry
-  (field 9) appended to those bytes — a valid encoding of the same span plus the attribute. A span's id is read
-  straight from its canonical head (trace id, then span id, as every OTLP encoder writes them) with a decoding
-  fallback; only spans whose bytes contain the attribute's name are decoded to check their attributes exactly.
+- Protobuf: each ResourceSpans is decoded through a partial view (``_proto/spanview.proto``): every span is parsed
+  — its wire format checked — but only its id is read; everything else stays upb's unknown fields, copied, never
+  re-encoded. A span that needs the attribute gets one encoded ``attributes`` entry (field 9) merged in. Only spans
+  of a ResourceSpans whose bytes contain the attribute's name are checked for an existing one, exactly.
   ResourceSpans with no change keep their original bytes.
 - JSON: one ``json.loads``, one walk, one ``json.dumps``.
 - The span list for the span cache (``Enriched.spans()``) is parsed only when asked for — the Tempo mount asks
@@ -42,8 +41,6 @@ ATTR_KEY: Final = PROFILE_ID_ATTR.encode()
 # Span field 9 (attributes), length 42: KeyValue{key = 1: "pyroscope.profile.id", value = 2: AnyValue{string_value =
 # 1: <16 hex>}}. Appending it to a span's bytes merges one more repeated element into that span.
 _ATTR_HEAD: Final = b"\x4a\x2a\x0a\x14" + ATTR_KEY + b"\x12\x12\x0a\x10"
-_CANON_TRACE_ID: Final = b"\x0a\x10"  # field 1, 16 bytes
-_CANON_SPAN_ID: Final = b"\x12\x08"  # field 2, 8 bytes
 _ADDED_LEN: Final = len(_ATTR_HEAD) + 16  # the whole appended field
 assert len(ATTR_KEY) == 0x14 and _ADDED_LEN == 0x2A + 2
 
@@ -129,44 +126,40 @@ def enrich_trace_body(body: bytes, *, version: int, protobuf: bool, policy: Enri
 # ============================================================================================= protobuf
 
 
-@dataclass(slots=True)
-class _ProtoResource:
-    resource: bytes
-    spans: list[bytes]
-
-
 class _ProtoSpans(_SpanSource):
-    def __init__(self, resources: list[_ProtoResource]) -> None:
-        self.resources = resources
+    def __init__(self, resources: list[tuple[bytes, bytes]]) -> None:
+        self.resources = resources  # (Resource bytes, ResourceSpans bytes as sent)
 
     def spans(self) -> Iterator[Span]:
-        for res in self.resources:
+        for resource_bytes, rs_bytes in self.resources:
             try:
-                resource = resource_pb2.Resource.FromString(res.resource)
+                resource = resource_pb2.Resource.FromString(resource_bytes)
+                view = svpb.ResourceSpansView.FromString(rs_bytes)
             except DecodeError:
-                resource = resource_pb2.Resource()
+                continue
             attrs: Attrs = tuple((kv.key, pb_any_value_to_str(kv.value)) for kv in resource.attributes)
             service = _service_of(attrs)
-            for raw in res.spans:
-                try:
-                    f = svpb.SpanFieldsView.FromString(raw)
-                except DecodeError:
-                    continue
-                if len(f.span_id) != 8:
-                    continue
-                yield Span(
-                    trace_id=f.trace_id.hex().rjust(32, "0"),
-                    span_id=f.span_id.hex(),
-                    parent_span_id=f.parent_span_id.hex(),
-                    name=f.name.decode("utf-8", "replace"),
-                    kind=f.kind,
-                    service=service,
-                    start_ns=f.start_time_unix_nano,
-                    end_ns=f.end_time_unix_nano,
-                    resource=attrs,
-                    profile_id=_profile_id_of(raw),
-                    flags=f.flags,
-                )
+            for scope in view.scope_spans:
+                for raw in scope.spans:
+                    try:
+                        f = svpb.SpanFieldsView.FromString(raw)
+                    except DecodeError:
+                        continue
+                    if len(f.span_id) != 8:
+                        continue
+                    yield Span(
+                        trace_id=f.trace_id.hex().rjust(32, "0"),
+                        span_id=f.span_id.hex(),
+                        parent_span_id=f.parent_span_id.hex(),
+                        name=f.name.decode("utf-8", "replace"),
+                        kind=f.kind,
+                        service=service,
+                        start_ns=f.start_time_unix_nano,
+                        end_ns=f.end_time_unix_nano,
+                        resource=attrs,
+                        profile_id=_profile_id_of(raw),
+                        flags=f.flags,
+                    )
 
 
 def _profile_id_of(raw_span: bytes) -> str:
@@ -194,14 +187,6 @@ def _has_attr(raw_span: bytes) -> bool:
     return any(kv.key == ATTR_KEY for kv in view.attributes)
 
 
-def _span_id(raw_span: bytes) -> bytes:
-    if raw_span[:2] == _CANON_TRACE_ID and raw_span[18:20] == _CANON_SPAN_ID:
-        return raw_span[20:28]
-    if raw_span[:2] == _CANON_SPAN_ID:  # no trace id
-        return raw_span[2:10]
-    return bytes(svpb.SpanIdView.FromString(raw_span).span_id)
-
-
 def enrich_protobuf(body: bytes, *, version: int, policy: EnrichPolicy) -> Enriched:
     outer: tempo_pb2.TraceByIDResponse | tempo_pb2.Trace
     try:
@@ -212,46 +197,40 @@ def enrich_protobuf(body: bytes, *, version: int, policy: EnrichPolicy) -> Enric
             trace = tempo_pb2.Trace.FromString(body)
             outer = trace
         raw_list = list(trace.resource_spans)
-        views = [svpb.ResourceSpansView.FromString(raw) for raw in raw_list]
+        views = [svpb.ResourceSpansIdView.FromString(raw) for raw in raw_list]
     except DecodeError as exc:
-        raise UndecodableBody("protobuf", f"not a tempopb {'TraceByIDResponse' if version == 2 else 'Trace'}: "
-                                          f"{exc}") from exc
+        what = "TraceByIDResponse" if version == 2 else "Trace"
+        raise UndecodableBody("protobuf", f"not a tempopb {what} of OTLP spans: {exc}") from exc
 
-    resources: list[_ProtoResource] = []
+    resources: list[tuple[bytes, bytes]] = []  # (resource, final ResourceSpans bytes) for the span cache
     new_raw: list[bytes] = []
     added = 0
     count = 0
     for raw, view in zip(raw_list, views, strict=True):
         covered = not policy.off and (policy.policy is Policy.ALL or policy.covers(_proto_service(view.resource)))
-        may_have = ATTR_KEY in raw
-        changed = False
-        all_spans: list[bytes] = []
+        may_have = ATTR_KEY in raw  # else no span of this resource can have the attribute
+        changed = 0
         for scope in view.scope_spans:
-            spans = list(scope.spans)
+            spans = scope.spans
             count += len(spans)
-            if covered:
-                out: list[bytes] = []
-                for span in spans:
+            if not covered:
+                continue
+            for span in spans:
+                if may_have:
                     try:
-                        if may_have and _has_attr(span):
-                            out.append(span)
+                        if _has_attr(span.SerializeToString()):
                             continue
-                        sid = _span_id(span)
                     except DecodeError as exc:
                         raise UndecodableBody("protobuf", f"a span is not an OTLP Span: {exc}") from exc
-                    if len(sid) != 8:  # no usable id: leave the span as it is
-                        out.append(span)
-                        continue
-                    out.append(span + _ATTR_HEAD + sid.hex().encode())
-                    added += 1
-                    changed = True
-                if changed:
-                    del scope.spans[:]
-                    scope.spans.extend(out)
-                spans = out
-            all_spans.extend(spans)
-        resources.append(_ProtoResource(view.resource, all_spans))
-        new_raw.append(view.SerializeToString() if changed else raw)
+                sid = span.span_id
+                if len(sid) != 8:  # no usable id: leave the span as it is
+                    continue
+                span.MergeFromString(_ATTR_HEAD + sid.hex().encode())
+                changed += 1
+        final = view.SerializeToString() if changed else raw
+        added += changed
+        new_raw.append(final)
+        resources.append((view.resource, final))
 
     if added:
         del trace.resource_spans[:]

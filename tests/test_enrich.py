@@ -435,3 +435,14 @@ def test_a_malformed_span_carrying_the_attribute_name_is_undecodable_not_a_crash
     with pytest.raises(UndecodableBody) as caught:
         enrich_trace_body(body, version=1, protobuf=True, policy=ALL)
     assert caught.value.reason == "protobuf"
+
+
+def test_a_span_with_broken_wire_format_makes_the_body_undecodable() -> None:
+    broken = otlp_trace.Span(span_id=bytes(range(8)), name="ok so far").SerializeToString() + b"\x2a\x7f\x01"
+    scope = b"\x12" + _varint(len(broken)) + broken  # the span's last field claims 127 bytes and has 1
+    rs = b"\x12" + _varint(len(scope)) + scope
+    for version, body in ((1, tempo_pb2.Trace(resource_spans=[rs]).SerializeToString()),
+                          (2, trace_answer([rs], version=2, protobuf=True))):
+        with pytest.raises(UndecodableBody) as caught:
+            enrich_trace_body(body, version=version, protobuf=True, policy=ALL)
+        assert caught.value.reason == "protobuf"

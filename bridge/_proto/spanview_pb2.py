@@ -24,29 +24,33 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x62ridge/_proto/spanview.proto\x12\x17profile_bridge.spanview\"c\n\x11ResourceSpansView\x12\x10\n\x08resource\x18\x01 \x01(\x0c\x12<\n\x0bscope_spans\x18\x02 \x03(\x0b\x32\'.profile_bridge.spanview.ScopeSpansView\"\x1f\n\x0eScopeSpansView\x12\r\n\x05spans\x18\x02 \x03(\x0c\"\x1d\n\nSpanIdView\x12\x0f\n\x07span_id\x18\x02 \x01(\x0c\"U\n\x10\x41ttributeKeyView\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x34\n\x05value\x18\x02 \x01(\x0b\x32%.profile_bridge.spanview.AnyValueView\"$\n\x0c\x41nyValueView\x12\x14\n\x0cstring_value\x18\x01 \x01(\x0c\"d\n\x12SpanAttributesView\x12\x0f\n\x07span_id\x18\x02 \x01(\x0c\x12=\n\nattributes\x18\t \x03(\x0b\x32).profile_bridge.spanview.AttributeKeyView\"\xb0\x01\n\x0eSpanFieldsView\x12\x10\n\x08trace_id\x18\x01 \x01(\x0c\x12\x0f\n\x07span_id\x18\x02 \x01(\x0c\x12\x16\n\x0eparent_span_id\x18\x04 \x01(\x0c\x12\x0c\n\x04name\x18\x05 \x01(\x0c\x12\x0c\n\x04kind\x18\x06 \x01(\x05\x12\x1c\n\x14start_time_unix_nano\x18\x07 \x01(\x06\x12\x1a\n\x12\x65nd_time_unix_nano\x18\x08 \x01(\x06\x12\r\n\x05\x66lags\x18\x10 \x01(\x07\"N\n\x14ScopeSpansFieldsView\x12\x36\n\x05spans\x18\x02 \x03(\x0b\x32\'.profile_bridge.spanview.SpanFieldsView\"o\n\x17ResourceSpansFieldsView\x12\x10\n\x08resource\x18\x01 \x01(\x0c\x12\x42\n\x0bscope_spans\x18\x02 \x03(\x0b\x32-.profile_bridge.spanview.ScopeSpansFieldsViewb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x62ridge/_proto/spanview.proto\x12\x17profile_bridge.spanview\"g\n\x13ResourceSpansIdView\x12\x10\n\x08resource\x18\x01 \x01(\x0c\x12>\n\x0bscope_spans\x18\x02 \x03(\x0b\x32).profile_bridge.spanview.ScopeSpansIdView\"F\n\x10ScopeSpansIdView\x12\x32\n\x05spans\x18\x02 \x03(\x0b\x32#.profile_bridge.spanview.SpanIdView\"c\n\x11ResourceSpansView\x12\x10\n\x08resource\x18\x01 \x01(\x0c\x12<\n\x0bscope_spans\x18\x02 \x03(\x0b\x32\'.profile_bridge.spanview.ScopeSpansView\"\x1f\n\x0eScopeSpansView\x12\r\n\x05spans\x18\x02 \x03(\x0c\"\x1d\n\nSpanIdView\x12\x0f\n\x07span_id\x18\x02 \x01(\x0c\"U\n\x10\x41ttributeKeyView\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x34\n\x05value\x18\x02 \x01(\x0b\x32%.profile_bridge.spanview.AnyValueView\"$\n\x0c\x41nyValueView\x12\x14\n\x0cstring_value\x18\x01 \x01(\x0c\"d\n\x12SpanAttributesView\x12\x0f\n\x07span_id\x18\x02 \x01(\x0c\x12=\n\nattributes\x18\t \x03(\x0b\x32).profile_bridge.spanview.AttributeKeyView\"\xb0\x01\n\x0eSpanFieldsView\x12\x10\n\x08trace_id\x18\x01 \x01(\x0c\x12\x0f\n\x07span_id\x18\x02 \x01(\x0c\x12\x16\n\x0eparent_span_id\x18\x04 \x01(\x0c\x12\x0c\n\x04name\x18\x05 \x01(\x0c\x12\x0c\n\x04kind\x18\x06 \x01(\x05\x12\x1c\n\x14start_time_unix_nano\x18\x07 \x01(\x06\x12\x1a\n\x12\x65nd_time_unix_nano\x18\x08 \x01(\x06\x12\r\n\x05\x66lags\x18\x10 \x01(\x07\"N\n\x14ScopeSpansFieldsView\x12\x36\n\x05spans\x18\x02 \x03(\x0b\x32\'.profile_bridge.spanview.SpanFieldsView\"o\n\x17ResourceSpansFieldsView\x12\x10\n\x08resource\x18\x01 \x01(\x0c\x12\x42\n\x0bscope_spans\x18\x02 \x03(\x0b\x32-.profile_bridge.spanview.ScopeSpansFieldsViewb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'bridge._proto.spanview_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RESOURCESPANSVIEW']._serialized_start=57
-  _globals['_RESOURCESPANSVIEW']._serialized_end=156
-  _globals['_SCOPESPANSVIEW']._serialized_start=158
-  _globals['_SCOPESPANSVIEW']._serialized_end=189
-  _globals['_SPANIDVIEW']._serialized_start=191
-  _globals['_SPANIDVIEW']._serialized_end=220
-  _globals['_ATTRIBUTEKEYVIEW']._serialized_start=222
-  _globals['_ATTRIBUTEKEYVIEW']._serialized_end=307
-  _globals['_ANYVALUEVIEW']._serialized_start=309
-  _globals['_ANYVALUEVIEW']._serialized_end=345
-  _globals['_SPANATTRIBUTESVIEW']._serialized_start=347
-  _globals['_SPANATTRIBUTESVIEW']._serialized_end=447
-  _globals['_SPANFIELDSVIEW']._serialized_start=450
-  _globals['_SPANFIELDSVIEW']._serialized_end=626
-  _globals['_SCOPESPANSFIELDSVIEW']._serialized_start=628
-  _globals['_SCOPESPANSFIELDSVIEW']._serialized_end=706
-  _globals['_RESOURCESPANSFIELDSVIEW']._serialized_start=708
-  _globals['_RESOURCESPANSFIELDSVIEW']._serialized_end=819
+  _globals['_RESOURCESPANSIDVIEW']._serialized_start=57
+  _globals['_RESOURCESPANSIDVIEW']._serialized_end=160
+  _globals['_SCOPESPANSIDVIEW']._serialized_start=162
+  _globals['_SCOPESPANSIDVIEW']._serialized_end=232
+  _globals['_RESOURCESPANSVIEW']._serialized_start=234
+  _globals['_RESOURCESPANSVIEW']._serialized_end=333
+  _globals['_SCOPESPANSVIEW']._serialized_start=335
+  _globals['_SCOPESPANSVIEW']._serialized_end=366
+  _globals['_SPANIDVIEW']._serialized_start=368
+  _globals['_SPANIDVIEW']._serialized_end=397
+  _globals['_ATTRIBUTEKEYVIEW']._serialized_start=399
+  _globals['_ATTRIBUTEKEYVIEW']._serialized_end=484
+  _globals['_ANYVALUEVIEW']._serialized_start=486
+  _globals['_ANYVALUEVIEW']._serialized_end=522
+  _globals['_SPANATTRIBUTESVIEW']._serialized_start=524
+  _globals['_SPANATTRIBUTESVIEW']._serialized_end=624
+  _globals['_SPANFIELDSVIEW']._serialized_start=627
+  _globals['_SPANFIELDSVIEW']._serialized_end=803
+  _globals['_SCOPESPANSFIELDSVIEW']._serialized_start=805
+  _globals['_SCOPESPANSFIELDSVIEW']._serialized_end=883
+  _globals['_RESOURCESPANSFIELDSVIEW']._serialized_start=885
+  _globals['_RESOURCESPANSFIELDSVIEW']._serialized_end=996
 # @@protoc_insertion_point(module_scope)

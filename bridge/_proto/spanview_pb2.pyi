@@ -6,6 +6,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ResourceSpansIdView(_message.Message):
+    __slots__ = ("resource", "scope_spans")
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_SPANS_FIELD_NUMBER: _ClassVar[int]
+    resource: bytes
+    scope_spans: _containers.RepeatedCompositeFieldContainer[ScopeSpansIdView]
+    def __init__(self, resource: _Optional[bytes] = ..., scope_spans: _Optional[_Iterable[_Union[ScopeSpansIdView, _Mapping]]] = ...) -> None: ...
+
+class ScopeSpansIdView(_message.Message):
+    __slots__ = ("spans",)
+    SPANS_FIELD_NUMBER: _ClassVar[int]
+    spans: _containers.RepeatedCompositeFieldContainer[SpanIdView]
+    def __init__(self, spans: _Optional[_Iterable[_Union[SpanIdView, _Mapping]]] = ...) -> None: ...
+
 class ResourceSpansView(_message.Message):
     __slots__ = ("resource", "scope_spans")
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
