@@ -557,7 +557,6 @@ class Store:
 
             if not self._transaction(oldest_tenth):
                 break
-            self._transaction(self._collect_garbage)
         if result.profiles or result.spans:
             self._transaction(self._collect_garbage)
             conn.execute("PRAGMA incremental_vacuum")
