@@ -22,8 +22,11 @@ from yarl import URL
 from bridge._proto import tempo_pb2
 from bridge.app import BACKENDS, METRICS, SPAN_CACHE, create_app
 from bridge.config import Settings
-from bridge.routes.tempo import accepts_gzip, is_protobuf_answer, parse_trace_id, trace_request
+from bridge.connect import Deadline
+from bridge.errors import Code
+from bridge.routes.tempo import KnownServices, accepts_gzip, is_protobuf_answer, parse_trace_id, trace_request
 from bridge.spans import PROFILE_ID_ATTR
+from bridge.upstream.base import CallContext
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.shop import load_shop
 from tests.doubles.tempo import GARBAGE, TempoDouble, refused_url
@@ -323,6 +326,22 @@ async def test_policy_profiled_services_without_pyroscope_enriches_everything(ai
     resp = await stack.client.get(f"/tempo/api/v2/traces/{stack.vulture_id}", headers=PB)
     assert resp.status == 200
     assert all(len(profile_ids(s)) == 1 for s in spans_of(await resp.read(), 2, True))
+
+
+async def test_known_services_expire_after_their_ttl_and_survive_a_pyroscope_outage(stack: Stack) -> None:
+    now = [1000.0]
+    known = KnownServices(ttl=60.0, clock=lambda: now[0])
+    ctx = CallContext(deadline=Deadline.start(None, 5.0), tenant="team-a")
+    assert await known.get(stack.app, ctx) == frozenset({"shop-frontend", "shop-backend"})
+    now[0] += 59.0
+    assert await known.get(stack.app, ctx) == frozenset({"shop-frontend", "shop-backend"})
+    assert len(stack.pyroscope.calls("LabelValues")) == 1
+    now[0] += 2.0  # expired: asked again, Pyroscope is down now → the last known set
+    stack.pyroscope.faults.code = Code.UNAVAILABLE
+    assert await known.get(stack.app, ctx) == frozenset({"shop-frontend", "shop-backend"})
+    assert len(stack.pyroscope.calls("LabelValues")) == 2
+    other = CallContext(deadline=Deadline.start(None, 5.0), tenant="team-b")
+    assert await known.get(stack.app, other) is None  # nothing known for team-b: the mount enriches every span
 
 
 async def test_policy_off_relays_tempos_bytes(aiohttp_server: Server, aiohttp_client: Client) -> None:
