@@ -135,6 +135,22 @@ async def test_span_click_after_opening_the_trace_resolves_local_root_without_se
     assert len(stack.tempo.calls("/api/v2/traces/")) == 1
 
 
+@pytest.mark.parametrize(
+    ("path", "accept"),
+    [("/tempo/api/v2/traces/{}", "application/protobuf"), ("/tempo/api/traces/{}", "application/protobuf"),
+     ("/tempo/api/v2/traces/{}", "application/json"), ("/tempo/api/traces/{}", "*/*")],
+    ids=["v2-protobuf", "v1-protobuf", "v2-json", "v1-json"],
+)
+async def test_any_trace_shape_fills_the_cache_the_resolver_reads(stack: Stack, path: str, accept: str) -> None:
+    role_span, span, root = pick_with_linked_root(stack, "frontend-child")
+    resp = await stack.client.get(path.format(role_span.trace_id), headers={"Accept": accept})
+    assert resp.status == 200
+    await resp.read()
+    mode, reason, _ = await click(stack, span)
+    assert mode == "local-root" and root.span_id in reason
+    assert stack.tempo.search_calls == []
+
+
 async def test_io_span_resolves_time_window(stack: Stack) -> None:
     shop = load_shop()
     linked = stack.linked_ids()
