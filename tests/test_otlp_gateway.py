@@ -511,3 +511,13 @@ async def test_standalone_bridge_stores_linked_samples_received_over_grpc(
         profile_typeID=ptype.ID, label_selector=f'{{service_name="{service}"}}', span_selector=[span],
         start=start_ms, end=end_ms), ctx)
     assert got.flamegraph.total == expected
+
+
+async def test_grpc_forwarding_without_a_target_stops_startup_with_a_config_error() -> None:
+    from bridge.config import ConfigError
+    from bridge.otlp.runtime import open_gateway
+
+    settings = Settings.for_tests(mode="proxy", profiles_forward="grpc", pyroscope_grpc_target="")
+    with pytest.raises(ConfigError, match="PROFILE_BRIDGE_PYROSCOPE_GRPC_TARGET has value ''"):
+        async with open_gateway(settings, Metrics(), {}):
+            pass

@@ -167,14 +167,38 @@ class _Linker:
         """The fate of every sample carrying exactly these attribute indices."""
         roles = self.roles
         hits: list[tuple[int, _Role]] = []  # (position in the sample, role of the attribute there)
+        single = True  # every link attribute plays exactly one role (the usual case)
         for pos, index in enumerate(indices):
             found = roles.get(index)
             if found is None:
                 found = self.roles_of(index)
-            for role in found:
-                hits.append((pos, role))
+            if found:
+                single = single and len(found) == 1
+                for role in found:
+                    hits.append((pos, role))
         if not hits:
             return None
+        if single and len(hits) <= 2:
+            fast = self._decide_simple(indices, hits)
+            if fast is not None:
+                return fast
+        return self._decide_general(indices, hits)
+
+    def _decide_simple(self, indices: tuple[int, ...], hits: list[tuple[int, _Role]]) -> _Decision:
+        """One valid span attribute, optionally with one valid trace attribute of the same pair; None otherwise
+        (the general rules decide)."""
+        if len(hits) == 1:
+            pos, (_, is_span, span_id) = hits[0]
+            if not is_span or span_id is None:
+                return None
+            return indices[:pos] + indices[pos + 1:], self.link_index(b"", span_id)
+        (p1, (pair1, span1, id1)), (p2, (pair2, span2, id2)) = hits
+        if pair1 != pair2 or span1 == span2 or id1 is None or id2 is None:
+            return None
+        span_id, trace_id = (id1, id2) if span1 else (id2, id1)
+        return indices[:p1] + indices[p1 + 1:p2] + indices[p2 + 1:], self.link_index(trace_id, span_id)
+
+    def _decide_general(self, indices: tuple[int, ...], hits: list[tuple[int, _Role]]) -> _Decision:
         chosen: tuple[bytes, bytes] | None = None
         for pair in sorted({role[0] for _, role in hits}):
             span: bytes | None = None
@@ -249,8 +273,6 @@ def link_request(req: svc.ExportProfilesServiceRequest, link_keys: LinkKeys) -> 
                         already += 1
                         continue
                     attrs = sample.attribute_indices
-                    if not attrs:
-                        continue
                     key = tuple(attrs)
                     decision = get(key, _UNSEEN)
                     if decision is _UNSEEN:

@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as svc
 
-from bridge.config import Settings
+from bridge.config import ConfigError, Settings
 from bridge.errors import Code, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from bridge.metrics import Metrics
 from bridge.upstream.base import CallContext
@@ -155,8 +155,9 @@ class GrpcProfilesForwarder:
     name = "grpc"
 
     def __init__(self, target: str, settings: Settings, metrics: Metrics | None = None) -> None:
-        if not target:
-            raise ValueError("no gRPC target for forwarding profiles")
+        if not target or ":" not in target:
+            raise ConfigError("PROFILE_BRIDGE_PYROSCOPE_GRPC_TARGET", target,
+                              "forwarding profiles over gRPC needs a HOST:PORT target")
         self.target = target
         self.settings = settings
         self.metrics = metrics
