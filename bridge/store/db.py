@@ -23,14 +23,12 @@ import time
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from google.protobuf import json_format
 from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as otlp_profiles_svc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
-from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
 from bridge import flamegraph
@@ -41,6 +39,18 @@ from bridge.errors import BridgeError, InvalidArgument, Unimplemented
 from bridge.metrics import Metrics
 from bridge.spans import SERVICE_NAME, SearchHit, Trace, spans_from_otlp
 from bridge.store import model, traceql
+from bridge.store.query import (
+    DEFAULT_MAX_NODES,
+    FAR_FUTURE_NS,
+    TraceMatch,
+    bound_attr_value,
+    build_pprof,
+    filter_call_site,
+    parse_span_selector,
+    parse_trace_selector,
+    search_span,
+    window_ns,
+)
 from bridge.store.schema import migrate
 from bridge.store.selector import Matcher, matches_any, parse_selector, parse_selectors
 from bridge.upstream.base import CallContext
@@ -50,10 +60,8 @@ log = logging.getLogger("bridge.store")
 T = TypeVar("T")
 
 DB_FILE: Final = "store.sqlite3"
-DEFAULT_MAX_NODES: Final = 8192  # Pyroscope's querier.max-flamegraph-nodes-default
 OFFLOAD_BYTES: Final = 256 * 1024  # requests at least this large are decoded on a worker thread
 SEARCH_SCAN_LIMIT: Final = 50_000  # candidate spans examined per search
-FAR_FUTURE_NS: Final = 2**62
 _BIG_ENDIAN: Final = sys.byteorder == "big"
 
 
@@ -81,19 +89,6 @@ class RetentionResult:
     used_bytes: int = 0
 
 
-@dataclass(slots=True)
-class TraceMatch:
-    """One trace of a search answer: its summary and the spans that matched (up to ``spss``)."""
-
-    trace_id: str
-    root_service: str
-    root_name: str
-    start_ns: int
-    end_ns: int
-    spans: list[dict[str, Any]] = field(default_factory=list)
-    matched: int = 0
-
-
 def _pack(ids: Sequence[int]) -> bytes:
     arr = array("i", ids)
     if _BIG_ENDIAN:
@@ -107,55 +102,6 @@ def _unpack(blob: bytes) -> array[int]:
     if _BIG_ENDIAN:
         arr.byteswap()
     return arr
-
-
-def _window_ns(start_ms: int, end_ms: int) -> tuple[int, int]:
-    """Pyroscope's inclusive ``[start, end]`` in ms over the capture start → ``[lo, hi)`` in ns."""
-    lo = min(max(0, start_ms) * 1_000_000, FAR_FUTURE_NS)
-    hi = min((end_ms + 1) * 1_000_000, FAR_FUTURE_NS) if end_ms > 0 else FAR_FUTURE_NS
-    return lo, hi
-
-
-def parse_span_selector(values: Iterable[str]) -> list[int]:
-    """``span_selector`` entries → stored span ids. One bad entry fails the whole request, as Pyroscope does."""
-    out: list[int] = []
-    for value in values:
-        number = model.span_id_to_int(value) if len(value) == 16 else None
-        if len(value) != 16:
-            raise InvalidArgument(f'invalid span id length: "{value}"')
-        if number is None:
-            try:
-                bytes.fromhex(value)
-            except ValueError:
-                raise InvalidArgument(f'invalid span id: "{value}"') from None
-            continue  # all zeros: matches nothing
-        out.append(number)
-    return out
-
-
-def parse_trace_selector(values: Iterable[str]) -> list[bytes]:
-    out: list[bytes] = []
-    for value in values:
-        text = value.strip().lower()
-        if not 0 < len(text) <= 32:
-            raise InvalidArgument(f'invalid trace id length: "{value}"')
-        try:
-            out.append(bytes.fromhex(text.rjust(32, "0")))
-        except ValueError:
-            raise InvalidArgument(f'invalid trace id: "{value}"') from None
-    return out
-
-
-def _any_value(value: common_pb2.AnyValue) -> traceql.Value | None:
-    which = value.WhichOneof("value")
-    if which in ("string_value", "int_value", "double_value", "bool_value"):
-        result: traceql.Value = getattr(value, which)
-        return result
-    if which is None:
-        return None
-    from bridge.spans import pb_any_value_to_str
-
-    return pb_any_value_to_str(value)
 
 
 class Store:
@@ -652,7 +598,7 @@ class Store:
         span_ids: Sequence[int] | None, trace_ids: Sequence[bytes] | None,
     ) -> list[tuple[tuple[str, ...], int]]:
         model.ProfileType.parse(profile_type)
-        window = _window_ns(start_ms, end_ms)
+        window = window_ns(start_ms, end_ms)
         series = self._series(conn, tenant, [parse_selector(selector)], profile_type)
         return self._merged_stacks(conn, list(series), window, span_ids, trace_ids)
 
@@ -717,7 +663,7 @@ class Store:
         return build_pprof(stacks, ptype, req.start, req.end)
 
     async def profile_types(self, req: qpb.ProfileTypesRequest, ctx: CallContext) -> qpb.ProfileTypesResponse:
-        window = _window_ns(req.start, req.end) if req.start or req.end else None
+        window = window_ns(req.start, req.end) if req.start or req.end else None
 
         def read(conn: sqlite3.Connection) -> list[str]:
             sql = "SELECT DISTINCT profile_type FROM series WHERE tenant = ?"
@@ -740,7 +686,7 @@ class Store:
         self, tenant: str, matchers: Sequence[str], start_ms: int, end_ms: int
     ) -> dict[int, dict[str, str]]:
         selectors = parse_selectors(matchers)
-        window = _window_ns(start_ms, end_ms) if start_ms or end_ms else None
+        window = window_ns(start_ms, end_ms) if start_ms or end_ms else None
         return await self._read(self._series, tenant, selectors, None, window)
 
     async def label_names(self, req: tpb.LabelNamesRequest, ctx: CallContext) -> tpb.LabelNamesResponse:
@@ -769,7 +715,7 @@ class Store:
         step_ms = int(req.step * 1000) if req.step > 0 else 15_000
         if step_ms <= 0:
             raise InvalidArgument(f"step {req.step} must be positive")
-        window = _window_ns(req.start, req.end)
+        window = window_ns(req.start, req.end)
         selector = parse_selector(req.label_selector)
         average = req.HasField("aggregation") and req.aggregation == tpb.TIME_SERIES_AGGREGATION_TYPE_AVERAGE
 
@@ -966,7 +912,7 @@ class Store:
             resource = self._resource(conn, resource_id, resources) if needs_body else None
 
             value_of = functools.partial(
-                _bound_attr_value, (trace_id, span_id, service, name, start_ns, end_ns, span, resource)
+                bound_attr_value, (trace_id, span_id, service, name, start_ns, end_ns, span, resource)
             )
             if not all(traceql.compare(value_of(c.attr), c) for c in python_conds):
                 continue
@@ -978,7 +924,7 @@ class Store:
             match.matched += 1
             if len(match.spans) < max(spss, 1):
                 match.spans.append(
-                    _search_span(query, span_id, service, name, start_ns, end_ns, span, resource, value_of)
+                    search_span(query, span_id, service, name, start_ns, end_ns, span, resource, value_of)
                 )
         chosen = list(traces.values())
         for m in chosen:
@@ -1062,122 +1008,3 @@ def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None)
         future.set_exception(exc)
     else:
         future.set_result(result)
-
-
-def _bound_attr_value(bound: tuple[Any, ...], attr: traceql.Attr) -> traceql.Value | None:
-    return _attr_value(attr, *bound)
-
-
-def _attr_value(
-    attr: traceql.Attr, trace_id: bytes, span_id: int, service: str, name: str, start_ns: int, end_ns: int,
-    span: otlp_trace.Span | None, resource: otlp_trace.ResourceSpans | None,
-) -> traceql.Value | None:
-    if attr.scope == "intrinsic":
-        if attr.key == "span:id":
-            return model.int_to_span_id(span_id)
-        if attr.key == "trace:id":
-            return trace_id.hex()
-        if attr.key == "name":
-            return name
-        if attr.key == "duration":
-            return end_ns - start_ns
-        if attr.key == "kind":
-            return int(span.kind) if span is not None else None
-        if attr.key == "status":
-            return int(span.status.code) if span is not None else None
-        return None
-    if attr.scope in ("span", "any") and span is not None:
-        for kv in span.attributes:
-            if kv.key == attr.key:
-                return _any_value(kv.value)
-    if attr.scope in ("resource", "any"):
-        if attr.key == "service.name" and resource is None:
-            return service
-        if resource is not None:
-            for kv in resource.resource.attributes:
-                if kv.key == attr.key:
-                    return _any_value(kv.value)
-    return None
-
-
-def _search_span(
-    query: traceql.Query, span_id: int, service: str, name: str, start_ns: int, end_ns: int,
-    span: otlp_trace.Span | None, resource: otlp_trace.ResourceSpans | None,
-    value_of: Callable[[traceql.Attr], traceql.Value | None],
-) -> dict[str, Any]:
-    """A span of Tempo's search answer: ``name`` only when span:name is filtered or selected; selected (and
-    filtered) attributes under their key, ``resource.service.name`` as ``service.name``."""
-    out: dict[str, Any] = {
-        "spanID": model.int_to_span_id(span_id),
-        "startTimeUnixNano": str(start_ns),
-        "durationNanos": str(end_ns - start_ns),
-        "_name": name,
-        "_service": service,
-    }
-    wanted = [c.attr for c in query.conds] + list(query.select)
-    attributes: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for attr in wanted:
-        if attr.scope == "intrinsic":
-            if attr.key == "name":
-                out["name"] = name
-            continue
-        if attr.key in seen:
-            continue
-        value: Any = None
-        if attr.scope in ("span", "any") and span is not None:
-            value = next((kv.value for kv in span.attributes if kv.key == attr.key), None)
-        if value is None and attr.scope in ("resource", "any") and resource is not None:
-            value = next((kv.value for kv in resource.resource.attributes if kv.key == attr.key), None)
-        if value is None and attr.key == "service.name" and attr.scope != "span":
-            value = common_pb2.AnyValue(string_value=service)
-        if value is None:
-            continue
-        seen.add(attr.key)
-        attributes.append({"key": attr.key, "value": json_format.MessageToDict(value)})
-    if attributes:
-        out["attributes"] = attributes
-    return out
-
-
-def filter_call_site(
-    stacks: Sequence[tuple[tuple[str, ...], int]], call_site: Sequence[str]
-) -> list[tuple[tuple[str, ...], int]]:
-    """``stack_trace_selector.call_site``: keep stacks that start (root first) with these frames."""
-    n = len(call_site)
-    prefix = tuple(call_site)
-    return [(frames, v) for frames, v in stacks if frames[:n] == prefix]
-
-
-def build_pprof(
-    stacks: Sequence[tuple[tuple[str, ...], int]], ptype: model.ProfileType, start_ms: int, end_ms: int
-) -> profile_pb2.Profile:
-    """Merged stacks → a pprof ``google.v1.Profile`` (one function and one location per name)."""
-    profile = profile_pb2.Profile()
-    strings: dict[str, int] = {"": 0}
-
-    def s(text: str) -> int:
-        idx = strings.get(text)
-        if idx is None:
-            idx = strings[text] = len(strings)
-        return idx
-
-    profile.sample_type.add(type=s(ptype.sample_type), unit=s(ptype.sample_unit))
-    profile.period_type.type = s(ptype.period_type)
-    profile.period_type.unit = s(ptype.period_unit)
-    function_ids: dict[str, int] = {}
-    for frames, value in stacks:
-        location_ids: list[int] = []
-        for name in reversed(frames):
-            fid = function_ids.get(name)
-            if fid is None:
-                fid = function_ids[name] = len(function_ids) + 1
-                profile.function.add(id=fid, name=s(name), system_name=s(name))
-                profile.location.add(id=fid).line.add(function_id=fid)
-            location_ids.append(fid)
-        profile.sample.add(location_id=location_ids, value=[value])
-    profile.time_nanos = max(0, start_ms) * 1_000_000
-    if end_ms > start_ms:
-        profile.duration_nanos = (end_ms - start_ms) * 1_000_000
-    profile.string_table.extend(strings)
-    return profile
