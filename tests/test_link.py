@@ -278,3 +278,67 @@ def test_many_samples_share_decisions_and_links() -> None:
 )
 def test_parse_id(value: common_pb2.AnyValue, size: int, expected: bytes | None) -> None:
     assert parse_id(value, size) == expected
+
+
+def reference_link(keys: tuple[tuple[str, str], ...], attrs: list[tuple[str, str]]) -> tuple[str, str, list[int]] | str:
+    """The rules written out plainly, one sample at a time: (trace hex, span hex, kept positions), "invalid" or
+    "none"."""
+
+    def valid(text: str, size: int) -> bool:
+        return len(text) == 2 * size and all(c in "0123456789abcdefABCDEF" for c in text) and int(text, 16) != 0
+
+    any_span_key = False
+    for trace_key, span_key in keys:
+        spans = [v for k, v in attrs if k == span_key]
+        any_span_key = any_span_key or bool(spans)
+        good = [v for v in spans if valid(v, 8)]
+        if not good:
+            continue
+        traces = [v for k, v in attrs if trace_key and k == trace_key]
+        good_traces = [v for v in traces if valid(v, 16)]
+        if traces and not good_traces:
+            continue
+        span, trace = good[0].lower(), (good_traces[0].lower() if good_traces else "")
+        span_keys = {s for _, s in keys}
+        trace_keys = {t for t, _ in keys if t}
+        kept = [pos for pos, (k, v) in enumerate(attrs)
+                if not (k in span_keys and valid(v, 8) and v.lower() == span)
+                and not (trace and k in trace_keys and valid(v, 16) and v.lower() == trace)]
+        return trace, span, kept
+    return "invalid" if any_span_key else "none"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_linking_matches_the_rules_written_out_plainly(seed: int) -> None:
+    import random
+
+    rnd = random.Random(seed)
+    spans = [f"{rnd.getrandbits(64):016x}" for _ in range(4)] + ["0" * 16, "xyz", SPAN_A.upper()]
+    traces = [f"{rnd.getrandbits(128):032x}" for _ in range(3)] + ["0" * 32, TRACE_A[:-1]]
+    pool = [(k, v) for k in ("span_id", "otel.profile.span_id", "profile_id") for v in spans]
+    pool += [(k, v) for k in ("trace_id", "otel.profile.trace_id") for v in traces]
+    pool += [("thread.name", "main"), ("thread.name", "worker"), ("span_name", "GET /")]
+    b = Builder()
+    index = {kv: b.attr(*kv) for kv in pool}
+    samples = []
+    for _ in range(300):
+        chosen = rnd.sample(pool, rnd.randrange(0, 5))
+        samples.append((chosen, b.sample(*(index[kv] for kv in chosen))))
+    keys = tuple(KEYS)
+
+    stats = link_request(b.req, keys)
+
+    invalid = linked = 0
+    for chosen, sample in samples:
+        expected = reference_link(keys, chosen)
+        if isinstance(expected, str):
+            invalid += expected == "invalid"
+            assert (sample.link_index, list(sample.attribute_indices)) == (0, [index[kv] for kv in chosen])
+            continue
+        linked += 1
+        trace, span, kept = expected
+        assert link_ids(b.req, sample.link_index) == (trace, span)
+        assert list(sample.attribute_indices) == [index[chosen[pos]] for pos in kept]
+    assert (stats.linked, stats.invalid) == (linked, invalid)
+    pairs = [link_ids(b.req, i) for i in range(1, len(b.req.dictionary.link_table))]
+    assert len(pairs) == len(set(pairs))  # de-duplicated
