@@ -302,3 +302,19 @@ async def test_the_pyroscope_mount_answers_from_the_store(tmp_path: Path, aiohtt
     resp = await client.post(base + "SelectHeatmap", data=b"", headers={"Content-Type": "application/proto"})
     assert resp.status == 501
     assert (await resp.json())["code"] == "unimplemented"
+
+
+async def test_background_retention_drops_expired_data(tmp_path: Path, aiohttp_client: Client) -> None:
+    import asyncio
+
+    settings = Settings.for_tests(mode="standalone", data_dir=str(tmp_path / "data"), retention_age=2.0)
+    # the bridge's clock says a day has passed since the capture: everything in it has expired
+    client = await aiohttp_client(create_app(settings, wall_clock=lambda: CAPTURE_END_S + 86_400))
+    await replay_capture(client)
+    store = store_of(client)
+    for _ in range(100):  # the retention task runs every second here; give it up to 10 s
+        c = await store.counts()
+        if c.spans == 0 and c.samples == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert (c.spans, c.samples, c.series) == (0, 0, 0)

@@ -420,3 +420,25 @@ def svc_request_for_reuse() -> object:
     prof.time_unix_nano = int(CAPTURE_END_S * 1e9)
     prof.samples.add(stack_index=1, values=[42])
     return req
+
+
+async def test_select_series_average_limit_and_profile_type_window(store: Store) -> None:
+    samples = capture_samples()
+    by_profile: dict[tuple[str, int], int] = {}
+    for _, value, _labels, service, t in samples:
+        key = (service, t)
+        by_profile[key] = by_profile.get(key, 0) + value
+    req = qpb.SelectSeriesRequest(profile_typeID=CPU, label_selector="{}", start=ALL_MS[0], end=ALL_MS[1],
+                                  group_by=["service_name"], step=3600.0, limit=1,
+                                  aggregation=tpb.TIME_SERIES_AGGREGATION_TYPE_AVERAGE)
+    resp = await store.select_series(req, ctx())
+    totals: dict[str, int] = {}
+    for (service, _), value in by_profile.items():
+        totals[service] = totals.get(service, 0) + value
+    assert len(resp.series) == 1
+    assert resp.series[0].labels[0].value == max(totals, key=lambda k: totals[k])  # limit keeps the largest
+    point = resp.series[0].points[0]
+    assert 0 < point.value < totals[resp.series[0].labels[0].value]  # an average of profiles, not their sum
+    first = min(t for *_, t in samples)
+    none = await store.profile_types(qpb.ProfileTypesRequest(start=1, end=first // 1_000_000 - 1), ctx())
+    assert list(none.profile_types) == []
