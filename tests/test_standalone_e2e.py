@@ -16,11 +16,14 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
 from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
+from bridge._proto import tempo_pb2
 from bridge.app import BACKENDS, create_app
 from bridge.config import Settings
+from bridge.spans import parse_search_response, spans_from_otlp
 from bridge.store import Store
 
 CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
@@ -155,6 +158,23 @@ async def test_real_sdks_to_span_flame_graph_and_back_after_restart(tmp_path: Pa
         mode, child_fg = await span_profile(url, best["child"], start_ms, end_ms)
         assert mode == "local-root"
         assert "e2e_hot_function" in names_in(child_fg)
+
+        # Grafana's Tempo data source, through the /tempo mount: the trace from the store, every span enriched so
+        # the "Profiles for this span" button shows on the child too; search finds the child by id
+        async with aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as session:
+            async with session.get(f"{url}/tempo/api/v2/traces/{best['trace_id']}",
+                                   headers={"Accept": "application/protobuf"}) as resp:
+                assert resp.status == 200
+                answer = tempo_pb2.TraceByIDResponse.FromString(await resp.read())
+            q = f'{{ span:id = "{best["child"]}" }} | select(span:name, resource.service.name)'
+            async with session.get(f"{url}/tempo/api/search", params={"q": q}) as resp:
+                assert resp.status == 200
+                hits = parse_search_response(await resp.json())
+        spans = {s.span_id: s for s in spans_from_otlp(
+            otlp_trace.ResourceSpans.FromString(raw) for raw in answer.trace.resource_spans
+        )}
+        assert spans[best["child"]].name == "compute" and spans[best["child"]].profile_id
+        assert [(h.span_id, h.name, h.service) for h in hits] == [(best["child"], "compute", "e2e-shop")]
     finally:
         await runner.cleanup()
 
