@@ -320,6 +320,18 @@ async def test_policy_profiled_services_asks_pyroscope_once_per_tenant(aiohttp_s
     assert all(r.message.name == "service_name" for r in asked)  # type: ignore[union-attr]
 
 
+async def test_policy_profiled_services_follows_the_label_map(aiohttp_server: Server, aiohttp_client: Client) -> None:
+    stack = await make_stack(aiohttp_server, aiohttp_client, enrich="profiled-services",
+                             label_map=(("service.name", "env"), ("host.name", "host")))
+    resp = await stack.client.get(f"/tempo/api/v2/traces/{load_shop().trace_ids()[0]}", headers=PB)
+    assert resp.status == 200
+    (asked,) = stack.pyroscope.calls("LabelValues")
+    assert asked.message.name == "env"  # type: ignore[union-attr]
+    # the capture's profiles say env=capture, no service is called that: nothing is enriched
+    assert all(profile_ids(s) in ([], [s.span_id.hex()]) for s in spans_of(await resp.read(), 2, True))
+    assert stack.metric("profile_bridge_enriched_spans_total") == 0
+
+
 async def test_policy_profiled_services_without_pyroscope_enriches_everything(aiohttp_server: Server,
                                                                              aiohttp_client: Client) -> None:
     stack = await make_stack(aiohttp_server, aiohttp_client, enrich="profiled-services", pyroscope_url=refused_url())

@@ -169,7 +169,8 @@ class KnownServices:
             if entry is not None and self.clock() - entry[0] < self.ttl:
                 return entry[1]
             now_ms = int(app[appmod.CLOCK].now() * 1000)
-            req = tpb.LabelValuesRequest(name=SERVICE_LABEL, start=now_ms - SERVICES_LOOKBACK_MS, end=now_ms)
+            label = service_label(app[appmod.SETTINGS])
+            req = tpb.LabelValuesRequest(name=label, start=now_ms - SERVICES_LOOKBACK_MS, end=now_ms)
             try:
                 answer = await appmod.profiles_of(app).label_values(req, ctx)
             except BridgeError as exc:
@@ -179,6 +180,11 @@ class KnownServices:
             names = frozenset(answer.names)
             self._entries[key] = (self.clock(), names)
             return names
+
+
+def service_label(settings: Settings) -> str:
+    """The profile label that holds ``service.name`` (``PROFILE_BRIDGE_LABEL_MAP``; ``service_name`` by default)."""
+    return dict(settings.label_map).get("service.name", SERVICE_LABEL)
 
 
 def known_services(app: web.Application) -> KnownServices:
