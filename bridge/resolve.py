@@ -304,7 +304,8 @@ class Resolver:
 
         found = await self._first_found(span_ids, query, ctx)
         if found is None:
-            reason = not_found_reason(span_ids, query.start_ms, query.end_ms)
+            start_s, end_s = self._search_range(query.start_ms, query.end_ms)
+            reason = not_found_reason(span_ids, start_s * 1000, end_s * 1000)
             empty = flamegraph.empty(flamegraph.root_label(reason))
             return Resolution(Mode.NONE, reason, empty, None, None, None, selector, ())
 

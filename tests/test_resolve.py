@@ -316,3 +316,16 @@ async def test_both_no_data_shapes_count_as_empty(env: Env, style: str) -> None:
     io = shop.span(shop.pick("frontend-io").span_id)
     res = await env.resolver.resolve(query_for(io), ctx())
     assert res.mode is Mode.TIME_WINDOW  # the empty linked answer, in either shape, led to the fallback
+
+
+async def test_without_a_time_range_the_search_covers_the_last_day_on_the_injected_clock(env: Env) -> None:
+    now = 1_795_945_400.0
+    env.resolver.clock = lambda: now
+    res = await env.resolver.resolve(SpanQuery(("00000000deadbeef",), DEFAULT_PROFILE_TYPE, "{}", 0, 0), ctx())
+    assert res.mode is Mode.NONE
+    [search] = env.tempo.search_calls
+    assert (int(search.query["start"]), int(search.query["end"])) == (int(now) - 24 * 3600, int(now) + 60)
+    from bridge.resolve import clock_text
+
+    start_text, end_text = clock_text(int(now - 24 * 3600) * 10**9, False), clock_text(int(now + 60) * 10**9, False)
+    assert f"not found in Tempo between {start_text} and {end_text} UTC" in res.reason
