@@ -62,7 +62,8 @@ async def _supervise(args: argparse.Namespace) -> int:
     tasks: list[asyncio.Task[object]] = [asyncio.create_task(watch())]
     if args.load:
         host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-        tasks.append(asyncio.create_task(run_load(f"http://{host}:{args.frontend_port}", args.load_interval, stop)))
+        frontend, backend = f"http://{host}:{args.frontend_port}", f"http://{host}:{args.backend_port}"
+        tasks.append(asyncio.create_task(run_load(frontend, args.backend_url or backend, args.load_interval, stop)))
     await stop.wait()
     for task in tasks:
         await task

@@ -14,26 +14,31 @@ log = logging.getLogger("demo.load")
 ROUND: Final = ("/checkout", "/checkout", "/health", "/slow-io")
 
 
-async def wait_ready(session: ClientSession, url: str, stop: asyncio.Event, timeout: float = 60.0) -> bool:
+async def wait_ready(session: ClientSession, urls: list[str], stop: asyncio.Event, timeout: float = 60.0) -> bool:
+    """Wait until every service answers ``GET /health``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while not stop.is_set() and loop.time() < deadline:
+    pending = list(urls)
+    while pending and not stop.is_set() and loop.time() < deadline:
         try:
-            async with session.get(url + "/health") as resp:
+            async with session.get(pending[0] + "/health") as resp:
                 if resp.status == 200:
-                    return True
+                    pending.pop(0)
+                    continue
         except (ClientError, TimeoutError):
             pass
         await asyncio.sleep(0.25)
-    return False
+    return not pending
 
 
-async def run_load(frontend_url: str, interval: float, stop: asyncio.Event, rounds: int | None = None) -> int:
+async def run_load(
+    frontend_url: str, backend_url: str, interval: float, stop: asyncio.Event, rounds: int | None = None
+) -> int:
     """Request ``ROUND`` until ``stop`` is set (or ``rounds`` rounds are done); returns the requests sent."""
     sent = 0
     async with ClientSession(timeout=ClientTimeout(total=10, connect=2)) as session:
-        if not await wait_ready(session, frontend_url, stop):
-            log.warning("frontend %s never became ready", frontend_url)
+        if not await wait_ready(session, [backend_url, frontend_url], stop):
+            log.warning("the demo services never became ready")
             return sent
         done = 0
         while not stop.is_set() and (rounds is None or done < rounds):

@@ -13,13 +13,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Final
 
 import pyroscope
-from aiohttp import ClientSession, ClientTimeout, web
+from aiohttp import ClientError, ClientSession, ClientTimeout, web
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from pyroscope.otel import PyroscopeSpanProcessor
 
@@ -101,9 +101,15 @@ async def checkout(request: web.Request) -> web.Response:
         PROPAGATOR.inject(headers)
         url = request.app[BACKEND_URL] + "/price"
         span.set_attribute("url.full", url)
-        async with request.app[SESSION].get(url, headers=headers) as resp:
-            span.set_attribute("http.response.status_code", resp.status)
-            price = await resp.json() if resp.status == 200 else None
+        try:
+            async with request.app[SESSION].get(url, headers=headers) as resp:
+                span.set_attribute("http.response.status_code", resp.status)
+                price = await resp.json() if resp.status == 200 else None
+        except (ClientError, TimeoutError) as exc:
+            span.record_exception(exc)
+            price = None
+        if price is None:
+            span.set_status(Status(StatusCode.ERROR, "shop-backend did not answer"))
     if price is None:
         raise web.HTTPBadGateway(text="shop-backend did not answer\n")
     return web.json_response({"cart_bytes": len(body), "price": price})
