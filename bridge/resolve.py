@@ -226,9 +226,18 @@ def no_samples_why(span: Span, root: Span | None) -> str:
     return f"no samples linked to span {span.span_id}"
 
 
+def range_text(start_ms: int, end_ms: int) -> str:
+    """``12:00:00 and 12:02:00 UTC``; with dates when the range is longer than a few hours."""
+    if end_ms - start_ms <= 6 * 3600 * 1000:
+        return f"{clock_text(start_ms * 1_000_000, False)} and {clock_text(end_ms * 1_000_000, False)} UTC"
+    fmt = "%Y-%m-%d %H:%M:%S"
+    start, end = (datetime.fromtimestamp(ms / 1000, UTC).strftime(fmt) for ms in (start_ms, end_ms))
+    return f"{start} and {end} UTC"
+
+
 def not_found_reason(span_ids: Sequence[str], start_ms: int, end_ms: int) -> str:
-    return (f"span {', '.join(span_ids)} not found in Tempo between {clock_text(start_ms * 1_000_000, False)} and "
-            f"{clock_text(end_ms * 1_000_000, False)} UTC, and no samples are linked to it")
+    return (f"span {', '.join(span_ids)} not found in Tempo between {range_text(start_ms, end_ms)}, and no samples "
+            "are linked to it")
 
 
 def empty_window_reason(span: Span, root: Span | None, selector: str, window: tuple[int, int]) -> str:

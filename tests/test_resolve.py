@@ -325,7 +325,5 @@ async def test_without_a_time_range_the_search_covers_the_last_day_on_the_inject
     assert res.mode is Mode.NONE
     [search] = env.tempo.search_calls
     assert (int(search.query["start"]), int(search.query["end"])) == (int(now) - 24 * 3600, int(now) + 60)
-    from bridge.resolve import clock_text
-
-    start_text, end_text = clock_text(int(now - 24 * 3600) * 10**9, False), clock_text(int(now + 60) * 10**9, False)
-    assert f"not found in Tempo between {start_text} and {end_text} UTC" in res.reason
+    # 1_795_945_400 s is 2026-11-29 09:43:20 UTC
+    assert "not found in Tempo between 2026-11-28 09:43:20 and 2026-11-29 09:44:20 UTC" in res.reason
