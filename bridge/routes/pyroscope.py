@@ -119,24 +119,24 @@ async def handle(request: web.Request) -> web.StreamResponse:
                 f"{request.method} {request.path} is not served in standalone mode (the embedded store answers "
                 "querier.v1.QuerierService RPCs only)"
             )
-    if method in SPAN_RPCS or local is not None:
-        assert method is not None
-        body, encoding = await read_body(request, settings.max_body_bytes)
-        codec = codec_for(request.headers.get("Content-Type"))
-        data = decompress(body, encoding, settings.max_body_bytes)
-        if method in SPAN_RPCS:
-            msg = decode_message(data, codec, SPAN_RPCS[method][0])
-            query = span_query_of(msg)
-            if query is not None:
-                return await _resolve(request, method, query, codec, ctx)
-            cleaned = clean_selector_of(msg)
-            if cleaned is not None:  # another format: forwarded, but never with junk or an empty selector
-                data, encoding = encode_message(cleaned, codec), None
-                body = data
-        if local is not None:
-            return await _local(request, local, method, data, codec, ctx)
-        return await _forward(request, ctx, body, encoding)
-    return await _forward(request, ctx, None, None)
+    if method is None or (method not in SPAN_RPCS and local is None):
+        return await _forward(request, ctx, None, None)  # streamed, never decoded
+
+    body, encoding = await read_body(request, settings.max_body_bytes)
+    codec = codec_for(request.headers.get("Content-Type"))
+    data = decompress(body, encoding, settings.max_body_bytes)
+    if method in SPAN_RPCS:
+        msg = decode_message(data, codec, SPAN_RPCS[method][0])
+        query = span_query_of(msg)
+        if query is not None:
+            return await _resolve(request, method, query, codec, ctx)
+        cleaned = clean_selector_of(msg)
+        if cleaned is not None:  # another format: forwarded, but never with junk or an empty selector
+            data, encoding = encode_message(cleaned, codec), None
+            body = data
+    if local is not None:
+        return await _local(request, local, method, data, codec, ctx)
+    return await _forward(request, ctx, body, encoding)
 
 
 async def _resolve(request: web.Request, method: str, query: SpanQuery, codec: Codec,
