@@ -136,6 +136,8 @@ async def measure(rounds: int, tmp: Path) -> list[str]:
                                        str(tmp / "small.bin")]))
         (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, upstream=up_port, port=nginx_port))
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not Path(nginx).exists():
+            raise SystemExit("nginx is not installed: apt-get install -y nginx-light")
         procs.append(subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")],
                                       stderr=subprocess.DEVNULL))
         env = {**os.environ, "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false", "PROFILE_BRIDGE_LOG_LEVEL": "info",
