@@ -616,3 +616,28 @@ async def test_a_zero_budget_fails_at_once_instead_of_waiting_forever(stack: Sta
         )
         assert status == 504 and b"no time left" in raw
     assert stack.pyroscope.requests == []
+
+
+# --------------------------------------------------------------------------------------------- the double's contract
+
+
+def test_the_pyroscope_double_follows_the_contract() -> None:
+    """The double itself: inclusive time range on the capture start, span selector rules, selector operators."""
+    from tests.doubles.pyroscope import matches_selector
+
+    double = PyroscopeDouble()
+    first = min(double.profiles, key=lambda p: p.time_ms)
+    same_service = f'{{service_name="{first.labels["service_name"]}"}}'
+    at = double.select(DEFAULT_PROFILE_TYPE, same_service, first.time_ms, first.time_ms, None)
+    assert sum(v for _, v in at) == sum(v for _, v, _ in first.samples)  # both ends inclusive
+    assert double.select(DEFAULT_PROFILE_TYPE, same_service, first.time_ms + 1, first.time_ms + 5000, None) == []
+    with pytest.raises(ValueError, match='invalid span id length: "abc"'):
+        double.select_merge_span_profile(qpb.SelectMergeSpanProfileRequest(span_selector=["abc"]))
+    everything = double.select_merge_span_profile(qpb.SelectMergeSpanProfileRequest(
+        profile_typeID=DEFAULT_PROFILE_TYPE, label_selector="{}", start=0, end=2**62))
+    assert everything.flamegraph.total == 3_590_000_000  # an empty selector filters nothing, as in Pyroscope v2
+    labels = {"service_name": "shop-backend", "env": "capture"}
+    assert matches_selector('{service_name="shop-backend", env!="prod"}', labels)
+    assert matches_selector('{service_name=~"shop-.*"}', labels)
+    assert not matches_selector('{service_name!~"shop-.*"}', labels)
+    assert not matches_selector('{pod="x"}', labels)
