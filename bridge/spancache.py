@@ -1,8 +1,11 @@
 """The span cache: spans the Tempo mount served, per tenant, so a click right after opening a trace resolves
 without Tempo's search (which lags ingest by 15–30 s).
 
-Bounded twice: by entries and by estimated memory. Each entry is charged ``max(estimate, bytes / entries)``, so a
-cachetools size-bounded TTL cache with one ``maxsize`` in bytes enforces both limits at once.
+One bounded entry per trace (a cachetools TTL cache whose ``maxsize`` is in bytes), plus a plain dictionary from
+span id to trace id. Each trace is charged ``max(estimated bytes, spans × bytes/entries)``, so the byte bound also
+bounds the number of spans. Index entries of evicted traces are dropped when found stale, and the index is rebuilt
+from the live traces when it grows past twice the entry bound: inserting a 10,000-span trace costs plain dictionary
+writes, not 10,000 bounded-cache insertions.
 """
 
 from __future__ import annotations
@@ -24,60 +27,75 @@ class CachedSpan:
     is_local_root: bool
 
 
-def _estimate(entry: CachedSpan | tuple[str, ...]) -> int:
-    if isinstance(entry, tuple):
-        return 64 + 80 * len(entry)
-    s = entry.span
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    trace: Trace
+    local_roots: dict[str, str]
+    size: int
+
+
+def _estimate(trace: Trace) -> int:
     # the resource tuple is shared by the spans of one resource, so it is not charged per span
-    return 360 + sys.getsizeof(s.name) + 60 * len(s.attributes)
+    return 256 + sum(400 + sys.getsizeof(s.name) + 60 * len(s.attributes) for s in trace.spans.values())
 
 
 class SpanCache:
     """Per-tenant span and trace memory. Keys are ``(tenant, id)``; tenants never see each other's spans."""
 
     def __init__(self, max_entries: int, max_bytes: int, ttl: float) -> None:
-        floor = max(1, max_bytes // max(1, max_entries))
-        self._spans: TTLCache[tuple[str, str], CachedSpan] = TTLCache(
-            maxsize=max_bytes, ttl=ttl, getsizeof=lambda e: max(floor, _estimate(e))
+        self._floor = max(1, max_bytes // max(1, max_entries))
+        self._max_entries = max_entries
+        self._traces: TTLCache[tuple[str, str], _Entry] = TTLCache(
+            maxsize=max_bytes, ttl=ttl, getsizeof=lambda e: e.size
         )
-        # trace id → span ids, for tree walks (scope=request); charged like spans
-        self._traces: TTLCache[tuple[str, str], tuple[str, ...]] = TTLCache(
-            maxsize=max(1, max_bytes // 8), ttl=ttl, getsizeof=lambda e: max(floor, _estimate(e))
-        )
+        self._index: dict[tuple[str, str], str] = {}
 
     def put_trace(self, tenant: str | None, trace: Trace) -> int:
-        """Remember every span of ``trace``; returns how many were stored."""
+        """Remember every span of ``trace`` (replacing an earlier copy); returns how many were stored."""
         t = tenant or ANONYMOUS
-        stored = 0
-        for span in trace.spans.values():
-            root = trace.local_root(span.span_id)
-            entry = CachedSpan(span, root.span_id if root else span.span_id, trace.is_local_root(span))
-            try:
-                self._spans[(t, span.span_id)] = entry
-                stored += 1
-            except ValueError:  # a single entry larger than the whole cache
-                continue
+        size = max(_estimate(trace), self._floor * max(1, len(trace)))
+        entry = _Entry(trace, trace.local_roots(), size)
         try:
-            self._traces[(t, trace.trace_id)] = tuple(trace.spans)
-        except ValueError:
-            pass
-        return stored
+            self._traces[(t, trace.trace_id)] = entry
+        except ValueError:  # one trace larger than the whole cache
+            return 0
+        index = self._index
+        trace_id = trace.trace_id
+        for span_id in trace.spans:
+            index[(t, span_id)] = trace_id
+        if len(index) > 2 * self._max_entries:
+            self._rebuild_index()
+        return len(trace)
 
     def get(self, tenant: str | None, span_id: str) -> CachedSpan | None:
-        return self._spans.get((tenant or ANONYMOUS, span_id))
+        key = (tenant or ANONYMOUS, span_id)
+        trace_id = self._index.get(key)
+        if trace_id is None:
+            return None
+        entry = self._traces.get((key[0], trace_id))
+        span = entry.trace.spans.get(span_id) if entry is not None else None
+        if entry is None or span is None:
+            self._index.pop(key, None)  # its trace was evicted or replaced
+            return None
+        root_id = entry.local_roots.get(span_id, span_id)
+        return CachedSpan(span, root_id, root_id == span_id)
 
     def get_trace(self, tenant: str | None, trace_id: str) -> Trace | None:
-        """The trace as far as the cache still holds it; None when its span list is gone."""
-        t = tenant or ANONYMOUS
-        ids = self._traces.get((t, trace_id))
-        if ids is None:
-            return None
-        spans = [e.span for sid in ids if (e := self._spans.get((t, sid))) is not None]
-        return Trace.from_spans(spans, trace_id) if spans else None
+        entry = self._traces.get((tenant or ANONYMOUS, trace_id))
+        return entry.trace if entry is not None else None
+
+    def _rebuild_index(self) -> None:
+        self._traces.expire()
+        self._index = {
+            (tenant, span_id): trace_id
+            for (tenant, trace_id), entry in self._traces.items()
+            for span_id in entry.trace.spans
+        }
 
     def __len__(self) -> int:
-        return len(self._spans)
+        """Spans held (in traces not yet evicted)."""
+        return sum(len(entry.trace) for entry in self._traces.values())
 
     @property
     def bytes_used(self) -> int:
-        return int(self._spans.currsize)
+        return int(self._traces.currsize)

@@ -124,7 +124,8 @@ def starts_local_root(span: Span, parent: Span | None) -> bool:
         return bool(span.flags & FLAG_IS_REMOTE)
     if parent is None:
         return True
-    if parent.process_key() != span.process_key():
+    # spans decoded from one ResourceSpans share its attribute tuple: same object, same process
+    if parent.resource is not span.resource and parent.process_key() != span.process_key():
         return True
     return span.kind in (SPAN_KIND_SERVER, SPAN_KIND_CONSUMER) and parent.kind in (
         SPAN_KIND_CLIENT,
@@ -177,6 +178,20 @@ class Trace:
                 return span
             span = parent
         return span
+
+    def local_roots(self) -> dict[str, str]:
+        """span id → its local root's span id, for every span, in one top-down pass (O(spans))."""
+        out: dict[str, str] = {}
+        for _, span in self.walk():
+            parent = self.parent(span)
+            if parent is None or parent.span_id not in out or starts_local_root(span, parent):
+                out[span.span_id] = span.span_id
+            else:
+                out[span.span_id] = out[parent.span_id]
+        for span_id in self.spans.keys() - out.keys():  # unreachable from a root (a parent cycle)
+            root = self.local_root(span_id)
+            out[span_id] = root.span_id if root else span_id
+        return out
 
     def roots(self) -> list[Span]:
         """Spans with no parent in this trace, earliest first."""

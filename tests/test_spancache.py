@@ -60,5 +60,25 @@ def test_expiry_uses_ttl() -> None:
     cache = SpanCache(100, 1 << 20, ttl=60)
     cache.put_trace("t", _trace())
     # cachetools' TTLCache takes its clock at construction; expire everything by asking it to
-    cache._spans.expire(time=cache._spans.timer() + 61)  # noqa: SLF001 - exercising the bound, not the API
+    cache._traces.expire(time=cache._traces.timer() + 61)  # noqa: SLF001 - exercising the bound, not the API
     assert cache.get("t", "a" * 16) is None
+
+
+def test_a_trace_put_again_replaces_the_old_copy_and_stale_index_entries_vanish() -> None:
+    cache = SpanCache(1000, 1 << 20, 60)
+    cache.put_trace("t", _trace(n_children=3))
+    smaller = Trace.from_spans([s for s in _trace(n_children=1).spans.values()])
+    cache.put_trace("t", smaller)
+    assert cache.get("t", f"{3:016x}") is None  # child 3 is not in the new copy
+    assert cache.get("t", f"{1:016x}") is not None
+    assert len(cache) == len(smaller)
+
+
+def test_the_index_stays_bounded_under_churn() -> None:
+    cache = SpanCache(max_entries=50, max_bytes=1 << 30, ttl=60)
+    for i in range(500):
+        cache.put_trace("t", _trace(n_children=2, trace_id=f"{i:032x}"))
+    assert len(cache) <= 50
+    assert len(cache._index) <= 2 * 50 + 5  # noqa: SLF001 - the bound under test
+    last = f"{499:032x}"
+    assert cache.get_trace("t", last) is not None

@@ -145,3 +145,23 @@ def test_remote_parent_flag_decides_when_present() -> None:
     remote = sp.Span("t" * 32, "b" * 16, "a" * 16, "c", sp.SPAN_KIND_INTERNAL, "svc", 1, 5,
                      flags=sp.FLAG_HAS_IS_REMOTE | sp.FLAG_IS_REMOTE)
     assert sp.starts_local_root(remote, parent)
+
+
+def test_local_roots_in_one_pass_agree_with_the_walk_up() -> None:
+    spans = _shop_spans()
+    traces: dict[str, list[sp.Span]] = {}
+    for s in spans:
+        traces.setdefault(s.trace_id, []).append(s)
+    for trace_spans in traces.values():
+        trace = sp.Trace.from_spans(trace_spans)
+        fast = trace.local_roots()
+        for s in trace_spans:
+            slow = trace.local_root(s.span_id)
+            assert slow is not None and fast[s.span_id] == slow.span_id
+
+
+def test_local_roots_survive_a_parent_cycle() -> None:
+    a = sp.Span("t" * 32, "a" * 16, "b" * 16, "a", sp.SPAN_KIND_INTERNAL, "svc", 0, 1)
+    b = sp.Span("t" * 32, "b" * 16, "a" * 16, "b", sp.SPAN_KIND_INTERNAL, "svc", 0, 1)
+    trace = sp.Trace.from_spans([a, b])
+    assert set(trace.local_roots()) == {"a" * 16, "b" * 16}
