@@ -521,3 +521,24 @@ async def test_grpc_forwarding_without_a_target_stops_startup_with_a_config_erro
     with pytest.raises(ConfigError, match="PROFILE_BRIDGE_PYROSCOPE_GRPC_TARGET has value ''"):
         async with open_gateway(settings, Metrics(), {}):
             pass
+
+
+@pytest.mark.parametrize("auto_decompress", [True, False])  # `serve` runs with False: the handler undoes gzip
+async def test_gzip_bodies_work_whoever_undoes_the_gzip(
+    recorder: tuple[OtlpRecorder, str], aiohttp_server: Any, auto_decompress: bool
+) -> None:
+    import aiohttp
+
+    rec, url = recorder
+    settings = Settings.for_tests(mode="proxy", pyroscope_url=url, tempo_url=url)
+    server = await aiohttp_server(create_app(settings), auto_decompress=auto_decompress)
+    body = gzip.compress(sample_request().SerializeToString())
+    async with aiohttp.ClientSession() as session:
+        async with session.post(server.make_url("/v1development/profiles"), data=body,
+                                headers={**PROTO, "Content-Encoding": "gzip"}) as resp:
+            assert resp.status == 200, await resp.text()
+        async with session.post(server.make_url("/v1development/profiles"), data=body[: len(body) // 2],
+                                headers={**PROTO, "Content-Encoding": "gzip"}) as resp:
+            assert resp.status == 400
+    [got] = rec.received
+    assert_linked(got.request)
