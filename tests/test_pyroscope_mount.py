@@ -641,3 +641,13 @@ def test_the_pyroscope_double_follows_the_contract() -> None:
     assert matches_selector('{service_name=~"shop-.*"}', labels)
     assert not matches_selector('{service_name!~"shop-.*"}', labels)
     assert not matches_selector('{pod="x"}', labels)
+
+
+async def test_grpc_web_span_queries_pass_through_undecoded(stack: Stack) -> None:
+    body = b"\x00\x00\x00\x00\x05hello"  # a gRPC-Web frame: not for the bridge to decode
+    resp = await stack.client.post(QUERIER + "SelectMergeSpanProfile", data=body,
+                                   headers={"Content-Type": "application/grpc-web+proto"})
+    await resp.read()
+    [seen] = stack.pyroscope.requests
+    assert seen.body == body and seen.headers["Content-Type"] == "application/grpc-web+proto"
+    assert "X-Profile-Bridge-Resolution" not in resp.headers

@@ -31,7 +31,7 @@ from bridge.connect import (
     encode_response,
     parse_timeout_ms,
 )
-from bridge.errors import Unimplemented
+from bridge.errors import InvalidArgument, Unimplemented
 from bridge.middleware import ROUTE_LABEL
 from bridge.resolve import Resolution, SpanQuery, clean_span_ids, resolver_of
 from bridge.upstream.base import CallContext
@@ -119,11 +119,11 @@ async def handle(request: web.Request) -> web.StreamResponse:
                 f"{request.method} {request.path} is not served in standalone mode (the embedded store answers "
                 "querier.v1.QuerierService RPCs only)"
             )
-    if method is None or (method not in SPAN_RPCS and local is None):
-        return await _forward(request, ctx, None, None)  # streamed, never decoded
+    if method is None or (method not in SPAN_RPCS and local is None) or (local is None and not _is_connect(request)):
+        return await _forward(request, ctx, None, None)  # streamed, never decoded (gRPC-Web included)
 
-    body, encoding = await read_body(request, settings.max_body_bytes)
     codec = codec_for(request.headers.get("Content-Type"))
+    body, encoding = await read_body(request, settings.max_body_bytes)
     data = decompress(body, encoding, settings.max_body_bytes)
     if method in SPAN_RPCS:
         msg = decode_message(data, codec, SPAN_RPCS[method][0])
@@ -137,6 +137,15 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if local is not None:
         return await _local(request, local, method, data, codec, ctx)
     return await _forward(request, ctx, body, encoding)
+
+
+def _is_connect(request: web.Request) -> bool:
+    """A Connect unary request the bridge can decode (``application/proto`` or ``application/json``)."""
+    try:
+        codec_for(request.headers.get("Content-Type"))
+    except InvalidArgument:
+        return False
+    return True
 
 
 async def _resolve(request: web.Request, method: str, query: SpanQuery, codec: Codec,
