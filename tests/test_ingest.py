@@ -273,6 +273,11 @@ async def test_legacy_ingest_raw_pprof_and_folded(tmp_path: Path, aiohttp_client
         ("main", "handler", "query"): 10_000_000,
         ("main", "gc"): 20_000_000,
     }
+    resp = await client.post("/ingest?name=lines-app&format=lines&from=1795945290&sampleRate=50",
+                             data=b"main;a\nmain;a\nmain;b c\n")
+    assert resp.status == 200
+    fg = await _merge(client, CPU, '{service_name="lines-app"}')
+    assert dict(iter_stacks(decode(fg))) == {("main", "a"): 40_000_000, ("main", "b c"): 20_000_000}
 
 
 async def test_ingest_routes_exist_only_in_standalone_mode(tmp_path: Path) -> None:

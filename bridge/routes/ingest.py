@@ -5,10 +5,10 @@
   rejected); bad input → 400 with a ``google.rpc.Status`` body, as OTLP/HTTP specifies.
 - ``POST /push.v1.PusherService/Push``: Pyroscope's Connect push (``application/proto`` or JSON, gzip) — what
   ``pyroscope-io`` sends. Errors are Connect errors.
-- ``POST /ingest``: Pyroscope's legacy HTTP ingest, ``name=app[.type]{k=v}&from&until&format=pprof|folded&
+- ``POST /ingest``: Pyroscope's legacy HTTP ingest, ``name=app[.type]{k=v}&from&until&format=pprof|folded|lines&
   sampleRate&spyName``; pprof as the Go SDK sends it (multipart/form-data with a ``profile`` part, optional
-  ``sample_type_config``) or as a raw body; folded text lines ``a;b;c 12``. 200 with an empty body, or 4xx with a
-  message.
+  ``sample_type_config``) or as a raw body; folded text lines ``a;b;c 12``; ``lines``, one sample per line. 200
+  with an empty body, or 4xx with a message.
 
 Each request is decoded whole before anything is written, then written in one transaction and acknowledged only
 after it has committed: a malformed body stores nothing.
@@ -265,7 +265,7 @@ async def _decode_ingest(request: web.Request) -> list[model.ProfileRecord]:
     fmt = request.query.get("format", "").strip().lower() or ("pprof" if multipart else "folded")
     if fmt not in INGEST_FORMATS:
         raise InvalidArgument(
-            f"format={fmt!r} is not accepted in standalone mode: send format=pprof or format=folded"
+            f"format={fmt!r} is not accepted in standalone mode: send format=pprof, folded or lines"
         )
     now = _now_ns(request)
     if multipart:
@@ -284,7 +284,8 @@ async def _decode_ingest(request: web.Request) -> list[model.ProfileRecord]:
             model.records_from_legacy_pprof, body, name, from_s=from_s, until_s=until_s, now_ns=now
         ))
     return await off_loop(len(body), functools.partial(
-        model.records_from_folded, body, name, from_s=from_s, until_s=until_s, sample_rate=sample_rate, now_ns=now
+        model.records_from_folded, body, name, from_s=from_s, until_s=until_s, sample_rate=sample_rate, now_ns=now,
+        lines=fmt == "lines",
     ))
 
 

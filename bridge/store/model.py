@@ -294,10 +294,11 @@ def records_from_legacy_pprof(
 
 
 def records_from_folded(
-    text: bytes, name: LegacyName, *, from_s: int | None, until_s: int | None, sample_rate: int, now_ns: int
+    text: bytes, name: LegacyName, *, from_s: int | None, until_s: int | None, sample_rate: int, now_ns: int,
+    lines: bool = False,
 ) -> list[ProfileRecord]:
-    """Collapsed stacks (``a;b;c 12`` per line). CPU-like types are stored in nanoseconds: a sample is worth
-    ``1e9 / sampleRate`` ns."""
+    """Collapsed stacks (``a;b;c 12`` per line), or with ``lines`` one sample per line (``a;b;c``). CPU-like types
+    are stored in nanoseconds: a sample is worth ``1e9 / sampleRate`` ns."""
     try:
         body = text.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -313,7 +314,7 @@ def records_from_folded(
         line = line.strip()
         if not line:
             continue
-        stack, sep, count = line.rpartition(" ")
+        stack, sep, count = (line, " ", "1") if lines else line.rpartition(" ")
         if not sep or not stack.strip():
             raise InvalidArgument(f"folded profile line {number} is not 'frame;frame;… count': {line[:80]!r}")
         try:
