@@ -440,8 +440,13 @@ class Resolver:
         trace = self.span_cache.get_trace(tenant, entry.span.trace_id)
         if trace is None or trace.get(span_id) is None:
             trace = Trace.from_spans([entry.span], entry.span.trace_id)
-        root_entry = entry if entry.is_local_root else self.span_cache.get(tenant, entry.local_root_id)
-        return Found(entry.span, trace, root_entry.span if root_entry is not None else None)
+        if entry.is_local_root:
+            return Found(entry.span, trace, entry.span)
+        root = trace.get(entry.local_root_id)
+        if root is None:
+            root_entry = self.span_cache.get(tenant, entry.local_root_id)
+            root = root_entry.span if root_entry is not None else None
+        return Found(entry.span, trace, root)
 
     async def _fetch(
         self, span_id: str, ctx: CallContext, trace_id: str | None, start_ms: int | None, end_ms: int | None

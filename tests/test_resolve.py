@@ -30,8 +30,8 @@ from bridge.resolve import (
     time_window_reason,
     window_of,
 )
-from bridge.spancache import SpanCache
-from bridge.spans import Span
+from bridge.spancache import CachedSpan, SpanCache
+from bridge.spans import Span, Trace
 from bridge.upstream.base import CallContext
 from bridge.upstream.http import open_clients
 from tests.doubles.pyroscope import PyroscopeDouble
@@ -300,9 +300,20 @@ async def test_a_cached_span_whose_root_was_evicted_is_completed_from_its_trace_
     role = shop.pick("frontend-child",
                      lambda r: shop.trace(r.trace_id).local_root(r.span_id).span_id in linked)  # type: ignore[union-attr]
     child = shop.span(role.span_id)
-    env.cache.put_trace(None, shop.trace(child.trace_id))
     root_id = shop.trace(child.trace_id).local_root(child.span_id).span_id  # type: ignore[union-attr]
-    del env.cache._spans[("anonymous", root_id)]  # as if evicted: the child still names it as its local root
+
+    class Forgetful(SpanCache):
+        """A span cache that no longer answers for the local root (as if evicted)."""
+
+        def get(self, tenant: str | None, span_id: str) -> CachedSpan | None:
+            return None if span_id == root_id else super().get(tenant, span_id)
+
+        def get_trace(self, tenant: str | None, trace_id: str) -> Trace | None:
+            return None
+
+    cache = Forgetful(1000, 1024**2, 60)
+    cache.put_trace(None, shop.trace(child.trace_id))
+    env.resolver.span_cache = cache
     res = await env.resolver.resolve(query_for(child), ctx())
     assert res.mode is Mode.LOCAL_ROOT and res.local_root is not None and res.local_root.name == "GET /checkout"
     assert env.tempo.search_calls == []
