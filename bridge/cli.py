@@ -159,6 +159,7 @@ async def serve(settings: Settings) -> int:
         await runner.setup()
     except (OSError, BridgeError, ConfigError) as exc:
         print(f"profile-bridge: cannot start ({settings.mode} mode): {_one_line(exc)}", file=sys.stderr)
+        await _quiet_cleanup(runner)
         return EXIT_FAILED
     site = web.TCPSite(runner, settings.listen_host, settings.listen_port)
     try:
@@ -184,6 +185,14 @@ async def serve(settings: Settings) -> int:
         log.info("profile-bridge stopping")
         await runner.cleanup()
     return EXIT_OK
+
+
+async def _quiet_cleanup(runner: object) -> None:
+    """Close whatever a failed start had opened (earlier cleanup contexts), without a second error report."""
+    try:
+        await runner.cleanup()  # type: ignore[attr-defined]
+    except Exception as exc:  # noqa: BLE001 - the start already failed; say so once, in one line
+        log.debug("cleanup after a failed start: %r", exc)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -56,3 +56,21 @@ def test_serve_reports_a_port_in_use_in_one_line() -> None:
     assert proc.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_failed_start_is_one_line_without_a_traceback(tmp_path: object) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        busy = sock.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, "-m", "bridge", "serve", "--standalone", "--listen", "127.0.0.1:0",
+             "--otlp-grpc-listen", f"127.0.0.1:{busy}", "--data-dir", str(tmp_path)],
+            capture_output=True, text=True, timeout=60, check=False, env={"PATH": "/usr/bin:/bin"},
+        )
+    assert proc.returncode == 1, proc.stderr
+    assert "cannot start (standalone mode)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "athrow" not in proc.stderr
