@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bridge.config import ConfigError, Settings, load_toml, settings_help
 from bridge.errors import BridgeError
+from bridge.provisioning.settings import provision_help
 
 log = logging.getLogger("bridge.cli")
 
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         "provision",
         help="render Grafana provisioning files",
         description="Render Grafana provisioning (data sources and a dashboards provider) for this bridge.",
+        epilog=provision_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     prov.add_argument("--out", metavar="DIR", required=True, help="directory to write into (created)")

@@ -231,3 +231,13 @@ def test_templates_are_package_data() -> None:
     templates = Path(bridge.provisioning.__file__).parent / "templates"
     shipped = sorted(p.relative_to(templates).as_posix() for p in templates.rglob("*.j2"))
     assert shipped == sorted(["datasources/profile-bridge.yaml.j2", "dashboards/profile-bridge.yaml.j2"])
+
+
+def test_provision_help_lists_every_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["provision", "--help"], environ={})
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for spec in PROVISION_FIELDS:
+        assert spec.key in out
+    assert "PROFILE_BRIDGE_GRAFANA_PROFILES_UID" in out

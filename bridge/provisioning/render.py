@@ -11,205 +11,32 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Final, TextIO
 
 import jinja2
 
-from bridge.config import (
-    PREFIX,
-    ConfigError,
-    Settings,
-    parse_label_map,
-    parse_nonempty,
-    parse_optional_url,
-    parse_url,
+from bridge.config import ConfigError, Settings
+from bridge.provisioning.settings import (
+    PROVISION_FIELDS,
+    PROVISION_PREFIX,
+    ProvisionSettings,
+    provision_help,
+    provision_markdown,
 )
 
-PROVISION_PREFIX: Final = PREFIX + "PROVISION_"
+__all__ = [
+    "PROVISION_FIELDS", "PROVISION_PREFIX", "TEMPLATES", "ProvisionSettings", "provision_help", "provision_markdown",
+    "render", "run_provision", "write_files", "yaml_str",
+]
 
 # output path (relative, POSIX) -> template name
 TEMPLATES: Final[dict[str, str]] = {
     "datasources/profile-bridge.yaml": "datasources/profile-bridge.yaml.j2",
     "dashboards/profile-bridge.yaml": "dashboards/profile-bridge.yaml.j2",
 }
-
-_UID_RE: Final = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
-_CONTROL_RE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-# --------------------------------------------------------------------------------------------- parsers (pure)
-
-
-def parse_name(value: str) -> str:
-    """A data source or folder name: not empty, one line."""
-    name = parse_nonempty(value)
-    if _CONTROL_RE.search(name):
-        raise ValueError("must be one line of printable text")
-    return name
-
-
-def parse_uid(value: str) -> str:
-    """A Grafana uid: 1-40 characters of letters, digits, '-' and '_'."""
-    uid = value.strip()
-    if not _UID_RE.match(uid):
-        raise ValueError("not a Grafana uid (1-40 letters, digits, '-' or '_')")
-    return uid
-
-
-def parse_profile_type(value: str) -> str:
-    """``name:sample_type:sample_unit:period_type:period_unit``, e.g. process_cpu:cpu:nanoseconds:cpu:nanoseconds."""
-    text = value.strip()
-    parts = text.split(":")
-    if len(parts) != 5 or not all(parts) or _CONTROL_RE.search(text) or " " in text:
-        raise ValueError("not a profile type like process_cpu:cpu:nanoseconds:cpu:nanoseconds")
-    return text
-
-
-def parse_path(value: str) -> str:
-    path = parse_name(value)
-    if not path.startswith("/"):
-        raise ValueError("must be an absolute path inside the Grafana container or host")
-    return path
-
-
-# --------------------------------------------------------------------------------------------- the settings
-
-
-@dataclass(frozen=True, slots=True)
-class ProvisionField:
-    key: str  # environment key
-    attr: str
-    parse: Callable[[str], Any]
-    default: str  # as a user would write it; "" means "unset: left out"
-    help: str
-
-
-def _p(name: str, attr: str, parse: Callable[[str], Any], default: str, help: str) -> ProvisionField:
-    return ProvisionField(PROVISION_PREFIX + name, attr, parse, default, help)
-
-
-DEFAULT_TAGS: Final = "service.name=service_name,service.namespace=service_namespace"
-
-PROVISION_FIELDS: Final[tuple[ProvisionField, ...]] = (
-    _p("BRIDGE_URL", "bridge_url", parse_url, "http://bridge:4041",
-       "the bridge's base URL as Grafana's server reaches it; data sources use its /tempo and /pyroscope"),
-    _p("TEMPO_NAME", "tempo_name", parse_name, "Tempo", "name of the Tempo data source that goes through the bridge"),
-    _p("PROFILES_NAME", "profiles_name", parse_name, "Profiles",
-       "name of the Pyroscope data source that goes through the bridge (its uid: PROFILE_BRIDGE_GRAFANA_PROFILES_UID)"),
-    _p("PROFILE_TYPE", "profile_type", parse_profile_type, "(PROFILE_BRIDGE_PROFILE_TYPE)",
-       "profile type of \"Profiles for this span\" (tracesToProfiles.profileTypeId)"),
-    _p("TAGS", "tags", parse_label_map, DEFAULT_TAGS,
-       "span attributes → profile labels of \"Profiles for this span\" (tracesToProfiles.tags)"),
-    _p("TEMPO_DIRECT_URL", "tempo_direct_url", parse_optional_url, "http://tempo:3200",
-       "Tempo as Grafana reaches it, for a \"Tempo (direct)\" data source; empty leaves it out"),
-    _p("TEMPO_DIRECT_NAME", "tempo_direct_name", parse_name, "Tempo (direct)", "name of that data source"),
-    _p("TEMPO_DIRECT_UID", "tempo_direct_uid", parse_uid, "tempo-direct", "uid of that data source"),
-    _p("PYROSCOPE_DIRECT_URL", "pyroscope_direct_url", parse_optional_url, "http://pyroscope:4040",
-       "Pyroscope as Grafana reaches it, for a \"Pyroscope (direct)\" data source; empty leaves it out"),
-    _p("PYROSCOPE_DIRECT_NAME", "pyroscope_direct_name", parse_name, "Pyroscope (direct)", "name of that data source"),
-    _p("PYROSCOPE_DIRECT_UID", "pyroscope_direct_uid", parse_uid, "pyroscope-direct", "uid of that data source"),
-    _p("PROMETHEUS_URL", "prometheus_url", parse_optional_url, "http://prometheus:9090",
-       "a Prometheus that scrapes the bridge's /metrics, for the \"profile-bridge\" dashboard; empty leaves it out"),
-    _p("PROMETHEUS_NAME", "prometheus_name", parse_name, "Prometheus (profile-bridge)", "name of that data source"),
-    _p("PROMETHEUS_UID", "prometheus_uid", parse_uid, "profile-bridge-prometheus", "uid of that data source"),
-    _p("DASHBOARDS_PATH", "dashboards_path", parse_path, "/var/lib/grafana/dashboards/profile-bridge",
-       "where Grafana finds the dashboards JSON (copy the repository's grafana/dashboards/ there)"),
-    _p("DASHBOARDS_FOLDER", "dashboards_folder", parse_name, "profile-bridge", "Grafana folder of the dashboards"),
-)
-
-PROVISION_FIELDS_BY_KEY: Final[dict[str, ProvisionField]] = {spec.key: spec for spec in PROVISION_FIELDS}
-
-
-@dataclass(frozen=True, slots=True)
-class ProvisionSettings:
-    """What the provisioning files say. Build with ``from_env``; every value is already checked."""
-
-    bridge_url: str
-    tempo_name: str
-    tempo_uid: str
-    profiles_name: str
-    profiles_uid: str
-    profile_type: str
-    tags: tuple[tuple[str, str], ...]
-    tempo_direct_url: str
-    tempo_direct_name: str
-    tempo_direct_uid: str
-    pyroscope_direct_url: str
-    pyroscope_direct_name: str
-    pyroscope_direct_uid: str
-    prometheus_url: str
-    prometheus_name: str
-    prometheus_uid: str
-    dashboards_path: str
-    dashboards_folder: str
-    dashboards_folder_uid: str = "profile-bridge"
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str], settings: Settings) -> ProvisionSettings:
-        """Parse ``PROFILE_BRIDGE_PROVISION_*``; raises ``ConfigError`` naming the first bad or unknown key."""
-        for key in sorted(environ):
-            if key.startswith(PROVISION_PREFIX) and key not in PROVISION_FIELDS_BY_KEY:
-                raise ConfigError(key, environ[key], "unknown setting (see README: wire your own Grafana)")
-        values: dict[str, Any] = {}
-        for spec in PROVISION_FIELDS:
-            if spec.key in environ:
-                text = environ[spec.key]
-            elif spec.attr == "profile_type":
-                text = settings.profile_type
-            else:
-                text = spec.default
-            try:
-                values[spec.attr] = spec.parse(text)
-            except ValueError as exc:
-                source = spec.key if spec.key in environ else PREFIX + "PROFILE_TYPE"
-                raise ConfigError(source, text, str(exc)) from None
-        for attr, key in (("tempo_uid", "GRAFANA_TEMPO_UID"), ("profiles_uid", "GRAFANA_PROFILES_UID")):
-            text = getattr(settings, "grafana_" + attr)
-            try:
-                values[attr] = parse_uid(text)
-            except ValueError as exc:
-                raise ConfigError(PREFIX + key, text, str(exc)) from None
-        provision = cls(**values)
-        provision.check_unique()
-        return provision
-
-    def datasources(self) -> list[tuple[str, str, str, str]]:
-        """(name, uid, name key, uid key) of every data source rendered, in file order."""
-        rows = [
-            (self.tempo_name, self.tempo_uid, "TEMPO_NAME", PREFIX + "GRAFANA_TEMPO_UID"),
-            (self.profiles_name, self.profiles_uid, "PROFILES_NAME", PREFIX + "GRAFANA_PROFILES_UID"),
-        ]
-        if self.tempo_direct_url:
-            rows.append((self.tempo_direct_name, self.tempo_direct_uid, "TEMPO_DIRECT_NAME", "TEMPO_DIRECT_UID"))
-        if self.pyroscope_direct_url:
-            rows.append(
-                (self.pyroscope_direct_name, self.pyroscope_direct_uid, "PYROSCOPE_DIRECT_NAME",
-                 "PYROSCOPE_DIRECT_UID")
-            )
-        if self.prometheus_url:
-            rows.append((self.prometheus_name, self.prometheus_uid, "PROMETHEUS_NAME", "PROMETHEUS_UID"))
-        return [
-            (name, uid, PROVISION_PREFIX + name_key, uid_key if uid_key.startswith(PREFIX) else
-             PROVISION_PREFIX + uid_key)
-            for name, uid, name_key, uid_key in rows
-        ]
-
-    def check_unique(self) -> None:
-        """Grafana refuses two data sources with one name or one uid: say which setting clashes."""
-        names: set[str] = set()
-        uids: set[str] = set()
-        for name, uid, name_key, uid_key in self.datasources():
-            if name in names:
-                raise ConfigError(name_key, name, "another data source already has this name")
-            if uid in uids:
-                raise ConfigError(uid_key, uid, "another data source already has this uid")
-            names.add(name)
-            uids.add(uid)
 
 
 # --------------------------------------------------------------------------------------------- rendering (pure)
@@ -268,12 +95,3 @@ def run_provision(settings: Settings, out_dir: Path, environ: Mapping[str, str],
     for path in write_files(files, out_dir):
         print(f"wrote {path}", file=stream)
     return 0
-
-
-def provision_markdown() -> str:
-    """The PROFILE_BRIDGE_PROVISION_* table for README.md (a test keeps README in step)."""
-    rows = ["| setting | default | what it does |", "|---|---|---|"]
-    for spec in PROVISION_FIELDS:
-        default = f"`{spec.default}`" if spec.default else "unset"
-        rows.append(f"| `{spec.key}` | {default} | {spec.help} |")
-    return "\n".join(rows)
