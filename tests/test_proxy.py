@@ -215,7 +215,17 @@ async def raw_status(client: TestClient[Any, Any], path: str) -> int:
     return int(status_line.split()[1])
 
 
-@pytest.mark.parametrize("path", ["/mnt/a/%2e%2e/%2e%2e/secret", "/mnt/a/../../secret", "/mnt/%2E%2E/x"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/mnt/a/%2e%2e/%2e%2e/secret",
+        "/mnt/a/../../secret",
+        "/mnt/%2E%2E/x",
+        "/mnt/api/..%2f..%2fready",  # an encoded slash must not hide the dot segments
+        "/mnt/api/..%2F..%2Fready",
+        "/mnt/api/..%5c..%5cready",
+    ],
+)
 async def test_dot_segments_are_not_forwarded(
     upstream: tuple[Upstream, str], client: TestClient[Any, Any], path: str
 ) -> None:

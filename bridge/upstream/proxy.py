@@ -115,7 +115,10 @@ def target_url(base_url: str, request: web.Request, mount: str) -> URL:
     if not raw_path.startswith(mount + "/") and raw_path != mount:
         raise InvalidArgument(f"path {raw_path!r} is not under {mount}/")
     rest = raw_path[len(mount):]
-    if any(unquote(seg) in (".", "..") for seg in rest.split("/")):
+    # Check the fully decoded path: an encoded slash (``..%2f..%2f``) must not hide a ``..`` segment from us and
+    # then walk out of the base path on an upstream that decodes it.
+    decoded = unquote(rest).replace("\\", "/")
+    if any(seg in (".", "..") for seg in decoded.split("/")):
         raise InvalidArgument(f"path {raw_path!r} has a '.' or '..' segment; not forwarded")
     text = base_url.rstrip("/") + rest
     if raw_query:
