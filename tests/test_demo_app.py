@@ -292,3 +292,25 @@ async def test_frontend_answers_502_when_the_backend_is_down(aiohttp_client: Any
     assert resp.status == 502
     assert "shop-backend did not answer" in await resp.text()
     assert (await client.get("/health")).status == 200
+
+
+async def test_load_loop_drives_every_endpoint(aiohttp_server: Any) -> None:
+    """The load loop in-process against both services (no SDK configured: OpenTelemetry's no-op tracer)."""
+    from examples.demo_app.load import ROUND, run_load
+    from examples.demo_app.service import BACKEND, FRONTEND, build_app
+
+    backend = await aiohttp_server(build_app(BACKEND))
+    backend_url = str(backend.make_url("")).rstrip("/")
+    seen: list[str] = []
+
+    frontend_app = build_app(FRONTEND, backend_url)
+    frontend_app.on_response_prepare.append(lambda request, response: _record(seen, request.path))
+    frontend = await aiohttp_server(frontend_app)
+    stop = asyncio.Event()
+    sent = await run_load(str(frontend.make_url("")).rstrip("/"), backend_url, 0.01, stop, rounds=2)
+    assert sent == 2 * len(ROUND)
+    assert seen.count("/checkout") == 4 and seen.count("/slow-io") == 2 and seen.count("/health") >= 3
+
+
+async def _record(seen: list[str], path: str) -> None:
+    seen.append(path)
