@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     prov = sub.add_parser(
         "provision",
         help="render Grafana provisioning files",
-        description="Render Grafana provisioning (data sources and a dashboards provider) for this bridge.",
+        description="Render Grafana provisioning for this bridge: data sources, dashboards provider, dashboards.",
         epilog=provision_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

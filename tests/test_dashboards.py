@@ -1,5 +1,6 @@
-"""Static checks of grafana/dashboards/*.json against the provisioning the bridge renders, the bridge's metrics and
-the Grafana image docker-compose.yaml pins."""
+"""Static checks of the dashboards (bridge/provisioning/dashboards/*.json, shipped in the package and rendered by
+``provision`` into dashboards/json/) against the provisioning the bridge renders, the bridge's metrics and the Grafana
+image docker-compose.yaml pins."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from bridge.config import Settings
 from bridge.metrics import Metrics
-from bridge.provisioning.render import ProvisionSettings, render
+from bridge.provisioning.render import ProvisionSettings, dashboard_sources, render
 from tests.paths import ROOT
 
-DASHBOARDS = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
+DASHBOARD_DIR = ROOT / "bridge" / "provisioning" / "dashboards"
+DASHBOARDS = sorted(DASHBOARD_DIR.glob("*.json"))
 # Grafana's dashboard schema version (DASHBOARD_SCHEMA_VERSION) by major release of the image
 SCHEMA_BY_GRAFANA_MAJOR = {"11": 39, "12": 41, "13": 42}
 # variables Grafana defines itself
@@ -111,6 +113,7 @@ def test_variable_references_are_found(text: str, names: set[str]) -> None:
 
 def test_there_are_two_dashboards() -> None:
     assert [p.name for p in DASHBOARDS] == ["profile-bridge.json", "span-profiles.json"]
+    assert list(dashboard_sources()) == [p.name for p in DASHBOARDS]  # what `provision` renders
     titles = {_load(p)["title"] for p in DASHBOARDS}
     assert titles == {"profile-bridge", "Span profiles"}
 
@@ -197,7 +200,7 @@ def test_flame_graph_targets_have_profile_type_and_label_selector() -> None:
 
 
 def test_span_profiles_dashboard_has_what_issue_4_asks() -> None:
-    dashboard = _load(ROOT / "grafana" / "dashboards" / "span-profiles.json")
+    dashboard = _load(DASHBOARD_DIR / "span-profiles.json")
     variables = _variables(dashboard)
     assert {"service", "span_name"} <= set(variables)
     assert variables["service"]["query"]["labelName"] == "service_name"
@@ -236,7 +239,7 @@ def _metric_series_names() -> set[str]:
 
 
 def test_bridge_dashboard_queries_only_metrics_the_bridge_exports() -> None:
-    dashboard = _load(ROOT / "grafana" / "dashboards" / "profile-bridge.json")
+    dashboard = _load(DASHBOARD_DIR / "profile-bridge.json")
     exported = _metric_series_names()
     assert "profile_bridge_requests_total" in exported and "profile_bridge_request_seconds_bucket" in exported
     used: set[str] = set()
@@ -259,7 +262,7 @@ def test_span_table_traceql_is_understood_by_standalone_mode_too() -> None:
     standalone store answers, so the dashboard also works against a bridge without Tempo."""
     from bridge.store.traceql import parse
 
-    dashboard = _load(ROOT / "grafana" / "dashboards" / "span-profiles.json")
+    dashboard = _load(DASHBOARD_DIR / "span-profiles.json")
     variables = _variables(dashboard)
     values = {"service": "shop-backend", "span_name": variables["span_name"]["allValue"],
               "min_duration": variables["min_duration"]["query"]}

@@ -1,10 +1,13 @@
 """``profile-bridge provision``: the rendered Grafana provisioning, golden files, the committed ``provisioning/``
-directory, and one-line errors for bad settings."""
+directory, the dashboards in the render (a complete tree), and one-line errors for bad
+settings."""
 
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -12,8 +15,10 @@ import yaml
 from bridge.cli import main
 from bridge.config import Settings
 from bridge.provisioning.render import (
+    DASHBOARDS_OUT,
     PROVISION_FIELDS,
     ProvisionSettings,
+    dashboard_sources,
     provision_markdown,
     render,
     run_provision,
@@ -73,6 +78,32 @@ def _datasources(files: dict[str, str]) -> list[dict[str, object]]:
     return list(doc["datasources"])
 
 
+def _yaml_files(files: dict[str, str]) -> dict[str, str]:
+    """The YAML part of a render. The dashboards (``dashboards/json/``) have no golden copy: a default render leaves
+    the shipped files byte for byte and a custom one only changes data source defaults (both tested below)."""
+    return {rel: text for rel, text in files.items() if not rel.startswith(DASHBOARDS_OUT + "/")}
+
+
+def _grafana_dashboards(tree: Path, provisioning_dir: str) -> dict[str, dict[str, Any]]:
+    """What Grafana loads from ``tree`` mounted as its provisioning directory ``provisioning_dir``: the providers of
+    the ``*.yaml``/``*.yml`` files directly in ``dashboards/`` (its config reader reads no subfolder), each ``file``
+    provider's ``options.path`` walked for ``*.json`` (dot folders skipped). ``{path inside Grafana: dashboard}``."""
+    found: dict[str, dict[str, Any]] = {}
+    configs = [p for p in sorted((tree / "dashboards").iterdir()) if p.is_file() and p.suffix in (".yaml", ".yml")]
+    assert configs
+    for config in configs:
+        for provider in yaml.safe_load(config.read_text(encoding="utf-8"))["providers"]:
+            assert provider["type"] == "file"
+            path = _grafana_unescape(provider["options"]["path"])
+            assert path.startswith(provisioning_dir + "/"), f"{path} is not inside {provisioning_dir}: not in the tree"
+            local = tree / path.removeprefix(provisioning_dir + "/")
+            assert local.is_dir(), f"the provider looks in {path}, which the render does not fill"
+            for file in sorted(local.rglob("*.json")):
+                if not any(part.startswith(".") for part in file.relative_to(local).parts[:-1]):
+                    found[f"{path}/{file.relative_to(local).as_posix()}"] = json.loads(file.read_text("utf-8"))
+    return found
+
+
 @pytest.mark.parametrize(
     ("name", "environ"), [("default", {}), ("custom", CUSTOM_ENV)], ids=["default", "custom"]
 )
@@ -80,10 +111,11 @@ def test_golden(name: str, environ: dict[str, str], update_golden: bool) -> None
     files = _render_env(environ)
     golden_dir = GOLDEN / "provisioning" / name
     if update_golden:
-        for rel, text in files.items():
+        for rel, text in _yaml_files(files).items():
             (golden_dir / rel).parent.mkdir(parents=True, exist_ok=True)
             (golden_dir / rel).write_text(text, encoding="utf-8")
-    assert files == _read_tree(golden_dir)
+    assert _yaml_files(files) == _read_tree(golden_dir)
+    assert sorted(set(files) - set(_yaml_files(files))) == [f"{DASHBOARDS_OUT}/{n}" for n in dashboard_sources()]
 
 
 def test_committed_provisioning_is_a_fresh_default_render() -> None:
@@ -125,7 +157,7 @@ def test_default_render_wires_tempo_to_the_bridge_profiles() -> None:
     assert provider["apiVersion"] == 1
     (prov,) = provider["providers"]
     assert prov["type"] == "file"
-    assert prov["options"]["path"] == "/var/lib/grafana/dashboards/profile-bridge"
+    assert prov["options"]["path"] == "/etc/grafana/provisioning/dashboards/json"
 
 
 def test_custom_render_uses_every_setting_and_escapes_dollars() -> None:
@@ -145,8 +177,11 @@ def test_custom_render_uses_every_setting_and_escapes_dollars() -> None:
     (prov,) = yaml.safe_load(files["dashboards/profile-bridge.yaml"])["providers"]
     assert _grafana_unescape(prov["folder"]) == "Profiling ünd $$ more"
     assert prov["options"]["path"] == "/etc/dashboards/profile-bridge"
-    for text in files.values():  # every $ in the output is doubled
+    for text in _yaml_files(files).values():  # every $ in the YAML output is doubled
         _grafana_unescape(text.replace("$$", ""))
+    # Grafana does not expand dashboard JSON: there a $ stays single (template variables like $service work)
+    dashboards = {rel: text for rel, text in files.items() if rel not in _yaml_files(files)}
+    assert dashboards and all("$$" not in text for text in dashboards.values())
 
 
 @pytest.mark.parametrize(
@@ -231,6 +266,73 @@ def test_templates_are_package_data() -> None:
     templates = Path(bridge.provisioning.__file__).parent / "templates"
     shipped = sorted(p.relative_to(templates).as_posix() for p in templates.rglob("*.j2"))
     assert shipped == sorted(["datasources/profile-bridge.yaml.j2", "dashboards/profile-bridge.yaml.j2"])
+
+
+def test_default_render_ships_the_packaged_dashboards_byte_for_byte() -> None:
+    files = _render_env({})
+    sources = dashboard_sources()
+    assert list(sources) == ["profile-bridge.json", "span-profiles.json"]
+    for name, text in sources.items():
+        assert files[f"{DASHBOARDS_OUT}/{name}"] == text, (
+            f"bridge/provisioning/dashboards/{name} is not in the render's format (json.dumps(doc, indent=2, "
+            "ensure_ascii=False) + newline) or its data source variables do not default to the default data sources"
+        )
+
+
+def _datasource_variables(dashboard: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {var["name"]: var for var in dashboard["templating"]["list"] if var["type"] == "datasource"}
+
+
+def test_custom_render_points_the_dashboards_at_its_own_data_sources() -> None:
+    files = _render_env(CUSTOM_ENV)
+    spans = json.loads(files[f"{DASHBOARDS_OUT}/span-profiles.json"])
+    metrics = json.loads(files[f"{DASHBOARDS_OUT}/profile-bridge.json"])
+    # names as Grafana shows them: the YAML's $$ is a single $ once provisioned, and the JSON is not expanded
+    assert _datasource_variables(spans)["traces"]["current"] == {
+        "selected": False, "text": "Traces $team (bridge)", "value": "tempo-1"}
+    assert _datasource_variables(spans)["profiles"]["current"] == {
+        "selected": False, "text": 'Profiles: "bridge" ${HOME}', "value": "prof_1"}
+    # no Prometheus in this render: no default, Grafana picks the first Prometheus it has
+    assert _datasource_variables(metrics)["prometheus"]["current"] == {}
+    # nothing else changes
+    for name, text in dashboard_sources().items():
+        rendered, source = json.loads(files[f"{DASHBOARDS_OUT}/{name}"]), json.loads(text)
+        for doc in (rendered, source):
+            for var in _datasource_variables(doc).values():
+                del var["current"]
+        assert rendered == source, name
+
+
+@pytest.mark.parametrize(
+    ("environ", "provisioning_dir"),
+    [({}, "/etc/grafana/provisioning"),
+     (CUSTOM_ENV | {"PROFILE_BRIDGE_PROVISION_DASHBOARDS_PATH": "/srv/grafana/prov/dashboards/json"},
+      "/srv/grafana/prov")],
+    ids=["default", "custom"],
+)
+def test_rendered_tree_is_self_contained(environ: dict[str, str], provisioning_dir: str, tmp_path: Path) -> None:
+    """Copied to Grafana's provisioning directory, the render is all Grafana needs: the provider's path is the
+    render's dashboards/json/, which holds every shipped dashboard, and their data source variables default to data
+    sources of the same render."""
+    out = tmp_path / "provisioning"
+    assert main(["provision", "--out", str(out)], environ=environ) == 0
+    loaded = _grafana_dashboards(out, provisioning_dir)
+    assert sorted(loaded) == [f"{provisioning_dir}/dashboards/json/{name}" for name in dashboard_sources()]
+    assert sorted(doc["uid"] for doc in loaded.values()) == ["profile-bridge-metrics", "profile-bridge-span-profiles"]
+    provisioned = {ds["uid"]: ds for ds in _datasources(_read_tree(out))}
+    defaults = 0
+    for doc in loaded.values():
+        for var in _datasource_variables(doc).values():
+            if not var["current"]:
+                assert var["query"] not in {ds["type"] for ds in provisioned.values()}, var
+                continue
+            ds = provisioned[var["current"]["value"]]
+            assert ds["type"] == var["query"]
+            assert _grafana_unescape(str(ds["name"])) == var["current"]["text"]
+            defaults += 1
+    assert defaults == (3 if not environ else 2)
+    # Grafana's provider scan would choke on a dashboard among the provider files: they stay apart
+    assert sorted(p.name for p in (out / "dashboards").iterdir()) == ["json", "profile-bridge.yaml"]
 
 
 def test_provision_help_lists_every_setting(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,7 +1,9 @@
 """``profile-bridge provision``: Grafana provisioning files for this bridge, rendered with jinja2.
 
 Pure core: ``ProvisionSettings.from_env(environ, settings)`` parses and checks the ``PROFILE_BRIDGE_PROVISION_*``
-settings, ``render(p)`` returns ``{relative path: text}`` (same input, same bytes). Thin shell: ``write_files`` and
+settings, ``render(p)`` returns ``{relative path: text}`` (same input, same bytes): data sources, a dashboards
+provider, and the dashboards themselves (``dashboards/json/*.json``, from the package's ``dashboards/`` — their one
+source), so the rendered tree is complete without this repository. Thin shell: ``write_files`` and
 ``run_provision``. The bridge's own data sources take their uids from ``PROFILE_BRIDGE_GRAFANA_TEMPO_UID`` and
 ``PROFILE_BRIDGE_GRAFANA_PROFILES_UID``, the settings the span pages use for their Explore links, so the two always
 agree.
@@ -13,6 +15,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Final, TextIO
 
@@ -28,14 +31,26 @@ from bridge.provisioning.settings import (
 )
 
 __all__ = [
-    "PROVISION_FIELDS", "PROVISION_PREFIX", "TEMPLATES", "ProvisionSettings", "provision_help", "provision_markdown",
-    "render", "run_provision", "write_files", "yaml_str",
+    "DASHBOARDS_OUT", "PROVISION_FIELDS", "PROVISION_PREFIX", "TEMPLATES", "ProvisionSettings", "dashboard_sources",
+    "provision_help", "provision_markdown", "render", "render_dashboard", "run_provision", "write_files", "yaml_str",
 ]
 
 # output path (relative, POSIX) -> template name
 TEMPLATES: Final[dict[str, str]] = {
     "datasources/profile-bridge.yaml": "datasources/profile-bridge.yaml.j2",
     "dashboards/profile-bridge.yaml": "dashboards/profile-bridge.yaml.j2",
+}
+
+# where the dashboards go in the output: beside the provider, in a folder Grafana's provider scan skips (it reads only
+# *.yaml and *.yml directly in dashboards/); PROFILE_BRIDGE_PROVISION_DASHBOARDS_PATH says where Grafana finds it
+DASHBOARDS_OUT: Final = "dashboards/json"
+
+# plugin type of a dashboard's data source variable -> (name, uid, URL that renders it or "" for always) attributes
+# of the data source the variable defaults to
+_DATASOURCE_VARIABLES: Final[dict[str, tuple[str, str, str]]] = {
+    "tempo": ("tempo_name", "tempo_uid", ""),
+    "grafana-pyroscope-datasource": ("profiles_name", "profiles_uid", ""),
+    "prometheus": ("prometheus_name", "prometheus_uid", "prometheus_url"),
 }
 
 
@@ -61,10 +76,47 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+def dashboard_sources() -> dict[str, str]:
+    """``{file name: JSON text}`` of the dashboards shipped in the package (``bridge/provisioning/dashboards/``),
+    sorted by name."""
+    folder = resources.files("bridge.provisioning").joinpath("dashboards")
+    entries = sorted((entry for entry in folder.iterdir() if entry.name.endswith(".json")), key=lambda e: e.name)
+    return {entry.name: entry.read_text(encoding="utf-8") for entry in entries}
+
+
+def render_dashboard(text: str, provision: ProvisionSettings) -> str:
+    """A shipped dashboard whose data source variables default to the data sources this render provisions.
+
+    Panels and queries select data sources only through those variables (``${traces}``, ``${profiles}``,
+    ``${prometheus}``), so a variable's ``current`` is the one place a uid appears. When that data source is not
+    rendered (``PROFILE_BRIDGE_PROVISION_PROMETHEUS_URL`` empty), ``current`` is emptied: Grafana then picks the
+    first data source of the variable's type, e.g. the user's own Prometheus. Grafana does not expand
+    environment variables in dashboard JSON: ``$`` is written as is (no ``$$`` here, unlike the YAML files).
+    Written as ``json.dumps(indent=2)`` plus a newline — the shipped files' own format, so a default render leaves
+    them byte for byte."""
+    doc = json.loads(text)
+    for var in doc.get("templating", {}).get("list", []):
+        attrs = _DATASOURCE_VARIABLES.get(var.get("query")) if var.get("type") == "datasource" else None
+        if attrs is None:
+            continue
+        name_attr, uid_attr, url_attr = attrs
+        if url_attr and not getattr(provision, url_attr):
+            var["current"] = {}
+        else:
+            current = var.setdefault("current", {})
+            current["text"] = getattr(provision, name_attr)
+            current["value"] = getattr(provision, uid_attr)
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
 def render(provision: ProvisionSettings) -> dict[str, str]:
-    """``{relative POSIX path: file text}``, in a fixed order."""
+    """``{relative POSIX path: file text}``, in a fixed order: the YAML files, then ``dashboards/json/<name>.json``
+    for every shipped dashboard."""
     env = _environment()
-    return {path: env.get_template(name).render(p=provision) for path, name in TEMPLATES.items()}
+    files = {path: env.get_template(name).render(p=provision) for path, name in TEMPLATES.items()}
+    for name, text in dashboard_sources().items():
+        files[f"{DASHBOARDS_OUT}/{name}"] = render_dashboard(text, provision)
+    return files
 
 
 # --------------------------------------------------------------------------------------------- I/O shell

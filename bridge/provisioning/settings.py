@@ -99,8 +99,9 @@ PROVISION_FIELDS: Final[tuple[ProvisionField, ...]] = (
        "a Prometheus that scrapes the bridge's /metrics, for the \"profile-bridge\" dashboard; empty leaves it out"),
     _p("PROMETHEUS_NAME", "prometheus_name", parse_name, "Prometheus (profile-bridge)", "name of that data source"),
     _p("PROMETHEUS_UID", "prometheus_uid", parse_uid, "profile-bridge-prometheus", "uid of that data source"),
-    _p("DASHBOARDS_PATH", "dashboards_path", parse_path, "/var/lib/grafana/dashboards/profile-bridge",
-       "where Grafana finds the dashboards JSON (copy the repository's grafana/dashboards/ there)"),
+    _p("DASHBOARDS_PATH", "dashboards_path", parse_path, "/etc/grafana/provisioning/dashboards/json",
+       "where Grafana finds the rendered dashboards/json/*.json (the default: --out DIR is Grafana's provisioning "
+       "directory)"),
     _p("DASHBOARDS_FOLDER", "dashboards_folder", parse_name, "profile-bridge", "Grafana folder of the dashboards"),
 )
 
