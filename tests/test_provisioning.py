@@ -1,11 +1,15 @@
 """``profile-bridge provision``: the rendered Grafana provisioning, golden files, the committed ``provisioning/``
-directory, the dashboards in the render (a complete tree), and one-line errors for bad
+directory, the dashboards in the render (a complete tree, also from a built wheel), and one-line errors for bad
 settings."""
 
 from __future__ import annotations
 
 import io
 import json
+import shutil
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -333,6 +337,39 @@ def test_rendered_tree_is_self_contained(environ: dict[str, str], provisioning_d
     assert defaults == (3 if not environ else 2)
     # Grafana's provider scan would choke on a dashboard among the provider files: they stay apart
     assert sorted(p.name for p in (out / "dashboards").iterdir()) == ["json", "profile-bridge.yaml"]
+
+
+def test_a_built_wheel_renders_the_dashboards_without_the_repository(tmp_path: Path) -> None:
+    """``pip install .`` (not editable) ships the dashboards as package data: build the wheel from a copy of the
+    sources (offline, with the setuptools of this environment), unpack it as pip would, and run ``provision`` from it
+    in a directory that has no repository around it."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    shutil.copytree(ROOT / "bridge", src / "bridge", ignore=shutil.ignore_patterns("__pycache__"))
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
+         "--disable-pip-version-check", "--wheel-dir", str(wheels), str(src)],
+        check=True, capture_output=True, timeout=120,
+    )
+    (wheel,) = wheels.glob("profile_bridge-*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = sorted(n for n in archive.namelist() if n.startswith("bridge/provisioning/dashboards/"))
+        assert shipped == [f"bridge/provisioning/dashboards/{name}" for name in dashboard_sources()]
+        archive.extractall(site)
+    out, cwd = tmp_path / "out", tmp_path / "elsewhere"
+    cwd.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", "import bridge, runpy; print(bridge.__file__); runpy.run_module('bridge', "
+         "run_name='__main__')", "provision", "--out", str(out)],
+        cwd=cwd, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == str(site / "bridge" / "__init__.py")
+    assert _read_tree(out) == _render_env({})
 
 
 def test_provision_help_lists_every_setting(capsys: pytest.CaptureFixture[str]) -> None:
