@@ -95,6 +95,25 @@ def _unhex(text: bytes, size: int) -> bytes | None:
         return None
 
 
+# --------------------------------------------------------------------------------------------- range errors
+# (worded here for both paths: this module and the native one of bridge/otlp/fastlink.py)
+
+
+def attribute_index_error(index: int, n_attrs: int) -> InvalidArgument:
+    return InvalidArgument(f"a sample refers to attribute_table index {index}, out of range "
+                           f"(the dictionary's attribute_table has {n_attrs} entries)")
+
+
+def key_strindex_error(index: int, key: int, n_strings: int) -> InvalidArgument:
+    return InvalidArgument(f"attribute_table[{index}].key_strindex {key} is out of range "
+                           f"(the dictionary's string_table has {n_strings} entries)")
+
+
+def link_index_error(link_index: int, n_links: int) -> InvalidArgument:
+    return InvalidArgument(f"a sample has link_index {link_index}, out of range "
+                           f"(the dictionary's link_table has {n_links} entries)")
+
+
 # --------------------------------------------------------------------------------------------- the decision tables
 
 
@@ -141,17 +160,11 @@ class _Linker:
         roles = self.roles.get(index)
         if roles is None:
             if not 0 <= index < self.n_attrs:
-                raise InvalidArgument(
-                    f"a sample refers to attribute_table index {index}, out of range "
-                    f"(the dictionary's attribute_table has {self.n_attrs} entries)"
-                )
+                raise attribute_index_error(index, self.n_attrs)
             kv = self.attrs[index]
             key = kv.key_strindex
             if not 0 <= key < self.n_strings:
-                raise InvalidArgument(
-                    f"attribute_table[{index}].key_strindex {key} is out of range "
-                    f"(the dictionary's string_table has {self.n_strings} entries)"
-                )
+                raise key_strindex_error(index, key, self.n_strings)
             found = self.key_roles.get(key)
             if found:
                 roles = tuple(
@@ -266,10 +279,7 @@ def link_request(req: svc.ExportProfilesServiceRequest, link_keys: LinkKeys) -> 
                     li = sample.link_index
                     if li:
                         if not 0 < li < n_links_in:
-                            raise InvalidArgument(
-                                f"a sample has link_index {li}, out of range "
-                                f"(the dictionary's link_table has {n_links_in} entries)"
-                            )
+                            raise link_index_error(li, n_links_in)
                         already += 1
                         continue
                     attrs = sample.attribute_indices
