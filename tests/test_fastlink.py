@@ -416,13 +416,13 @@ def test_garbage_dictionary_bytes_are_a_clean_error() -> None:
     for _ in range(500):
         junk = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 40)))
         try:
-            _fastlink.link(field(1, 2, b""), junk, {}, True, {}, 0, [])
+            _fastlink.link(field(1, 2, b""), junk, {}, True, {}, 0)
         except ValueError as exc:
             assert "malformed dictionary" in str(exc)
 
 
 def test_the_extension_checks_its_arguments() -> None:
     with pytest.raises(TypeError):
-        _fastlink.link("not bytes", b"", {}, True, {}, 0, [])
+        _fastlink.link("not bytes", b"", {}, True, {}, 0)
     with pytest.raises(ValueError, match="n_links"):
-        _fastlink.link(b"", b"", {}, True, {}, -1, [])
+        _fastlink.link(b"", b"", {}, True, {}, -1)

@@ -176,9 +176,11 @@ static inline uint8_t *put_varint(uint8_t *p, uint64_t v) {
 
 /* ------------------------------------------------------------------------------------------- output buffer */
 
+/* A growable byte buffer; with `obj` set it is that bytes object's storage (the result is built in place). */
 typedef struct {
     uint8_t *data;
     size_t len, cap;
+    PyObject *obj;
 } Buf;
 
 static int buf_reserve(Buf *b, size_t extra) {
@@ -192,12 +194,18 @@ static int buf_reserve(Buf *b, size_t extra) {
         }
         cap *= 2;
     }
-    uint8_t *data = PyMem_Realloc(b->data, cap);
-    if (!data) {
-        PyErr_NoMemory();
-        return -1;
+    if (b->obj) {
+        if (_PyBytes_Resize(&b->obj, (Py_ssize_t)cap) < 0)
+            return -1;
+        b->data = (uint8_t *)PyBytes_AS_STRING(b->obj);
+    } else {
+        uint8_t *data = PyMem_Realloc(b->data, cap);
+        if (!data) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->data = data;
     }
-    b->data = data;
     b->cap = cap;
     return 0;
 }
@@ -218,6 +226,20 @@ typedef struct {
     int valid;
     uint8_t id[TRACE_BYTES];
 } Role;
+
+typedef struct {
+    int32_t strindex;
+    int pair;
+    int is_span;
+} KeyRole;
+
+typedef struct {
+    uint64_t hash;
+    int32_t index;
+    uint8_t used, has_trace;
+    uint8_t trace[TRACE_BYTES];
+    uint8_t span[SPAN_BYTES];
+} LinkSlot;
 
 typedef struct {
     size_t first;  /* index into Ctx.roles */
@@ -254,11 +276,13 @@ typedef struct {
     AttrRoles *attr_roles;
     Role *roles;
     size_t n_roles, roles_cap;
-    PyObject *key_roles; /* {string index: ((pair, is_span), ...)} */
+    KeyRole *key_roles; /* the configured keys found in the string table */
+    size_t n_key_roles, key_roles_cap;
     int has_keys;
     /* links */
-    PyObject *link_of;   /* {(trace bytes, span bytes): index}, updated */
-    PyObject *new_links; /* [(trace bytes, span bytes)], appended (the sentinel first when the table was empty) */
+    LinkSlot *link_map; /* (trace, span) -> index: the existing links, then the appended ones */
+    size_t link_map_cap, link_map_used;
+    Buf new_links; /* the appended links as dictionary records (field 4), the zero sentinel first if it was missing */
     Py_ssize_t n_links_in, n_links, links_added;
     /* decisions */
     Decision *entries;
@@ -291,7 +315,10 @@ static void ctx_free(Ctx *c) {
     PyMem_Free(c->roles);
     PyMem_Free(c->vals);
     PyMem_Free(c->scratch);
-    PyMem_Free(c->out.data);
+    Py_XDECREF(c->out.obj);
+    PyMem_Free(c->key_roles);
+    PyMem_Free(c->link_map);
+    PyMem_Free(c->new_links.data);
 }
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
@@ -470,86 +497,180 @@ static AttrRoles *roles_of(Ctx *c, int32_t index) {
     }
     ar->first = c->n_roles;
     ar->count = 0;
-    PyObject *pykey = PyLong_FromLong(key);
-    if (!pykey)
-        return NULL;
-    PyObject *found = PyDict_GetItemWithError(c->key_roles, pykey); /* borrowed */
-    Py_DECREF(pykey);
-    if (!found) {
-        if (PyErr_Occurred())
+    for (size_t i = 0; i < c->n_key_roles; i++) {
+        const KeyRole *kr = &c->key_roles[i];
+        if (kr->strindex != key)
+            continue;
+        if (grow((void **)&c->roles, &c->roles_cap, c->n_roles + 1, sizeof(Role)) < 0)
             return NULL;
-        return ar;
-    }
-    PyObject *seq = PySequence_Fast(found, "key roles must be a sequence");
-    if (!seq)
-        return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    if (grow((void **)&c->roles, &c->roles_cap, c->n_roles + (size_t)n, sizeof(Role)) < 0) {
-        Py_DECREF(seq);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int pair, is_span;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "ip", &pair, &is_span)) {
-            Py_DECREF(seq);
-            return NULL;
-        }
         Role *r = &c->roles[c->n_roles++];
-        r->pair = pair;
-        r->is_span = is_span;
-        r->valid = parse_id(kind, val, val_len, is_span ? SPAN_BYTES : TRACE_BYTES, r->id);
+        r->pair = kr->pair;
+        r->is_span = kr->is_span;
+        r->valid = parse_id(kind, val, val_len, kr->is_span ? SPAN_BYTES : TRACE_BYTES, r->id);
+        ar->count++;
     }
-    Py_DECREF(seq);
-    ar->count = (int)n;
     return ar;
 }
 
-/* link._Linker.link_index: find or append the (trace, span) link. */
-static int32_t link_index(Ctx *c, const uint8_t *trace, size_t trace_len, const uint8_t *span) {
-    static const uint8_t no_trace[1] = {0};
-    if (!trace) /* Py_BuildValue makes None of a NULL buffer: a span-only link has an empty trace_id */
-        trace = no_trace;
-    PyObject *key = Py_BuildValue("(y#y#)", (const char *)trace, (Py_ssize_t)trace_len, (const char *)span,
-                                  (Py_ssize_t)SPAN_BYTES);
-    if (!key)
-        return -1;
-    PyObject *found = PyDict_GetItemWithError(c->link_of, key);
-    if (found) {
-        long idx = PyLong_AsLong(found);
-        Py_DECREF(key);
-        if (idx == -1 && PyErr_Occurred())
-            return -1;
-        return (int32_t)idx;
+static inline uint64_t hash_bytes(const uint8_t *p, size_t n);
+
+static uint64_t link_hash(int has_trace, const uint8_t *trace, const uint8_t *span) {
+    uint8_t key[1 + TRACE_BYTES + SPAN_BYTES] = {0};
+    key[0] = (uint8_t)has_trace;
+    if (has_trace)
+        memcpy(key + 1, trace, TRACE_BYTES);
+    memcpy(key + 1 + TRACE_BYTES, span, SPAN_BYTES);
+    return hash_bytes(key, sizeof(key));
+}
+
+/* The slot of (trace, span) in the link map: its entry, or the free slot where it belongs. */
+static LinkSlot *link_slot(Ctx *c, uint64_t h, int has_trace, const uint8_t *trace, const uint8_t *span) {
+    size_t j = h & (c->link_map_cap - 1);
+    for (;;) {
+        LinkSlot *e = &c->link_map[j];
+        if (!e->used || (e->hash == h && e->has_trace == has_trace && memcmp(e->span, span, SPAN_BYTES) == 0 &&
+                         (!has_trace || memcmp(e->trace, trace, TRACE_BYTES) == 0)))
+            return e;
+        j = (j + 1) & (c->link_map_cap - 1);
     }
-    if (PyErr_Occurred())
-        goto fail;
-    if (c->n_links == 0) {
-        static const uint8_t zeros[TRACE_BYTES] = {0};
-        PyObject *sentinel = Py_BuildValue("(y#y#)", (const char *)zeros, (Py_ssize_t)TRACE_BYTES, (const char *)zeros,
-                                           (Py_ssize_t)SPAN_BYTES);
-        if (!sentinel || PyList_Append(c->new_links, sentinel) < 0) {
-            Py_XDECREF(sentinel);
-            goto fail;
-        }
-        Py_DECREF(sentinel);
+}
+
+static int link_map_grow(Ctx *c) {
+    size_t cap = c->link_map_cap ? c->link_map_cap * 2 : 256;
+    LinkSlot *old = c->link_map;
+    size_t old_cap = c->link_map_cap;
+    c->link_map = PyMem_Calloc(cap, sizeof(LinkSlot));
+    if (!c->link_map) {
+        c->link_map = old;
+        PyErr_NoMemory();
+        return -1;
+    }
+    c->link_map_cap = cap;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].used)
+            *link_slot(c, old[i].hash, old[i].has_trace, old[i].trace, old[i].span) = old[i];
+    PyMem_Free(old);
+    return 0;
+}
+
+/* Remember that (trace, span) is link `index`, unless an earlier link already is (the first one wins). */
+static int link_put(Ctx *c, int has_trace, const uint8_t *trace, const uint8_t *span, int32_t index) {
+    if ((c->link_map_used + 1) * 2 > c->link_map_cap && link_map_grow(c) < 0)
+        return -1;
+    uint64_t h = link_hash(has_trace, trace, span);
+    LinkSlot *e = link_slot(c, h, has_trace, trace, span);
+    if (e->used)
+        return 0;
+    e->used = 1;
+    e->hash = h;
+    e->has_trace = (uint8_t)has_trace;
+    if (has_trace)
+        memcpy(e->trace, trace, TRACE_BYTES);
+    memcpy(e->span, span, SPAN_BYTES);
+    e->index = index;
+    c->link_map_used++;
+    return 0;
+}
+
+/* A Link record of the dictionary (field 4): { 1: trace_id (omitted when empty); 2: span_id }. */
+static int put_link_record(Buf *b, const uint8_t *trace, size_t trace_len, const uint8_t *span) {
+    size_t body = (trace_len ? 2 + trace_len : 0) + 2 + SPAN_BYTES;
+    if (buf_reserve(b, body + 2) < 0)
+        return -1;
+    uint8_t *w = b->data + b->len;
+    *w++ = (4 << 3) | WT_LEN;
+    *w++ = (uint8_t)body;
+    if (trace_len) {
+        *w++ = (1 << 3) | WT_LEN;
+        *w++ = (uint8_t)trace_len;
+        memcpy(w, trace, trace_len);
+        w += trace_len;
+    }
+    *w++ = (2 << 3) | WT_LEN;
+    *w++ = SPAN_BYTES;
+    memcpy(w, span, SPAN_BYTES);
+    b->len = (size_t)(w + SPAN_BYTES - b->data);
+    return 0;
+}
+
+/* link._Linker.link_index: find or append the (trace, span) link; trace NULL for a span-only link. */
+static int32_t link_index(Ctx *c, const uint8_t *trace, const uint8_t *span) {
+    int has_trace = trace != NULL;
+    if (c->link_map_cap) {
+        LinkSlot *e = link_slot(c, link_hash(has_trace, trace, span), has_trace, trace, span);
+        if (e->used)
+            return e->index;
+    }
+    static const uint8_t zeros[TRACE_BYTES] = {0};
+    if (c->n_links == 0) { /* index 0 is the zero sentinel; added with the first link */
+        if (put_link_record(&c->new_links, zeros, TRACE_BYTES, zeros) < 0)
+            return -1;
         c->n_links = 1;
     }
     if (c->n_links >= INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "too many links for an int32 link_index");
-        goto fail;
+        return -1;
     }
-    PyObject *idx = PyLong_FromSsize_t(c->n_links);
-    if (!idx || PyDict_SetItem(c->link_of, key, idx) < 0 || PyList_Append(c->new_links, key) < 0) {
-        Py_XDECREF(idx);
-        goto fail;
-    }
-    Py_DECREF(idx);
-    Py_DECREF(key);
+    int32_t index = (int32_t)c->n_links;
+    if (put_link_record(&c->new_links, trace, has_trace ? TRACE_BYTES : 0, span) < 0 ||
+        link_put(c, has_trace, trace, span, index) < 0)
+        return -1;
+    c->n_links++;
     c->links_added++;
-    return (int32_t)c->n_links++;
-fail:
-    Py_DECREF(key);
-    return -1;
+    return index;
+}
+
+/* The existing links ({(trace_id, span_id): index} from link.py, all-zero trace ids already made empty). Keys
+ * that cannot be looked up (other lengths) are left out. */
+static int load_links(Ctx *c, PyObject *link_of) {
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(link_of, &pos, &key, &value)) {
+        const char *trace, *span;
+        Py_ssize_t trace_len, span_len;
+        if (!PyArg_ParseTuple(key, "y#y#", &trace, &trace_len, &span, &span_len))
+            return -1;
+        long index = PyLong_AsLong(value);
+        if (index == -1 && PyErr_Occurred())
+            return -1;
+        if ((trace_len != 0 && trace_len != TRACE_BYTES) || span_len != SPAN_BYTES || index <= 0 || index > INT32_MAX)
+            continue;
+        if (link_put(c, trace_len != 0, (const uint8_t *)trace, (const uint8_t *)span, (int32_t)index) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* {string index: ((pair, is_span), ...)} from link.py, as a flat table. */
+static int load_key_roles(Ctx *c, PyObject *key_roles) {
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(key_roles, &pos, &key, &value)) {
+        long strindex = PyLong_AsLong(key);
+        if (strindex == -1 && PyErr_Occurred())
+            return -1;
+        PyObject *seq = PySequence_Fast(value, "key roles must be sequences of (pair, is_span)");
+        if (!seq)
+            return -1;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        if (grow((void **)&c->key_roles, &c->key_roles_cap, c->n_key_roles + (size_t)n, sizeof(KeyRole)) < 0) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int pair, is_span;
+            if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "ip", &pair, &is_span)) {
+                Py_DECREF(seq);
+                return -1;
+            }
+            KeyRole *kr = &c->key_roles[c->n_key_roles++];
+            kr->strindex = strindex < INT32_MIN || strindex > INT32_MAX ? -1 : (int32_t)strindex;
+            kr->pair = pair;
+            kr->is_span = is_span;
+        }
+        Py_DECREF(seq);
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------- decisions */
@@ -675,7 +796,7 @@ static int decide(Ctx *c, Decision *d) {
         if (!consumed[i])
             w = put_varint(w, (uint64_t)(int64_t)c->vals[i]);
     d->kept_len = (uint32_t)kept_len;
-    int32_t link = link_index(c, trace, trace ? TRACE_BYTES : 0, span);
+    int32_t link = link_index(c, trace, span);
     if (link < 0)
         goto done;
     d->link = link;
@@ -986,96 +1107,55 @@ static int message(Ctx *c, int level, const uint8_t *p, const uint8_t *end) {
     return 0;
 }
 
-/* The new links as Link records of the dictionary: field 4 { 1: trace_id (omitted when empty); 2: span_id }. */
-static int encode_links(PyObject *links, Buf *b) {
-    Py_ssize_t n = PyList_GET_SIZE(links);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const char *trace, *span;
-        Py_ssize_t trace_len, span_len;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(links, i), "y#y#", &trace, &trace_len, &span, &span_len))
+/* Append the new links to the last dictionary record of out, in place (or add a dictionary record when none). */
+static int splice_links(Ctx *c) {
+    const Buf links = c->new_links;
+    if (c->dict_tag_at < 0) { /* no dictionary record: a new one at the end */
+        c->dict_tag_at = (Py_ssize_t)c->out.len;
+        if (buf_reserve(&c->out, 1) < 0)
             return -1;
-        size_t body = (trace_len ? 1 + (size_t)varint_size((uint64_t)trace_len) + (size_t)trace_len : 0) + 1 +
-                      (size_t)varint_size((uint64_t)span_len) + (size_t)span_len;
-        if (buf_reserve(b, body + 11) < 0)
-            return -1;
-        uint8_t *w = b->data + b->len;
-        *w++ = (4 << 3) | WT_LEN;
-        w = put_varint(w, body);
-        if (trace_len) {
-            *w++ = (1 << 3) | WT_LEN;
-            w = put_varint(w, (uint64_t)trace_len);
-            memcpy(w, trace, (size_t)trace_len);
-            w += trace_len;
-        }
-        *w++ = (2 << 3) | WT_LEN;
-        w = put_varint(w, (uint64_t)span_len);
-        memcpy(w, span, (size_t)span_len);
-        w += span_len;
-        b->len = (size_t)(w - b->data);
+        c->out.data[c->out.len++] = (2 << 3) | WT_LEN;
+        c->dict_payload_at = c->dict_end_at = (Py_ssize_t)c->out.len;
     }
+    size_t payload_at = (size_t)c->dict_payload_at, end_at = (size_t)c->dict_end_at;
+    const uint8_t *q = c->out.data + c->dict_tag_at;
+    uint64_t t;
+    (void)read_varint(&c->src, &q, c->out.data + payload_at, &t); /* the tag; the old length follows it */
+    size_t len_at = (size_t)(q - c->out.data);
+    size_t dict_len = end_at - payload_at + links.len;
+    size_t new_payload_at = len_at + (size_t)varint_size(dict_len);
+    /* new layout: ..tag, length, old payload, links, tail; the links are at least as long as any shrink of a
+     * padded length varint, so the tail only moves right */
+    size_t tail = c->out.len - end_at;
+    size_t new_end = new_payload_at + (end_at - payload_at) + links.len;
+    if (new_end + tail > c->out.len && buf_reserve(&c->out, new_end + tail - c->out.len) < 0)
+        return -1;
+    uint8_t *o = c->out.data;
+    memmove(o + new_end, o + end_at, tail);
+    memmove(o + new_payload_at, o + payload_at, end_at - payload_at);
+    put_varint(o + len_at, dict_len);
+    memcpy(o + new_payload_at + (end_at - payload_at), links.data, links.len);
+    c->out.len = new_end + tail;
     return 0;
 }
 
-/* out with the new links appended to the last dictionary record (or a new dictionary record when none). */
-static PyObject *splice_links(Ctx *c) {
-    Buf links = {0};
-    PyObject *result = NULL;
-    if (encode_links(c->new_links, &links) < 0)
-        goto done;
-    Py_ssize_t tag_at, payload_at, end_at;
-    uint8_t tag[1] = {(2 << 3) | WT_LEN};
-    const uint8_t *tag_src = tag;
-    size_t tag_len = 1;
-    if (c->dict_tag_at >= 0) {
-        tag_at = c->dict_tag_at;
-        payload_at = c->dict_payload_at;
-        end_at = c->dict_end_at;
-        const uint8_t *q = c->out.data + tag_at;
-        uint64_t t;
-        (void)read_varint(&c->src, &q, c->out.data + payload_at, &t);
-        tag_src = c->out.data + tag_at;
-        tag_len = (size_t)(q - tag_src);
-    } else {
-        tag_at = payload_at = end_at = (Py_ssize_t)c->out.len;
-    }
-    size_t dict_len = (size_t)(end_at - payload_at) + links.len;
-    size_t total = (size_t)tag_at + tag_len + (size_t)varint_size(dict_len) + dict_len + (c->out.len - (size_t)end_at);
-    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
-    if (!result)
-        goto done;
-    uint8_t *w = (uint8_t *)PyBytes_AS_STRING(result);
-    memcpy(w, c->out.data, (size_t)tag_at);
-    w += tag_at;
-    memcpy(w, tag_src, tag_len);
-    w = put_varint(w + tag_len, dict_len);
-    memcpy(w, c->out.data + payload_at, (size_t)(end_at - payload_at));
-    w += end_at - payload_at;
-    memcpy(w, links.data, links.len);
-    w += links.len;
-    memcpy(w, c->out.data + end_at, c->out.len - (size_t)end_at);
-done:
-    PyMem_Free(links.data);
-    return result;
-}
-
 PyDoc_STRVAR(link_doc,
-"link(data, dictionary, key_roles, has_keys, link_of, n_links, new_links)\n"
+"link(data, dictionary, key_roles, has_keys, link_of, n_links)\n"
 "--\n\n"
 "Link the wire-format ExportProfilesServiceRequest `data` (bytes). `dictionary`: the canonical serialisation of\n"
 "its parsed dictionary; `key_roles`: {string index: ((pair, is_span), ...)} for the configured keys; `has_keys`:\n"
 "whether any configured key is in the string table; `link_of`: {(trace_id, span_id): index} of the existing links\n"
-"(updated); `n_links`: link_table's length; `new_links`: a list the appended (trace_id, span_id) pairs go to, the\n"
-"zero sentinel first when the table was empty.\n\n"
+"(all-zero trace ids as empty ones); `n_links`: link_table's length. Arguments are not modified.\n\n"
 "Returns (linked bytes, samples, linked, invalid, already_linked, links_added); `data` itself when nothing\n"
 "changed. Raises ValueError for malformed wire data, OutOfRange(kind, ...) for out-of-range indices.");
 
 static PyObject *fastlink_link(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *data, *dict_obj, *key_roles, *link_of, *new_links;
+    PyObject *data, *dict_obj, *key_roles, *link_of;
     int has_keys;
     Py_ssize_t n_links;
-    if (!PyArg_ParseTuple(args, "SSO!pO!nO!", &data, &dict_obj, &PyDict_Type, &key_roles, &has_keys, &PyDict_Type,
-                          &link_of, &n_links, &PyList_Type, &new_links))
+    if (!PyArg_ParseTuple(args, "SSO!pO!n", &data, &dict_obj, &PyDict_Type, &key_roles, &has_keys, &PyDict_Type,
+                          &link_of, &n_links))
         return NULL;
     if (n_links < 0) {
         PyErr_SetString(PyExc_ValueError, "n_links must not be negative");
@@ -1089,33 +1169,38 @@ static PyObject *fastlink_link(PyObject *self, PyObject *args) {
     c.dsrc.what = "dictionary";
     c.src.base = r;
     c.src.what = "request";
-    c.key_roles = key_roles;
     c.has_keys = has_keys;
-    c.link_of = link_of;
-    c.new_links = new_links;
     c.n_links_in = c.n_links = n_links;
     c.dict_tag_at = c.dict_payload_at = c.dict_end_at = -1;
     PyObject *out = NULL;
     Py_ssize_t size = PyBytes_GET_SIZE(data);
+    if (load_key_roles(&c, key_roles) < 0 || load_links(&c, link_of) < 0)
+        goto fail;
     if (index_dictionary(&c, d, d + PyBytes_GET_SIZE(dict_obj)) < 0)
-        goto done;
-    if (buf_reserve(&c.out, (size_t)size + 64) < 0)
-        goto done;
+        goto fail;
+    /* the result is built in a bytes object with room for the usual growth (link_index fields, new links) */
+    c.out.cap = (size_t)size + (size_t)size / 8 + 1024;
+    c.out.obj = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)c.out.cap);
+    if (!c.out.obj)
+        goto fail;
+    c.out.data = (uint8_t *)PyBytes_AS_STRING(c.out.obj);
     if (message(&c, 0, r, r + size) < 0)
-        goto done;
-    if (PyList_GET_SIZE(new_links))
-        out = splice_links(&c);
-    else if (!c.changed) {
+        goto fail;
+    if (c.new_links.len && splice_links(&c) < 0)
+        goto fail;
+    if (!c.changed && !c.new_links.len) {
         Py_INCREF(data);
         out = data;
-    } else
-        out = PyBytes_FromStringAndSize((const char *)c.out.data, (Py_ssize_t)c.out.len);
-    if (!out)
-        goto done;
+    } else {
+        if (_PyBytes_Resize(&c.out.obj, (Py_ssize_t)c.out.len) < 0)
+            goto fail;
+        out = c.out.obj;
+        c.out.obj = NULL;
+    }
     PyObject *result = Py_BuildValue("(Nnnnnn)", out, c.samples, c.linked, c.invalid, c.already, c.links_added);
     ctx_free(&c);
     return result;
-done:
+fail:
     ctx_free(&c);
     return NULL;
 }

@@ -66,11 +66,10 @@ def link_wire_native(data: bytes, dictionary: ppb.ProfilesDictionary,
     if not isinstance(data, bytes):  # the extension takes bytes exactly
         data = bytes(data)
     linker = _Linker(dictionary, link_keys)
-    new_links: list[tuple[bytes, bytes]] = []
     try:
         out, samples, linked, invalid, already, added = _native.link(
             data, dictionary.SerializeToString(), linker.key_roles, linker.has_keys, linker.link_of,
-            linker.n_links_in, new_links,
+            linker.n_links_in,
         )
     except _native.OutOfRange as exc:
         raise _range_error(exc.args) from exc
