@@ -1,6 +1,10 @@
 """The link gateway's one path, shared by the gRPC receiver, the HTTP receiver and the pprof puller:
 link (pure, ``bridge.otlp.link``), count, then forward to Pyroscope (proxy mode) or hand to the standalone store's
-profile sink, and answer with OTLP partial success when some samples carried invalid ids."""
+profile sink, and answer with OTLP partial success when some samples carried invalid ids.
+
+With the native linker built (``bridge.otlp.fastlink.NATIVE``) linking works on the wire bytes — the receivers hand
+in the body they parsed — and the linked bytes are what is forwarded; without it ``link_request`` links the
+message in place."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from opentelemetry.proto.collector.profiles.v1development import profiles_servic
 from bridge.config import Settings
 from bridge.errors import BridgeError, UpstreamUnavailable
 from bridge.metrics import Metrics
+from bridge.otlp import fastlink
 from bridge.otlp.link import LinkStats, link_request
 from bridge.upstream.base import CallContext
 from bridge.upstream.otlp_forward import ProfilesForwarder
@@ -45,31 +50,51 @@ class Gateway:
         return "nowhere"
 
     async def link(self, req: svc.ExportProfilesServiceRequest) -> LinkStats:
-        if req.ByteSize() > THREAD_BYTES:
-            return await asyncio.to_thread(link_request, req, self.link_keys)
-        return link_request(req, self.link_keys)
+        """Link ``req`` in place."""
+        stats, _ = await self.link_wire(req, None, keep_message=True)
+        return stats
+
+    async def link_wire(self, req: svc.ExportProfilesServiceRequest, wire: bytes | None, *,
+                        keep_message: bool) -> tuple[LinkStats, bytes | None]:
+        """Link ``req`` whose serialized form is ``wire`` (when the caller has it): the stats and the linked bytes
+        (None from the pure path, which links ``req`` in place). ``keep_message``: leave ``req`` linked too."""
+        size = len(wire) if wire is not None else req.ByteSize()
+        if size > THREAD_BYTES:
+            return await asyncio.to_thread(self._link_now, req, wire, keep_message)
+        return self._link_now(req, wire, keep_message)
+
+    def _link_now(self, req: svc.ExportProfilesServiceRequest, wire: bytes | None,
+                  keep_message: bool) -> tuple[LinkStats, bytes | None]:
+        if not fastlink.NATIVE:
+            return link_request(req, self.link_keys), None
+        data = wire if wire is not None else req.SerializeToString()
+        out, stats = fastlink.link_wire(data, req.dictionary, self.link_keys)
+        if keep_message:
+            req.ParseFromString(out)
+        return stats, out
 
     async def export(self, req: svc.ExportProfilesServiceRequest, ctx: CallContext,
-                     *, route: str = "otlp") -> svc.ExportProfilesServiceResponse:
-        """Link ``req`` in place and deliver it. ``InvalidArgument`` (out-of-range indices) means nothing was
-        delivered; upstream failures arrive as ``UpstreamError`` with the upstream's code and words."""
+                     *, route: str = "otlp", wire: bytes | None = None) -> svc.ExportProfilesServiceResponse:
+        """Link ``req`` (``wire``: the protobuf body it was parsed from, if any) and deliver it. ``InvalidArgument``
+        (out-of-range indices) means nothing was delivered; upstream failures arrive as ``UpstreamError`` with the
+        upstream's code and words."""
         try:
-            stats = await self.link(req)
+            stats, linked = await self.link_wire(req, wire, keep_message=self.sink is not None)
         except BridgeError:
             self.metrics.ingest_rejected.labels(route).inc()
             raise
         self.count(stats)
-        return merge_response(await self.deliver(req, ctx), stats)
+        return merge_response(await self.deliver(req, ctx, linked), stats)
 
     async def deliver(
-        self, req: svc.ExportProfilesServiceRequest, ctx: CallContext
+        self, req: svc.ExportProfilesServiceRequest, ctx: CallContext, linked: bytes | None = None
     ) -> svc.ExportProfilesServiceResponse:
-        """Send an already linked request on: into the store, or to Pyroscope."""
+        """Send an already linked request on: into the store, or to Pyroscope (``linked``: its bytes, if known)."""
         if self.sink is not None:
             await self.sink.ingest_otlp_profiles(req, ctx.tenant)
             upstream = svc.ExportProfilesServiceResponse()
         elif self.forwarder is not None:
-            upstream = await self.forwarder.export(req.SerializeToString(), ctx)
+            upstream = await self.forwarder.export(linked if linked is not None else req.SerializeToString(), ctx)
         else:
             raise UpstreamUnavailable("pyroscope", "the link gateway has nowhere to send profiles: standalone mode "
                                                    "without a store, or no Pyroscope configured")

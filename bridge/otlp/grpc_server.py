@@ -94,7 +94,7 @@ def _guarded(name: str, fn: Handler) -> Handler:
 def build_handlers(settings: Settings, gateway: Gateway, trace_sink: TraceSink | None) -> list[Any]:
     async def export_profiles(body: bytes, context: grpc.aio.ServicerContext) -> Message:
         req = decode(psvc.ExportProfilesServiceRequest, body)
-        return await gateway.export(req, call_context(context, settings), route="otlp_grpc_profiles")
+        return await gateway.export(req, call_context(context, settings), route="otlp_grpc_profiles", wire=body)
 
     handlers: list[Any] = [
         grpc.method_handlers_generic_handler(PROFILES_SERVICE, {

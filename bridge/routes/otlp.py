@@ -129,7 +129,7 @@ async def export_profiles(request: web.Request) -> web.Response:
             tenant=request.headers.get("X-Scope-OrgID") or None,
             authorization=request.headers.get("Authorization") or None,
         )
-        resp = await gateway_of(app).export(req, ctx, route="otlp_http_profiles")
+        resp = await gateway_of(app).export(req, ctx, route="otlp_http_profiles", wire=None if as_json else data)
     except BridgeError as exc:
         return status_response(exc.code, exc.message, as_json)
     if as_json:
