@@ -288,7 +288,10 @@ class Store:
             )
             outcomes = [(None, error)] * len(jobs)
         for (_, future, loop), (result, failure) in zip(jobs, outcomes, strict=True):
-            loop.call_soon_threadsafe(_settle, future, result, failure)
+            try:
+                loop.call_soon_threadsafe(_settle, future, result, failure)
+            except RuntimeError:  # the caller's event loop has closed: nobody is waiting for this answer
+                log.debug("store: an ingest finished after its event loop closed")
 
     # ----------------------------------------------------------------------------------------- ingest: profiles
 
