@@ -465,3 +465,23 @@ def test_encode_stacks_equals_encoding_the_tree(max_nodes: int | None) -> None:
     for stacks in cases:
         expected = flamegraph.encode(flamegraph.build_tree(stacks), max_nodes)
         assert encode_stacks(stacks, max_nodes) == expected
+
+
+async def test_go_tool_pprof_reads_select_merge_profile(store: Store, tmp_path: Path) -> None:
+    import asyncio
+    import os
+
+    from tests.tools import require_tool
+
+    require_tool("go", package="golang-go", purpose="read SelectMergeProfile's pprof with go tool pprof")
+    req = qpb.SelectMergeProfileRequest(profile_typeID=CPU, label_selector='{service_name="shop-backend"}',
+                                        start=ALL_MS[0], end=ALL_MS[1])
+    out = tmp_path / "merged.pb.gz"
+    out.write_bytes(gzip.compress((await store.select_merge_profile(req, ctx())).SerializeToString()))
+    proc = await asyncio.create_subprocess_exec(
+        "go", "tool", "pprof", "-top", str(out), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={"HOME": str(tmp_path), "PATH": os.environ.get("PATH", ""), "GOCACHE": str(tmp_path / "gocache")},
+    )
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode == 0, stderr.decode()
+    assert "count_primes" in stdout.decode() and "Type: cpu" in stdout.decode()
