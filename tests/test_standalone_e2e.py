@@ -190,3 +190,53 @@ def _ctx() -> Any:
     from tests.test_store import ctx
 
     return ctx()
+
+
+async def test_acknowledged_ingest_survives_a_killed_bridge(tmp_path: Path) -> None:
+    """`profile-bridge serve --standalone` in a child process takes the shop capture over HTTP and is then killed
+    with SIGKILL (no shutdown, no checkpoint): everything it acknowledged is in the store when it is reopened."""
+    import gzip
+    import signal
+    import socket
+
+    from tests.paths import ROOT, SHOP_CAPTURE
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    data_dir = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROFILE_BRIDGE_")}
+    env["PROFILE_BRIDGE_OTLP_GRPC_ENABLED"] = "false"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bridge", "serve", "--standalone", "--listen", f"127.0.0.1:{port}",
+        "--data-dir", str(data_dir), cwd=str(ROOT), env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as session:
+            for _ in range(100):  # up to 10 s for the child to listen
+                try:
+                    async with session.get(f"{url}/healthz") as resp:
+                        if resp.status == 200:
+                            break
+                except aiohttp.ClientConnectionError:
+                    pass
+                await asyncio.sleep(0.1)
+            for line in (SHOP_CAPTURE / "index.jsonl").read_text().splitlines():
+                entry = json.loads(line)
+                body = (SHOP_CAPTURE / entry["file"]).read_bytes()
+                headers = {"Content-Type": entry["content_type"]}
+                if entry["content_encoding"] == "gzip":
+                    body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
+                async with session.post(url + entry["path"], data=body, headers=headers) as resp:
+                    assert resp.status == 200, await resp.text()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(proc.wait(), 10)
+    store = await Store.open(data_dir)
+    try:
+        c = await store.counts()
+    finally:
+        await store.close()
+    assert (c.spans, c.traces, c.samples, c.sample_value) == (434, 186, 201, 3_590_000_000)
