@@ -489,3 +489,12 @@ async def test_go_tool_pprof_reads_select_merge_profile(store: Store, tmp_path: 
     stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=120)
     assert proc.returncode == 0, stderr.decode()
     assert "count_primes" in stdout.decode() and "Type: cpu" in stdout.decode()
+
+
+async def test_an_unusable_data_dir_is_a_clear_error(tmp_path: Path) -> None:
+    from bridge.store import StoreError
+
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the data directory should be")
+    with pytest.raises(StoreError, match="cannot open the store at .*not-a-directory"):
+        await Store.open(blocker)
