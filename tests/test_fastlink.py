@@ -18,11 +18,15 @@ from opentelemetry.proto.collector.profiles.v1development import profiles_servic
 from opentelemetry.proto.common.v1 import common_pb2
 
 from bridge.config import Settings
+from bridge.connect import Deadline
 from bridge.errors import InvalidArgument
+from bridge.metrics import Metrics
 from bridge.otlp import fastlink
+from bridge.otlp.gateway import Gateway
 from bridge.otlp.link import LinkKeys, LinkStats, link_request
 from bridge.otlp.pprof_convert import pprof_to_otlp
 from bridge.pprof import decode_pprof
+from bridge.upstream.base import CallContext
 from tests.test_link import SPAN_A, SPAN_B, TRACE_A, TRACE_B, Builder
 from tests.test_pprof_convert import shop_pprofs
 
@@ -426,3 +430,84 @@ def test_the_extension_checks_its_arguments() -> None:
         _fastlink.link("not bytes", b"", {}, True, {}, 0)
     with pytest.raises(ValueError, match="n_links"):
         _fastlink.link(b"", b"", {}, True, {}, -1)
+
+
+# --------------------------------------------------------------------------------------------- the gateway
+
+
+class RecordingForwarder:
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+
+    async def export(self, body: bytes, ctx: CallContext) -> svc.ExportProfilesServiceResponse:
+        self.bodies.append(body)
+        return svc.ExportProfilesServiceResponse()
+
+    async def close(self) -> None:
+        pass
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.requests: list[svc.ExportProfilesServiceRequest] = []
+
+    async def ingest_otlp_profiles(self, req: svc.ExportProfilesServiceRequest, tenant: str | None) -> None:
+        self.requests.append(req)
+
+
+def gateway_request() -> tuple[bytes, svc.ExportProfilesServiceRequest]:
+    """A protobuf body with one invalid id, and the request the pure path makes of it."""
+    b = Builder()
+    b.sample(b.attr("thread.name", "main"), b.attr("trace_id", TRACE_A), b.attr("span_id", SPAN_A))
+    b.sample(b.attr("span_id", "not hex at all!!"))
+    data = b.req.SerializeToString()
+    expected = svc.ExportProfilesServiceRequest.FromString(data)
+    link_request(expected, KEYS)
+    return data, expected
+
+
+def context() -> CallContext:
+    return CallContext(deadline=Deadline.start(None, 10.0))
+
+
+async def test_the_gateway_forwards_the_natively_linked_body() -> None:
+    data, expected = gateway_request()
+    forwarder = RecordingForwarder()
+    gateway = Gateway(Settings.for_tests(), Metrics(), forwarder=forwarder)
+
+    resp = await gateway.export(svc.ExportProfilesServiceRequest.FromString(data), context(), wire=data)
+
+    received = svc.ExportProfilesServiceRequest.FromString(data)
+    assert forwarder.bodies == [fastlink.link_wire_native(data, received.dictionary, KEYS)[0]]
+    assert svc.ExportProfilesServiceRequest.FromString(forwarder.bodies[0]) == expected
+    assert resp.partial_success.error_message.startswith("1 sample has invalid trace or span ids")
+
+
+async def test_the_gateway_hands_the_sink_and_the_puller_a_linked_message() -> None:
+    data, expected = gateway_request()
+    sink = RecordingSink()
+    gateway = Gateway(Settings.for_tests(), Metrics(), sink=sink)
+
+    await gateway.export(svc.ExportProfilesServiceRequest.FromString(data), context(), wire=data)
+    req = svc.ExportProfilesServiceRequest.FromString(data)
+    stats = await gateway.link(req)  # the pull path: no body, the message is linked in place
+
+    assert sink.requests == [expected]
+    assert req == expected and stats.linked == 1 and stats.invalid == 1
+
+
+async def test_the_gateway_forwards_nothing_when_an_index_is_out_of_range() -> None:
+    b = Builder()
+    b.sample(b.attr("span_id", SPAN_A), 40)
+    data = b.req.SerializeToString()
+    forwarder = RecordingForwarder()
+    metrics = Metrics()
+    gateway = Gateway(Settings.for_tests(), metrics, forwarder=forwarder)
+
+    with pytest.raises(InvalidArgument, match="attribute_table index 40"):
+        await gateway.export(svc.ExportProfilesServiceRequest.FromString(data), context(), wire=data, route="t")
+
+    assert forwarder.bodies == []
+    assert metrics.ingest_rejected.labels("t")._value.get() == 1
