@@ -13,14 +13,18 @@
  *   Sample { 1: stack_index; 2: repeated int32 attribute_indices; 3: int32 link_index; 4: values; 5: timestamps }
  *
  * Every other field (known or unknown) is copied byte for byte. A field whose wire type does not match its
- * declaration is an unknown field to protobuf, and is copied as such here. The decision for a sample depends only
- * on its attribute indices, so it is made once per distinct attribute-indices payload and cached. A linked sample
- * is re-emitted without its old attribute_indices / link_index records and with the new ones where the first of
- * fields >= 2 stood (canonical order for canonical input); the lengths of its enclosing messages are re-written.
- * New links are appended to the last dictionary record (repeated fields concatenate, so indices stay right).
+ * declaration is an unknown field to protobuf, and is copied as such here. A sample's fate depends only on its
+ * attribute indices (and a non-zero link_index, which it keeps), so it is decided once per distinct
+ * attribute-indices payload, with link.py's rules ported: roles per attribute (parse_id), the first configured pair
+ * with valid ids, consumed attributes, de-duplicated links. A linked sample is re-emitted without its old
+ * attribute_indices / link_index records and with the new ones where the first of fields >= 2 stood (canonical
+ * order for canonical input); the lengths of its enclosing messages are re-written. New Link records are appended
+ * to the last dictionary record (repeated fields concatenate, so indices stay right), after the zero sentinel when
+ * the table was empty.
  *
  * The dictionary is read from its canonical serialisation (the caller's parsed ProfilesDictionary, serialised):
- * attribute entries are parsed lazily, only those samples refer to.
+ * attribute entries are parsed lazily, only those samples refer to. The existing links and the configured keys
+ * come from link.py's _Linker, so both paths start from the same tables.
  *
  * Malformed wire data raises ValueError with an offset; out-of-range dictionary indices raise OutOfRange whose
  * args let the caller word the same message as link.py. Every read is bounds-checked; nothing recurses on input.
@@ -174,6 +178,20 @@ static inline uint8_t *put_varint(uint8_t *p, uint64_t v) {
     return p;
 }
 
+/* FNV-1a, then murmur3's finaliser: the hash tables index by the low bits */
+static inline uint64_t hash_bytes(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ULL ^ n; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ULL;
+    }
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 33);
+}
+
 /* ------------------------------------------------------------------------------------------- output buffer */
 
 /* A growable byte buffer; with `obj` set it is that bytes object's storage (the result is built in place). */
@@ -241,10 +259,12 @@ typedef struct {
     uint8_t span[SPAN_BYTES];
 } LinkSlot;
 
+/* One attribute_table entry: where it is in the dictionary, and the roles it plays (computed on first use). */
 typedef struct {
-    size_t first;  /* index into Ctx.roles */
-    int count;     /* -1: not computed yet */
-} AttrRoles;
+    const uint8_t *at, *end; /* its KeyValueAndUnit payload */
+    size_t first;            /* its roles: Ctx.roles[first .. first + count] */
+    int count;               /* -1: not computed yet */
+} Attr;
 
 enum { DECISION_NONE = 1, DECISION_INVALID = 2, DECISION_LINK = 3 };
 
@@ -269,11 +289,9 @@ static inline const uint8_t *kept_of(const Decision *d) {
 typedef struct {
     /* dictionary */
     Src dsrc;
-    const uint8_t *dict_end;
-    const uint8_t **attr_at; /* start of each attribute_table entry's payload */
-    const uint8_t **attr_end;
+    Attr *attrs;
+    size_t attrs_cap;
     Py_ssize_t n_attrs, n_strings;
-    AttrRoles *attr_roles;
     Role *roles;
     size_t n_roles, roles_cap;
     KeyRole *key_roles; /* the configured keys found in the string table */
@@ -290,6 +308,8 @@ typedef struct {
     uint64_t *slots; /* open addressing: high 32 bits of the key's hash, low 32 bits entry index + 1; 0 free */
     size_t slots_cap;
     /* scratch */
+    struct Hit *hits;
+    size_t hits_cap;
     int32_t *vals;
     size_t vals_cap;
     uint8_t *scratch;
@@ -309,10 +329,9 @@ static void ctx_free(Ctx *c) {
     }
     PyMem_Free(c->entries);
     PyMem_Free(c->slots);
-    PyMem_Free(c->attr_at);
-    PyMem_Free(c->attr_end);
-    PyMem_Free(c->attr_roles);
+    PyMem_Free(c->attrs);
     PyMem_Free(c->roles);
+    PyMem_Free(c->hits);
     PyMem_Free(c->vals);
     PyMem_Free(c->scratch);
     Py_XDECREF(c->out.obj);
@@ -345,9 +364,6 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
 
 /* Index the canonical dictionary: where each attribute entry is, how many strings there are. */
 static int index_dictionary(Ctx *c, const uint8_t *p, const uint8_t *end) {
-    size_t cap = 0;
-    Py_ssize_t n = 0;
-    c->dict_end = end;
     while (p < end) {
         const uint8_t *tag_at = p, *a, *b;
         uint32_t field = 0;
@@ -361,28 +377,16 @@ static int index_dictionary(Ctx *c, const uint8_t *p, const uint8_t *end) {
                 c->n_strings++;
                 continue;
             }
-            if ((size_t)n == cap) {
-                size_t cap2 = cap;
-                if (grow((void **)&c->attr_at, &cap2, cap + 1, sizeof(*c->attr_at)) < 0)
-                    return -1;
-                if (grow((void **)&c->attr_end, &cap, cap + 1, sizeof(*c->attr_end)) < 0)
-                    return -1;
-            }
-            c->attr_at[n] = a;
-            c->attr_end[n] = b;
-            n++;
+            if (grow((void **)&c->attrs, &c->attrs_cap, (size_t)c->n_attrs + 1, sizeof(Attr)) < 0)
+                return -1;
+            Attr *attr = &c->attrs[c->n_attrs++];
+            attr->at = a;
+            attr->end = b;
+            attr->count = -1;
         } else if (skip_field(&c->dsrc, &p, end, field, wt, tag_at) < 0) {
             return -1;
         }
     }
-    c->n_attrs = n;
-    c->attr_roles = PyMem_Malloc(sizeof(AttrRoles) * (size_t)(n ? n : 1));
-    if (!c->attr_roles) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        c->attr_roles[i].count = -1;
     return 0;
 }
 
@@ -429,7 +433,7 @@ static int parse_id(int kind, const uint8_t *v, size_t len, size_t size, uint8_t
 }
 
 /* link._Linker.roles_of: the roles attribute `index` plays; range errors as OutOfRange. */
-static AttrRoles *roles_of(Ctx *c, int32_t index) {
+static Attr *roles_of(Ctx *c, int32_t index) {
     if (index < 0 || index >= c->n_attrs) {
         PyObject *args = Py_BuildValue("(sin)", "attribute", (int)index, c->n_attrs);
         if (args) {
@@ -438,11 +442,11 @@ static AttrRoles *roles_of(Ctx *c, int32_t index) {
         }
         return NULL;
     }
-    AttrRoles *ar = &c->attr_roles[index];
+    Attr *ar = &c->attrs[index];
     if (ar->count >= 0)
         return ar;
     /* KeyValueAndUnit { 1: key_strindex; 2: AnyValue value; 3: unit_strindex } */
-    const uint8_t *p = c->attr_at[index], *end = c->attr_end[index];
+    const uint8_t *p = ar->at, *end = ar->end;
     int32_t key = 0;
     int kind = 0;
     const uint8_t *val = NULL;
@@ -511,8 +515,6 @@ static AttrRoles *roles_of(Ctx *c, int32_t index) {
     }
     return ar;
 }
-
-static inline uint64_t hash_bytes(const uint8_t *p, size_t n);
 
 static uint64_t link_hash(int has_trace, const uint8_t *trace, const uint8_t *span) {
     uint8_t key[1 + TRACE_BYTES + SPAN_BYTES] = {0};
@@ -675,7 +677,7 @@ static int load_key_roles(Ctx *c, PyObject *key_roles) {
 
 /* ------------------------------------------------------------------------------------------- decisions */
 
-typedef struct {
+typedef struct Hit {
     size_t pos;
     size_t role; /* index into Ctx.roles (which may move while roles are computed) */
 } Hit;
@@ -707,34 +709,35 @@ static int decide(Ctx *c, Decision *d) {
                 return roles_of(c, c->vals[i]) ? 0 : -1;
         return 0;
     }
-    Hit *hits = NULL;
-    size_t n_hits = 0, hits_cap = 0;
-    int rc = -1, any_span = 0;
+    /* hits: (position, role) for every role of every attribute, in position order */
+    size_t n_hits = 0;
+    int any_span = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        AttrRoles *ar = roles_of(c, c->vals[i]);
+        const Attr *ar = roles_of(c, c->vals[i]);
         if (!ar)
-            goto done;
+            return -1;
+        if (grow((void **)&c->hits, &c->hits_cap, n_hits + (size_t)ar->count, sizeof(Hit)) < 0)
+            return -1;
         for (int k = 0; k < ar->count; k++) {
-            if (grow((void **)&hits, &hits_cap, n_hits + 1, sizeof(Hit)) < 0)
-                goto done;
-            hits[n_hits].pos = (size_t)i;
-            hits[n_hits].role = ar->first + (size_t)k;
+            c->hits[n_hits].pos = (size_t)i;
+            c->hits[n_hits].role = ar->first + (size_t)k;
             any_span |= c->roles[ar->first + (size_t)k].is_span;
             n_hits++;
         }
     }
-    if (!n_hits) {
-        rc = 0;
-        goto done;
-    }
+    if (!n_hits)
+        return 0;
+    const Hit *hits = c->hits;
     /* pairs in configured order: the first with a valid span id, and a valid trace id if it has a trace attribute */
     const uint8_t *span = NULL, *trace = NULL;
     int last_pair = -1;
     for (;;) {
         int pair = -1;
-        for (size_t h = 0; h < n_hits; h++)
-            if (c->roles[hits[h].role].pair > last_pair && (pair < 0 || c->roles[hits[h].role].pair < pair))
-                pair = c->roles[hits[h].role].pair;
+        for (size_t h = 0; h < n_hits; h++) {
+            int p = c->roles[hits[h].role].pair;
+            if (p > last_pair && (pair < 0 || p < pair))
+                pair = p;
+        }
         if (pair < 0)
             break;
         last_pair = pair;
@@ -761,12 +764,11 @@ static int decide(Ctx *c, Decision *d) {
     }
     if (!span) {
         d->kind = any_span ? DECISION_INVALID : DECISION_NONE;
-        rc = 0;
-        goto done;
+        return 0;
     }
     /* consumed: every position holding the chosen span id as a span, or the chosen trace id as a trace */
     if (grow((void **)&c->scratch, &c->scratch_cap, (size_t)n + 1, 1) < 0)
-        goto done;
+        return -1;
     uint8_t *consumed = c->scratch;
     memset(consumed, 0, (size_t)n);
     for (size_t h = 0; h < n_hits; h++) {
@@ -782,14 +784,14 @@ static int decide(Ctx *c, Decision *d) {
             kept_len += (size_t)varint_size((uint64_t)(int64_t)c->vals[i]);
     if (kept_len > UINT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "attribute_indices too long");
-        goto done;
+        return -1;
     }
     uint8_t *w = d->kept_in;
     if (kept_len > INLINE_BYTES) {
         w = d->kept_ext = PyMem_Malloc(kept_len);
         if (!w) {
             PyErr_NoMemory();
-            goto done;
+            return -1;
         }
     }
     for (Py_ssize_t i = 0; i < n; i++)
@@ -798,26 +800,10 @@ static int decide(Ctx *c, Decision *d) {
     d->kept_len = (uint32_t)kept_len;
     int32_t link = link_index(c, trace, span);
     if (link < 0)
-        goto done;
+        return -1;
     d->link = link;
     d->kind = DECISION_LINK;
-    rc = 0;
-done:
-    PyMem_Free(hits);
-    return rc;
-}
-
-static inline uint64_t hash_bytes(const uint8_t *p, size_t n) {
-    uint64_t h = 1469598103934665603ULL ^ n; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 1099511628211ULL;
-    }
-    h ^= h >> 33; /* murmur3's finaliser: the table indexes by the low bits */
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    return h ^ (h >> 33);
+    return 0;
 }
 
 static int slots_grow(Ctx *c) {
