@@ -24,7 +24,8 @@ from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
 from bridge.config import Settings
 from bridge.errors import NotFound
-from bridge.resolve import Mode, Resolution, Resolver, SpanQuery, labels_of, merge_selector
+from bridge.resolve import Mode, Resolution, Resolver, SpanQuery, labels_of
+from bridge.selector import merge_selector
 from bridge.spans import Span, Trace
 from bridge.upstream.base import CallContext
 

@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import logging
 import math
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -37,6 +35,7 @@ from bridge._proto import querier_pb2
 from bridge.config import Settings
 from bridge.errors import InvalidArgument, UpstreamTimeout
 from bridge.metrics import Metrics
+from bridge.selector import merge_selector
 from bridge.spancache import SpanCache
 from bridge.spans import SERVICE_NAME, SearchHit, Span, Trace, normalise_span_id
 from bridge.upstream.base import CallContext, ProfileSource, TraceSource
@@ -116,69 +115,6 @@ def clean_span_ids(raw: Iterable[str]) -> tuple[str, ...]:
         "span selector is empty: give at least one 16-hex-character span id (an empty selector would match "
         "every sample)"
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Matcher:
-    name: str
-    op: str  # =, !=, =~, !~
-    value: str
-
-
-_MATCHER = re.compile(
-    r"""\s*([A-Za-z_][A-Za-z0-9_.]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)\s*(,|$)""",
-    re.DOTALL,
-)
-
-
-def parse_selector(text: str) -> tuple[Matcher, ...]:
-    """A Prometheus-style label selector ``{a="x", b=~"y.*"}`` → its matchers. ``""`` and ``{}`` → none."""
-    body = text.strip()
-    if not body:
-        return ()
-    if not (body.startswith("{") and body.endswith("}")):
-        raise InvalidArgument(f"label selector {text!r} is not of the form {{name=\"value\", ...}}")
-    body = body[1:-1].strip()
-    out: list[Matcher] = []
-    pos = 0
-    while pos < len(body):
-        m = _MATCHER.match(body, pos)
-        if m is None or m.end() == pos:
-            raise InvalidArgument(f"label selector {text!r} cannot be parsed near {body[pos:pos + 30]!r}")
-        out.append(Matcher(m.group(1), m.group(2), _unquote(m.group(3))))
-        pos = m.end()
-    return tuple(out)
-
-
-def _unquote(token: str) -> str:
-    if token[0] == "`":
-        return token[1:-1]
-    inner = token[1:-1]
-    if "\\" not in inner:
-        return inner
-    if token[0] == "'":
-        inner = inner.replace("\\'", "'").replace('"', '\\"')
-    try:
-        value = json.loads(f'"{inner}"')
-    except ValueError as exc:
-        raise InvalidArgument(f"label value {token!r} has a bad escape") from exc
-    return str(value)
-
-
-def format_selector(matchers: Sequence[Matcher]) -> str:
-    return "{" + ", ".join(f"{m.name}{m.op}{json.dumps(m.value, ensure_ascii=False)}" for m in matchers) + "}"
-
-
-def merge_selector(selector: str, labels: Sequence[tuple[str, str]]) -> str:
-    """The request's selector plus ``name="value"`` for each label it does not already constrain (the request's own
-    matchers win: Grafana builds them from the same span)."""
-    matchers = list(parse_selector(selector))
-    named = {m.name for m in matchers}
-    for name, value in labels:
-        if name not in named:
-            matchers.append(Matcher(name, "=", value))
-            named.add(name)
-    return format_selector(matchers)
 
 
 def labels_of(span: Span, label_map: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -490,16 +426,12 @@ def resolver_of(app: web.Application) -> Resolver:
 
 __all__: Final = [
     "Found",
-    "Matcher",
     "Mode",
     "Resolution",
     "Resolver",
     "SpanQuery",
     "clean_span_ids",
-    "format_selector",
     "labels_of",
-    "merge_selector",
-    "parse_selector",
     "resolver_of",
     "window_of",
 ]

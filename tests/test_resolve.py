@@ -16,20 +16,17 @@ from bridge.connect import Deadline
 from bridge.errors import InvalidArgument, UpstreamTimeout
 from bridge.metrics import Metrics
 from bridge.resolve import (
-    Matcher,
     Mode,
     Resolver,
     SpanQuery,
     ascii_header,
     clean_span_ids,
-    format_selector,
     labels_of,
     local_root_reason,
-    merge_selector,
-    parse_selector,
     time_window_reason,
     window_of,
 )
+from bridge.selector import Matcher, format_selector, merge_selector, parse_selector
 from bridge.spancache import CachedSpan, SpanCache
 from bridge.spans import Span, Trace
 from bridge.upstream.base import CallContext

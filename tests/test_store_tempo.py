@@ -14,9 +14,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_tra
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
 from bridge._proto import tempo_pb2
+from bridge.selector import parse_selector
 from bridge.spans import parse_search_response, spans_from_json, spans_from_otlp, tempo_json_resource_spans
 from bridge.store import Store, tempo_api, traceql
-from bridge.store.selector import parse_selector
 from tests.test_store import CAPTURE_END_S, capture_requests, ctx, ingest_capture
 
 PROTO = {"Accept": "application/protobuf"}

@@ -36,6 +36,7 @@ from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
 from bridge.errors import BridgeError, InvalidArgument, Unimplemented
 from bridge.metrics import Metrics
+from bridge.selector import Matcher, matches_any, parse_selector, parse_selectors
 from bridge.spans import SERVICE_NAME, SearchHit, Trace, spans_from_otlp
 from bridge.store import model, traceql
 from bridge.store.query import (
@@ -52,7 +53,6 @@ from bridge.store.query import (
     window_ns,
 )
 from bridge.store.schema import migrate
-from bridge.store.selector import Matcher, matches_any, parse_selector, parse_selectors
 from bridge.upstream.base import CallContext
 
 log = logging.getLogger("bridge.store")

@@ -1,14 +1,18 @@
 """Pure: Prometheus-style label selectors as Pyroscope reads them: ``{service_name="x", env=~"a|b", k!="v", k!~"re"}``.
 
-Semantics (Prometheus): a missing label has the value ``""``; regular expressions are fully anchored. So
-``{span_id="…"}`` matches nothing in the store, because ``span_id`` is never a series label.
+One parser for the whole bridge: the resolver merges span labels into a request's selector with it, the store
+matches series with it. Semantics (Prometheus): a missing label has the value ``""``; regular expressions are fully
+anchored, so ``{span_id="…"}`` matches nothing in the store, because ``span_id`` is never a series label. Quoted
+values unquote like Go's ``strconv.Unquote`` (double quotes take JSON-style escapes, single quotes the same,
+back-quotes are raw).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from bridge.errors import InvalidArgument
@@ -26,9 +30,9 @@ _TOKEN = re.compile(
 @dataclass(frozen=True, slots=True)
 class Matcher:
     name: str
-    op: str
+    op: str  # =, !=, =~, !~
     value: str
-    pattern: re.Pattern[str] | None = None
+    pattern: re.Pattern[str] | None = field(default=None, compare=False, repr=False)  # compiled by the parser
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         actual = labels.get(self.name, "")
@@ -36,27 +40,24 @@ class Matcher:
             return actual == self.value
         if self.op == "!=":
             return actual != self.value
-        assert self.pattern is not None
-        found = self.pattern.fullmatch(actual) is not None
+        pattern = self.pattern if self.pattern is not None else re.compile(self.value)
+        found = pattern.fullmatch(actual) is not None
         return found if self.op == "=~" else not found
 
 
-def _unquote(raw: str) -> str:
-    quote, inner = raw[0], raw[1:-1]
-    if quote == "`":
+def _unquote(token: str) -> str:
+    if token[0] == "`":
+        return token[1:-1]
+    inner = token[1:-1]
+    if "\\" not in inner:
         return inner
-    out: list[str] = []
-    i = 0
-    escapes = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'"}
-    while i < len(inner):
-        ch = inner[i]
-        if ch == "\\" and i + 1 < len(inner):
-            out.append(escapes.get(inner[i + 1], "\\" + inner[i + 1]))
-            i += 2
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
+    if token[0] == "'":
+        inner = inner.replace("\\'", "'").replace('"', '\\"')
+    try:
+        value = json.loads(f'"{inner}"')
+    except ValueError as exc:
+        raise InvalidArgument(f"label value {token!r} has a bad escape") from exc
+    return str(value)
 
 
 def parse_selector(text: str) -> tuple[Matcher, ...]:
@@ -99,3 +100,19 @@ def matches_all(matchers: Sequence[Matcher], labels: Mapping[str, str]) -> bool:
 
 def matches_any(selectors: Sequence[Sequence[Matcher]], labels: Mapping[str, str]) -> bool:
     return not selectors or any(matches_all(s, labels) for s in selectors)
+
+
+def format_selector(matchers: Sequence[Matcher]) -> str:
+    return "{" + ", ".join(f"{m.name}{m.op}{json.dumps(m.value, ensure_ascii=False)}" for m in matchers) + "}"
+
+
+def merge_selector(selector: str, labels: Sequence[tuple[str, str]]) -> str:
+    """The request's selector plus ``name="value"`` for each label it does not already constrain (the request's own
+    matchers win: Grafana builds them from the same span)."""
+    matchers = list(parse_selector(selector))
+    named = {m.name for m in matchers}
+    for name, value in labels:
+        if name not in named:
+            matchers.append(Matcher(name, "=", value))
+            named.add(name)
+    return format_selector(matchers)
