@@ -9,7 +9,6 @@ import enum
 import gzip
 import json
 import time
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, TypeVar
@@ -17,6 +16,7 @@ from typing import Final, TypeVar
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
+from bridge.compression import GzipError, GzipTooLarge, gunzip
 from bridge.errors import CODE_TO_HTTP, Code, InvalidArgument, ResourceExhausted
 
 M = TypeVar("M", bound=Message)
@@ -55,16 +55,14 @@ def decompress(body: bytes, content_encoding: str | None, max_bytes: int) -> byt
         return body
     if encoding != "gzip":
         raise InvalidArgument(f"unsupported Content-Encoding {content_encoding!r}: send gzip or identity")
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
-        out = inflater.decompress(body, max_bytes + 1)
-    except zlib.error as exc:
-        raise InvalidArgument(f"request body is not valid gzip ({exc})") from exc
-    if len(out) > max_bytes:
-        raise ResourceExhausted(f"request body is over the limit of {max_bytes} bytes after gzip decompression")
-    if not inflater.eof:
-        raise InvalidArgument("request body is truncated gzip")
-    return out
+        return gunzip(body, max_bytes)
+    except GzipTooLarge:
+        raise ResourceExhausted(
+            f"request body is over the limit of {max_bytes} bytes after gzip decompression"
+        ) from None
+    except GzipError as exc:
+        raise InvalidArgument(f"request body is {exc}") from exc
 
 
 def decode_message(data: bytes, codec: Codec, cls: type[M]) -> M:

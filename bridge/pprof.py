@@ -8,16 +8,15 @@ is numeric (skipped here). A location without lines (unsymbolised) is named by i
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator
 from typing import Final
 
 from google.protobuf.message import DecodeError
 
 from bridge._proto import profile_pb2 as pb
+from bridge.compression import GZIP_MAGIC, GzipError, gunzip
 from bridge.errors import InvalidArgument
 
-GZIP_MAGIC: Final = b"\x1f\x8b"
 # a decompressed pprof larger than this is refused (a gzip bomb is not a profile)
 MAX_PPROF_BYTES: Final = 256 * 1024**2
 
@@ -26,15 +25,10 @@ def decode_pprof(raw: bytes, max_bytes: int = MAX_PPROF_BYTES) -> pb.Profile:
     """pprof bytes (gzip or plain) → ``Profile``. Anything else is an ``InvalidArgument`` saying what is wrong."""
     data = raw
     if raw[:2] == GZIP_MAGIC:
-        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
         try:
-            data = inflater.decompress(raw, max_bytes + 1)
-        except zlib.error as exc:
-            raise InvalidArgument(f"pprof profile is not valid gzip ({exc})") from exc
-        if len(data) > max_bytes:
-            raise InvalidArgument(f"pprof profile is over {max_bytes} bytes after gzip decompression")
-        if not inflater.eof:
-            raise InvalidArgument("pprof profile is truncated gzip")
+            data = gunzip(raw, max_bytes)
+        except GzipError as exc:
+            raise InvalidArgument(f"pprof profile is {exc}") from exc
     profile = pb.Profile()
     try:
         profile.ParseFromString(data)

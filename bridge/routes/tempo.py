@@ -20,7 +20,6 @@ import gzip
 import logging
 import re
 import time
-import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -31,6 +30,7 @@ from multidict import CIMultiDict
 
 from bridge import app as appmod
 from bridge._proto import types_pb2 as tpb
+from bridge.compression import GzipError, gunzip
 from bridge.config import Settings
 from bridge.connect import Deadline
 from bridge.enrich import Enriched, EnrichPolicy, Policy, UndecodableBody, enrich_trace_body
@@ -120,16 +120,10 @@ def undo_encoding(body: bytes, encoding: str, max_bytes: int) -> bytes:
         return body
     if coding not in ("gzip", "x-gzip"):
         raise AnswerEncodingError(f"Content-Encoding {encoding!r} is not one the bridge decodes")
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
     try:
-        out = inflater.decompress(body, max_bytes + 1)
-    except zlib.error as exc:
-        raise AnswerEncodingError(f"answer is not valid gzip ({exc})") from exc
-    if len(out) > max_bytes:
-        raise AnswerEncodingError(f"answer is over {max_bytes} bytes after gzip decompression")
-    if not inflater.eof:
-        raise AnswerEncodingError("answer is truncated gzip")
-    return out
+        return gunzip(body, max_bytes)
+    except GzipError as exc:
+        raise AnswerEncodingError(f"answer is {exc}") from exc
 
 
 @dataclass(slots=True)
