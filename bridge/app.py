@@ -15,10 +15,11 @@ from typing import Any
 from aiohttp import web
 
 from bridge.config import Settings
+from bridge.connect import Deadline
 from bridge.metrics import Metrics
 from bridge.middleware import make_middleware
 from bridge.spancache import SpanCache
-from bridge.upstream.base import ProfileSource, TraceSource
+from bridge.upstream.base import CallContext, ProfileSource, TraceSource
 
 SETTINGS = web.AppKey("settings", Settings)
 METRICS = web.AppKey("metrics", Metrics)
@@ -60,6 +61,20 @@ def profiles_of(app: web.Application) -> ProfileSource:
     if profiles is None:
         raise RuntimeError("the app has not started: no profile backend yet")
     return profiles
+
+
+def call_context(
+    request: web.Request, *, requested_timeout: float | None = None, cap: float | None = None
+) -> CallContext:
+    """One budget per incoming request (``requested_timeout``, e.g. from ``Connect-Timeout-Ms``, capped by
+    ``PROFILE_BRIDGE_MAX_REQUEST_TIMEOUT`` or ``cap``) and the caller's tenant and credentials, carried to every
+    upstream call made on its behalf."""
+    settings = request.app[SETTINGS]
+    return CallContext(
+        deadline=Deadline.start(requested_timeout, cap if cap is not None else settings.max_request_timeout),
+        tenant=request.headers.get("X-Scope-OrgID") or None,
+        authorization=request.headers.get("Authorization") or None,
+    )
 
 
 def create_app(settings: Settings, *, wall_clock: Callable[[], float] = time.time) -> web.Application:

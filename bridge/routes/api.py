@@ -25,7 +25,6 @@ from google.protobuf import json_format
 
 from bridge import app as appmod
 from bridge import flamegraph
-from bridge.connect import Deadline
 from bridge.errors import InvalidArgument
 from bridge.request_scope import SCOPES, Answer, Part, Scope, answer
 from bridge.resolve import resolver_of
@@ -82,21 +81,11 @@ def parse_params(request: web.Request, default_profile_type: str) -> ProfilePara
     return ProfileParams(trace_id, span_id, "request" if scope == "request" else "span", fmt, profile_type, max_nodes)
 
 
-def call_context(request: web.Request) -> CallContext:
-    """The budget and the caller's tenant and credentials, carried to every upstream call."""
-    settings = request.app[appmod.SETTINGS]
-    return CallContext(
-        deadline=Deadline.start(None, settings.max_request_timeout),
-        tenant=request.headers.get("X-Scope-OrgID"),
-        authorization=request.headers.get("Authorization"),
-    )
-
-
 async def answer_for(request: web.Request, params: ProfileParams, ctx: CallContext | None = None) -> Answer:
     settings = request.app[appmod.SETTINGS]
     return await answer(
         resolver_of(request.app), params.trace_id, params.span_id, scope=params.scope,
-        profile_type=params.profile_type, settings=settings, ctx=ctx or call_context(request),
+        profile_type=params.profile_type, settings=settings, ctx=ctx or appmod.call_context(request),
         max_nodes=params.max_nodes,
     )
 

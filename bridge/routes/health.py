@@ -7,9 +7,7 @@ import asyncio
 from aiohttp import web
 
 from bridge import app as appmod
-from bridge.connect import Deadline
 from bridge.errors import BridgeError
-from bridge.upstream.base import CallContext
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -19,11 +17,7 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     app = request.app
     settings = app[appmod.SETTINGS]
-    ctx = CallContext(
-        deadline=Deadline.start(None, min(settings.upstream_timeout, 5.0)),
-        tenant=request.headers.get("X-Scope-OrgID"),
-        authorization=request.headers.get("Authorization"),
-    )
+    ctx = appmod.call_context(request, cap=min(settings.upstream_timeout, 5.0))
     sources = {"tempo": appmod.traces_of(app), "pyroscope": appmod.profiles_of(app)}
 
     async def check(source: object) -> dict[str, str]:

@@ -22,11 +22,10 @@ from google.rpc import status_pb2
 from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as svc
 
 from bridge import app as appmod
-from bridge.connect import Deadline, decompress
+from bridge.connect import decompress
 from bridge.errors import CODE_TO_HTTP, BridgeError, Code, InvalidArgument, UpstreamUnavailable
 from bridge.middleware import ROUTE_LABEL
 from bridge.otlp.gateway import Gateway
-from bridge.upstream.base import CallContext
 from bridge.upstream.otlp_forward import CODE_TO_GRPC
 from bridge.upstream.proxy import read_body
 
@@ -124,11 +123,7 @@ async def export_profiles(request: web.Request) -> web.Response:
             raise InvalidArgument("request body is not valid gzip (it decompresses to nothing)")
         data = decompress(raw, encoding, settings.max_body_bytes)
         req = decode_json(data) if as_json else decode_protobuf(data)
-        ctx = CallContext(
-            deadline=Deadline.start(None, settings.max_request_timeout),
-            tenant=request.headers.get("X-Scope-OrgID") or None,
-            authorization=request.headers.get("Authorization") or None,
-        )
+        ctx = appmod.call_context(request)
         resp = await gateway_of(app).export(req, ctx, route="otlp_http_profiles", wire=None if as_json else data)
     except BridgeError as exc:
         return status_response(exc.code, exc.message, as_json)

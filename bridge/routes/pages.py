@@ -33,7 +33,7 @@ from bridge._proto import querier_pb2 as qpb
 from bridge.config import Settings, parse_seconds
 from bridge.errors import CODE_TO_HTTP, BridgeError, InvalidArgument
 from bridge.request_scope import QUERY_MARGIN_MS, Answer, selector_for
-from bridge.routes.api import ProfileParams, answer_for, call_context, parse_params
+from bridge.routes.api import ProfileParams, answer_for, parse_params
 from bridge.spans import Span, Trace
 from bridge.units import format_duration_ns, format_value, share
 from bridge.upstream.base import CallContext, ProfileSource, TraceSource
@@ -291,7 +291,7 @@ async def span_page(request: web.Request) -> web.Response:
         params = parse_params(request, settings.profile_type)
         if params.format != "json":
             raise InvalidArgument("the page has no format parameter; download pprof or collapsed from the API")
-        ctx = call_context(request)  # one budget for the whole page
+        ctx = appmod.call_context(request)  # one budget for the whole page
         ans = await answer_for(request, params, ctx)
         values = await linked_values(appmod.profiles_of(request.app), ans.trace, ans.span.span_id,
                                      params.profile_type, settings, ctx)
@@ -411,7 +411,8 @@ async def index_page(request: web.Request) -> web.Response:
         except ValueError as exc:
             raise InvalidArgument(f"since {since_text[:40]!r}: {exc}") from exc
         since = min(since, 7 * 86400.0)
-        traces = await recent_traces(appmod.traces_of(app), app[appmod.CLOCK].now(), since, call_context(request))
+        ctx = appmod.call_context(request)
+        traces = await recent_traces(appmod.traces_of(app), app[appmod.CLOCK].now(), since, ctx)
     except BridgeError as exc:
         return error_page(exc)
     return render_page(

@@ -23,7 +23,6 @@ from bridge import app as appmod
 from bridge._proto import querier_pb2 as qpb
 from bridge.connect import (
     Codec,
-    Deadline,
     codec_for,
     decode_message,
     decompress,
@@ -96,19 +95,11 @@ def answer_of(method: str, resolution: Resolution) -> Message:
     return qpb.SelectMergeStacktracesResponse(flamegraph=resolution.flamegraph)
 
 
-def call_context(request: web.Request) -> CallContext:
-    settings = request.app[appmod.SETTINGS]
-    requested = parse_timeout_ms(request.headers.get("Connect-Timeout-Ms"))
-    return CallContext(
-        deadline=Deadline.start(requested, settings.max_request_timeout),
-        tenant=request.headers.get("X-Scope-OrgID"),
-        authorization=request.headers.get("Authorization"),
-    )
-
-
 async def handle(request: web.Request) -> web.StreamResponse:
     settings = request.app[appmod.SETTINGS]
-    ctx = call_context(request)
+    ctx = appmod.call_context(
+        request, requested_timeout=parse_timeout_ms(request.headers.get("Connect-Timeout-Ms"))
+    )
     method = rpc_method(request.match_info["tail"]) if request.method == "POST" else None
     request[ROUTE_LABEL] = f"{MOUNT}/{method}" if method else f"{MOUNT}/*"
     local: Mapping[str, LocalRpc] | None = None

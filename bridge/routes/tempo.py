@@ -32,7 +32,6 @@ from bridge import app as appmod
 from bridge._proto import types_pb2 as tpb
 from bridge.compression import GzipError, gunzip
 from bridge.config import Settings
-from bridge.connect import Deadline
 from bridge.enrich import Enriched, EnrichPolicy, Policy, UndecodableBody, enrich_trace_body
 from bridge.errors import BridgeError, InvalidArgument, UpstreamError
 from bridge.middleware import ROUTE_LABEL
@@ -203,15 +202,6 @@ async def policy_for(app: web.Application, ctx: CallContext) -> EnrichPolicy:
 # --------------------------------------------------------------------------------------------- handlers
 
 
-def call_context(request: web.Request) -> CallContext:
-    settings = request.app[appmod.SETTINGS]
-    return CallContext(
-        deadline=Deadline.start(None, settings.max_request_timeout),
-        tenant=request.headers.get("X-Scope-OrgID"),
-        authorization=request.headers.get("Authorization"),
-    )
-
-
 def _timeout(settings: Settings, ctx: CallContext) -> aiohttp.ClientTimeout:
     left = max(0.001, ctx.deadline.remaining())
     return aiohttp.ClientTimeout(
@@ -224,7 +214,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     tail = request.match_info["tail"]  # percent-decoded: "..%2f" has become "../" here
     if any(segment in (".", "..") for segment in tail.split("/")):
         raise InvalidArgument(f"path {request.raw_path.partition('?')[0]!r} has a '.' or '..' segment; not forwarded")
-    ctx = call_context(request)
+    ctx = appmod.call_context(request)
     found = trace_request(tail) if request.method == "GET" else None
     if found is not None:
         version, raw_id = found
