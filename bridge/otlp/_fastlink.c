@@ -155,9 +155,18 @@ static int skip_value(const Src *src, const uint8_t **pp, const uint8_t *end, ui
 /* Skip one whole field; an end-group here has no start-group. */
 static inline int skip_field(const Src *src, const uint8_t **pp, const uint8_t *end, uint32_t field, int wt,
                              const uint8_t *tag_start) {
-    if (wt == WT_EGROUP)
+    uint64_t v;
+    const uint8_t *a, *b;
+    switch (wt) { /* the usual wire types inline; groups (and their errors) in skip_value */
+    case WT_VARINT:
+        return read_varint(src, pp, end, &v);
+    case WT_LEN:
+        return read_len(src, pp, end, &a, &b);
+    case WT_EGROUP:
         return malformed(src, tag_start, "end-group without its start-group");
-    return skip_value(src, pp, end, field, wt);
+    default:
+        return skip_value(src, pp, end, field, wt);
+    }
 }
 
 static inline int varint_size(uint64_t v) {
@@ -180,10 +189,15 @@ static inline uint8_t *put_varint(uint8_t *p, uint64_t v) {
 
 /* FNV-1a, then murmur3's finaliser: the hash tables index by the low bits */
 static inline uint64_t hash_bytes(const uint8_t *p, size_t n) {
-    uint64_t h = 1469598103934665603ULL ^ n; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
+    uint64_t h = 1469598103934665603ULL ^ n; /* FNV-1a over 8-byte words (keys are a few bytes long) */
+    while (n) {
+        uint64_t w = 0;
+        size_t k = n < 8 ? n : 8;
+        memcpy(&w, p, k);
+        h ^= w;
         h *= 1099511628211ULL;
+        p += k;
+        n -= k;
     }
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdULL;
@@ -390,24 +404,26 @@ static int index_dictionary(Ctx *c, const uint8_t *p, const uint8_t *end) {
     return 0;
 }
 
-static inline int hexval(uint8_t ch) {
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
+/* hex digit values + 1 (0: not a hex digit), as binascii.unhexlify reads them */
+static uint8_t hex_table[256];
+
+static void init_hex_table(void) {
+    for (int i = 0; i < 10; i++)
+        hex_table['0' + i] = (uint8_t)(i + 1);
+    for (int i = 0; i < 6; i++) {
+        hex_table['a' + i] = (uint8_t)(i + 11);
+        hex_table['A' + i] = (uint8_t)(i + 11);
+    }
 }
 
 static int unhex(const uint8_t *text, size_t len, size_t size, uint8_t *out) {
     if (len != 2 * size)
         return 0;
     for (size_t i = 0; i < size; i++) {
-        int hi = hexval(text[2 * i]), lo = hexval(text[2 * i + 1]);
-        if (hi < 0 || lo < 0)
+        int hi = hex_table[text[2 * i]], lo = hex_table[text[2 * i + 1]];
+        if (!hi || !lo)
             return 0;
-        out[i] = (uint8_t)(hi << 4 | lo);
+        out[i] = (uint8_t)((hi - 1) << 4 | (lo - 1));
     }
     return 1;
 }
@@ -1197,6 +1213,7 @@ static PyMethodDef methods[] = {
 };
 
 static int exec_module(PyObject *m) {
+    init_hex_table();
     OutOfRange = PyErr_NewExceptionWithDoc(
         "bridge.otlp._fastlink.OutOfRange",
         "A dictionary index out of range: args ('attribute', index, n_attrs), ('key_strindex', attribute index, "
