@@ -44,6 +44,7 @@ from bridge._proto import types_pb2 as tpb
 from bridge.config import Settings
 from bridge.connect import Deadline
 from bridge.errors import BridgeError, InvalidArgument
+from bridge.profiletype import ProfileType
 from bridge.report import EXIT_FAILED, EXIT_OK, EXIT_USAGE, bridge_url, client_timeout, fetch_from_bridge
 from bridge.request_scope import Scope
 from bridge.spans import PROFILE_ID_ATTR, Span, Trace, normalise_span_id, normalise_trace_id
@@ -475,7 +476,7 @@ def check_ids(trace_id: str | None, span_id: str | None, profile_type: str) -> t
         if sid is None:
             raise InvalidArgument(f"--span-id {span_id[:80]!r} is not 16 hex characters")
     try:
-        flamegraph.parse_profile_type(profile_type)
+        ProfileType.parse(profile_type)
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from exc
     return tid, sid

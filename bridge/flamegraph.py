@@ -17,6 +17,7 @@ from typing import Final
 
 from bridge._proto import profile_pb2 as ppb
 from bridge._proto import querier_pb2 as pb
+from bridge.profiletype import ProfileType
 
 ROOT_NAME: Final = "total"
 OTHER_NAME: Final = "other"
@@ -257,39 +258,13 @@ def _collapsed_frame(name: str) -> str:
     return name.replace(";", ":").replace("\n", " ").replace("\r", " ")
 
 
-@dataclass(frozen=True, slots=True)
-class ProfileType:
-    """A Pyroscope profile type id ``name:sample_type:sample_unit:period_type:period_unit``."""
-
-    name: str
-    sample_type: str
-    sample_unit: str
-    period_type: str
-    period_unit: str
-
-    @property
-    def id(self) -> str:
-        return ":".join((self.name, self.sample_type, self.sample_unit, self.period_type, self.period_unit))
-
-
-def parse_profile_type(type_id: str) -> ProfileType:
-    """``process_cpu:cpu:nanoseconds:cpu:nanoseconds`` → its five parts; ``ValueError`` naming the expected shape."""
-    parts = type_id.split(":")
-    if len(parts) != 5 or not all(parts):
-        raise ValueError(
-            f"profile type {type_id!r} is not name:sample_type:sample_unit:period_type:period_unit "
-            "(e.g. process_cpu:cpu:nanoseconds:cpu:nanoseconds)"
-        )
-    return ProfileType(*parts)
-
-
 def to_pprof(root: Node, profile_type: str, *, period: int = 0, time_nanos: int = 0,
              duration_nanos: int = 0) -> ppb.Profile:
     """A call tree → a ``google.v1.Profile`` that ``go tool pprof`` opens: string table with ``""`` first, one sample
     type and the period type from the profile type id, one function and one location per distinct frame name (all
     under one mapping flagged ``has_functions`` so pprof does not try to symbolise), one sample per stack with its
     self value, locations leaf first as pprof orders them."""
-    ptype = parse_profile_type(profile_type)
+    ptype = ProfileType.parse(profile_type)
     strings: list[str] = [""]
     string_index: dict[str, int] = {"": 0}
 

@@ -29,6 +29,7 @@ from bridge.config import Settings
 from bridge.connect import Deadline
 from bridge.errors import BridgeError, InvalidArgument, UpstreamUnavailable
 from bridge.metrics import Metrics
+from bridge.profiletype import ProfileType
 from bridge.request_scope import SCOPES, Scope, answer
 from bridge.spancache import SpanCache
 from bridge.spans import normalise_span_id, normalise_trace_id
@@ -79,7 +80,7 @@ def format_report(doc: Mapping[str, Any], top: int) -> str:
     """The terminal report for one answer, from the API's JSON document (both modes produce it)."""
     span = doc["span"]
     profile_type = str(doc["profileType"])
-    unit = flamegraph.parse_profile_type(profile_type).sample_unit
+    unit = ProfileType.parse(profile_type).sample_unit
     fg = json_format.ParseDict(doc["flamegraph"], qpb.FlameGraph(), ignore_unknown_fields=True)
     tree = flamegraph.decode(fg)
     total = int(doc.get("total", tree.total))
@@ -198,7 +199,7 @@ def check_args(trace_id: str, span_id: str, scope: str, top: int, profile_type: 
     if top <= 0:
         raise InvalidArgument(f"--top {top} must be a positive number")
     try:
-        flamegraph.parse_profile_type(profile_type)
+        ProfileType.parse(profile_type)
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from exc
     return tid, sid, "request" if scope == "request" else "span"

@@ -26,6 +26,7 @@ from google.protobuf import json_format
 from bridge import app as appmod
 from bridge import flamegraph
 from bridge.errors import InvalidArgument
+from bridge.profiletype import ProfileType
 from bridge.request_scope import SCOPES, Answer, Part, Scope, answer
 from bridge.resolve import resolver_of
 from bridge.spans import normalise_span_id, normalise_trace_id
@@ -65,7 +66,7 @@ def parse_params(request: web.Request, default_profile_type: str) -> ProfilePara
         raise InvalidArgument(f"format {fmt[:40]!r} is not one of: {', '.join(FORMATS)}")
     profile_type = query.get("profile_type", "") or default_profile_type
     try:
-        flamegraph.parse_profile_type(profile_type)
+        ProfileType.parse(profile_type)
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from exc
     max_nodes: int | None = None

@@ -32,6 +32,7 @@ from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
 from bridge.config import Settings, parse_seconds
 from bridge.errors import CODE_TO_HTTP, BridgeError, InvalidArgument
+from bridge.profiletype import ProfileType
 from bridge.request_scope import QUERY_MARGIN_MS, Answer, selector_for
 from bridge.routes.api import ProfileParams, answer_for, parse_params
 from bridge.spans import Span, Trace
@@ -302,7 +303,7 @@ async def span_page(request: web.Request) -> web.Response:
 
 def span_context(ans: Answer, params: ProfileParams, settings: Settings, values: Mapping[str, int | None],
                  query: str) -> dict[str, Any]:
-    unit = flamegraph.parse_profile_type(params.profile_type).sample_unit
+    unit = ProfileType.parse(params.profile_type).sample_unit
     span = ans.span
     rows, hidden = tree_rows(ans.trace, span.span_id, values, unit, params.scope)
     api = f"/api/v1/spans/{span.trace_id}/{span.span_id}/profile"

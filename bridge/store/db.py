@@ -36,6 +36,7 @@ from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
 from bridge.errors import BridgeError, InvalidArgument, Unimplemented
 from bridge.metrics import Metrics
+from bridge.profiletype import ProfileType
 from bridge.selector import Matcher, matches_any, parse_selector, parse_selectors
 from bridge.spans import SERVICE_NAME, SearchHit, Trace, spans_from_otlp
 from bridge.store import model, traceql
@@ -600,7 +601,7 @@ class Store:
         self, conn: sqlite3.Connection, tenant: str, profile_type: str, selector: str, start_ms: int, end_ms: int,
         span_ids: Sequence[int] | None, trace_ids: Sequence[bytes] | None,
     ) -> list[tuple[tuple[str, ...], int]]:
-        model.ProfileType.parse(profile_type)
+        ProfileType.parse(profile_type)
         window = window_ns(start_ms, end_ms)
         series = self._series(conn, tenant, [parse_selector(selector)], profile_type)
         return self._merged_stacks(conn, list(series), window, span_ids, trace_ids)
@@ -654,7 +655,7 @@ class Store:
         return qpb.SelectMergeSpanProfileResponse(flamegraph=encode_stacks(stacks, max_nodes))
 
     async def select_merge_profile(self, req: qpb.SelectMergeProfileRequest, ctx: CallContext) -> profile_pb2.Profile:
-        ptype = model.ProfileType.parse(req.profile_typeID)
+        ptype = ProfileType.parse(req.profile_typeID)
         trace_ids = parse_trace_selector(req.trace_id_selector) if req.trace_id_selector else None
         stacks = await self.merged_stacks(
             ctx.tenant, req.profile_typeID, req.label_selector, req.start, req.end, trace_ids=trace_ids
@@ -676,7 +677,7 @@ class Store:
 
         out = qpb.ProfileTypesResponse()
         for type_id in await self._read(read):
-            pt = model.ProfileType.parse(type_id)
+            pt = ProfileType.parse(type_id)
             out.profile_types.add(
                 ID=type_id, name=pt.name, sample_type=pt.sample_type, sample_unit=pt.sample_unit,
                 period_type=pt.period_type, period_unit=pt.period_unit,
@@ -712,7 +713,7 @@ class Store:
         return out
 
     async def select_series(self, req: qpb.SelectSeriesRequest, ctx: CallContext) -> qpb.SelectSeriesResponse:
-        model.ProfileType.parse(req.profile_typeID)
+        ProfileType.parse(req.profile_typeID)
         step_ms = int(req.step * 1000) if req.step > 0 else 15_000
         if step_ms <= 0:
             raise InvalidArgument(f"step {req.step} must be positive")

@@ -23,14 +23,13 @@ from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 from bridge._proto import profile_pb2, push_pb2
 from bridge.errors import InvalidArgument
 from bridge.pprof import decode_pprof, iter_samples, period_type, sample_types
+from bridge.profiletype import NAME_LABEL, ProfileType
 from bridge.spans import SERVICE_NAME, pb_any_value_to_str
 
 SPAN_ID_LABEL: Final = "span_id"
 TRACE_ID_LABEL: Final = "trace_id"
 LEGACY_SPAN_ID_LABEL: Final = "profile_id"
 SERVICE_LABEL: Final = "service_name"
-NAME_LABEL: Final = "__name__"
-PROFILE_TYPE_LABEL: Final = "__profile_type__"
 MAX_TAG_VALUE: Final = 128
 
 _HEX16 = re.compile(r"^[0-9a-fA-F]{16}$")
@@ -71,38 +70,6 @@ def trace_id_to_bytes(value: str) -> bytes | None:
 
 
 # --------------------------------------------------------------------------------------------- profiles
-
-
-@dataclass(frozen=True, slots=True)
-class ProfileType:
-    name: str
-    sample_type: str
-    sample_unit: str
-    period_type: str
-    period_unit: str
-
-    @property
-    def id(self) -> str:
-        return f"{self.name}:{self.sample_type}:{self.sample_unit}:{self.period_type}:{self.period_unit}"
-
-    def labels(self) -> dict[str, str]:
-        return {
-            NAME_LABEL: self.name,
-            PROFILE_TYPE_LABEL: self.id,
-            "__type__": self.sample_type,
-            "__unit__": self.sample_unit,
-            "__period_type__": self.period_type,
-            "__period_unit__": self.period_unit,
-        }
-
-    @classmethod
-    def parse(cls, profile_type_id: str) -> ProfileType:
-        parts = profile_type_id.split(":")
-        if len(parts) != 5 or not all(parts[:3]):
-            raise InvalidArgument(
-                f"profile type {profile_type_id!r} is not name:sample_type:sample_unit:period_type:period_unit"
-            )
-        return cls(*parts)
 
 
 @dataclass(slots=True)

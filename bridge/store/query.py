@@ -15,6 +15,7 @@ from bridge import flamegraph
 from bridge._proto import profile_pb2
 from bridge._proto import querier_pb2 as qpb
 from bridge.errors import InvalidArgument
+from bridge.profiletype import ProfileType
 from bridge.spans import pb_any_value_to_str
 from bridge.store import model, traceql
 
@@ -170,7 +171,7 @@ def filter_call_site(
 
 
 def build_pprof(
-    stacks: Sequence[tuple[tuple[str, ...], int]], ptype: model.ProfileType, start_ms: int, end_ms: int
+    stacks: Sequence[tuple[tuple[str, ...], int]], ptype: ProfileType, start_ms: int, end_ms: int
 ) -> profile_pb2.Profile:
     """Merged stacks → a pprof ``google.v1.Profile`` (one function and one location per name)."""
     profile = profile_pb2.Profile()
