@@ -32,6 +32,7 @@ from bridge._proto import push_pb2
 from bridge.connect import Codec, decode_request, decompress, encode_response
 from bridge.errors import BridgeError, Code, InvalidArgument, ResourceExhausted
 from bridge.middleware import ROUTE_LABEL
+from bridge.routes.otlp import status_response
 from bridge.store import model
 from bridge.store.db import Store
 from bridge.upstream.proxy import read_body
@@ -41,7 +42,6 @@ T = TypeVar("T")
 OTLP_PROTOBUF: Final = ("application/x-protobuf", "application/protobuf")
 OTLP_JSON: Final = "application/json"
 # google.rpc.Code numbers for the OTLP/HTTP error body
-RPC_CODES: Final = {Code.INVALID_ARGUMENT: 3, Code.RESOURCE_EXHAUSTED: 8, Code.INTERNAL: 13, Code.UNAVAILABLE: 14}
 OFFLOAD_BYTES: Final = 256 * 1024
 EMPTY_GZIP_BYTES: Final = 20  # gzip.compress(b"") with no file name
 INGEST_FORMATS: Final = ("pprof", "folded", "lines")
@@ -88,31 +88,6 @@ def _now_ns(request: web.Request) -> int:
 # --------------------------------------------------------------------------------------------- OTLP traces
 
 
-def encode_rpc_status(code: int, message: str) -> bytes:
-    """``google.rpc.Status{code, message}`` in protobuf (field 1 int32, field 2 string)."""
-    raw = message.encode()
-
-    def varint(n: int) -> bytes:
-        out = bytearray()
-        while True:
-            byte = n & 0x7F
-            n >>= 7
-            if n:
-                out.append(byte | 0x80)
-            else:
-                out.append(byte)
-                return bytes(out)
-
-    return b"\x08" + varint(code) + b"\x12" + varint(len(raw)) + raw
-
-
-def _otlp_error(status: int, code: Code, message: str, as_json: bool) -> web.Response:
-    rpc = RPC_CODES.get(code, 13)
-    if as_json:
-        return web.json_response({"code": rpc, "message": message}, status=status)
-    return web.Response(status=status, body=encode_rpc_status(rpc, message), content_type="application/x-protobuf")
-
-
 def decode_traces(body: bytes, as_json: bool) -> model.SpanBatch:
     if as_json:
         req = model.parse_export_json(body)
@@ -133,10 +108,11 @@ async def v1_traces(request: web.Request) -> web.Response:
     as_json = content_type == OTLP_JSON
     if content_type not in OTLP_PROTOBUF and not as_json:
         metrics.ingest_rejected.labels("/v1/traces").inc()
-        return _otlp_error(
-            415, Code.INVALID_ARGUMENT,
+        return status_response(
+            Code.INVALID_ARGUMENT,
             f"unsupported Content-Type {request.content_type!r}: send application/x-protobuf or application/json",
             False,
+            http_status=415,
         )
     try:
         body = await _body(request, settings.max_body_bytes)
@@ -145,7 +121,7 @@ async def v1_traces(request: web.Request) -> web.Response:
     except BridgeError as exc:
         metrics.ingest_rejected.labels("/v1/traces").inc()
         status = 413 if isinstance(exc, ResourceExhausted) else exc.http_status
-        return _otlp_error(status, exc.code, exc.message, as_json)
+        return status_response(exc.code, exc.message, as_json, http_status=status)
     resp = otlp_trace_svc.ExportTraceServiceResponse()
     if batch.rejected:
         resp.partial_success.rejected_spans = batch.rejected
