@@ -511,3 +511,27 @@ async def test_the_gateway_forwards_nothing_when_an_index_is_out_of_range() -> N
 
     assert forwarder.bodies == []
     assert metrics.ingest_rejected.labels("t")._value.get() == 1
+
+
+def test_a_dictionary_written_unusually_reads_as_the_parser_reads_it() -> None:
+    """The native path reads the request's own dictionary record: repeated fields inside an attribute entry (the last
+    key wins, AnyValue records merge), fields with the wrong wire type (unknown fields), stray groups."""
+    strings = [b"", b"span_id", b"trace_id", b"thread.name"]
+    string_records = field(5, 0, 7) + b"".join(field(5, 2, text) for text in strings)  # a varint 5 is no string
+    span_a, span_b = SPAN_A.encode(), SPAN_B.encode()
+    group = field(30, 3, field(1, 0, 1) + field(30, 4, b""))
+    attributes = [
+        b"",
+        field(1, 0, 3) + field(1, 0, 1) + msg(2, field(1, 2, span_a)),  # key given twice: span_id wins
+        field(1, 0, 1) + msg(2, field(1, 2, b"zz" * 8)) + msg(2, field(7, 2, bytes.fromhex(SPAN_B))),  # bytes wins
+        field(1, 0, 1) + msg(2, field(1, 2, span_b)) + msg(2, b""),  # an empty AnyValue keeps the string
+        field(1, 0, 1) + msg(2, field(1, 2, span_b)) + msg(2, field(3, 0, 3)),  # an int comes last: not an id
+        field(1, 5, b"\x01\x00\x00\x00") + msg(2, field(1, 2, span_a)),  # key as fixed32: unknown, key stays ""
+        group + field(1, 0, 2) + msg(2, group + field(1, 2, TRACE_A.encode()) + field(99, 1, b"8bytes!!")),
+        field(1, 0, 1) + msg(2, field(1, 0, 5) + field(1, 2, span_a)),  # string_value as a varint is unknown
+    ]
+    dictionary = string_records + b"".join(field(6, 2, a) for a in attributes) + field(4, 2, b"")
+    samples = [field(2, 2, packed(i)) for i in range(1, len(attributes))] + [field(2, 2, packed(6, 2))]
+    outcome = assert_same(wire_request(dictionary, *samples))
+    assert not isinstance(outcome, str)
+    assert outcome[1] == LinkStats(samples=8, linked=5, invalid=1, already_linked=0, links_added=3)

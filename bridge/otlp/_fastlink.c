@@ -47,15 +47,84 @@
 
 static PyObject *OutOfRange;
 
+/* ------------------------------------------------------------------------------------------- errors */
+
+/* The walk runs without the GIL, so it cannot raise: the first failure is recorded here and raised (ValueError,
+ * OutOfRange, MemoryError, SystemError) once the GIL is held again. Every function returns -1 (or NULL) after it. */
+enum { ERR_NONE, ERR_MALFORMED, ERR_RANGE, ERR_NOMEM, ERR_VALUE, ERR_INTERNAL };
+
+typedef struct {
+    int kind;
+    const char *what;   /* malformed: "request" or "dictionary" */
+    const char *why;    /* malformed: the reason; value / internal: the message */
+    Py_ssize_t offset;  /* malformed: where */
+    const char *range;  /* out of range: "attribute", "key_strindex" or "link" */
+    long long args[3];
+    int nargs;
+} Err;
+
+static int fail(Err *e, int kind, const char *why) {
+    if (e->kind == ERR_NONE) {
+        e->kind = kind;
+        e->why = why;
+    }
+    return -1;
+}
+
+static int out_of_range(Err *e, const char *range, int nargs, long long a, long long b, long long c) {
+    if (e->kind == ERR_NONE) {
+        e->kind = ERR_RANGE;
+        e->range = range;
+        e->nargs = nargs;
+        e->args[0] = a;
+        e->args[1] = b;
+        e->args[2] = c;
+    }
+    return -1;
+}
+
+/* With the GIL held: turn the recorded failure into the Python exception. */
+static void raise_err(const Err *e) {
+    switch (e->kind) {
+    case ERR_MALFORMED:
+        PyErr_Format(PyExc_ValueError, "malformed %s at byte %zd: %s", e->what, e->offset, e->why);
+        break;
+    case ERR_RANGE: {
+        PyObject *args = e->nargs == 2 ? Py_BuildValue("(sLL)", e->range, e->args[0], e->args[1])
+                                       : Py_BuildValue("(sLLL)", e->range, e->args[0], e->args[1], e->args[2]);
+        if (args) {
+            PyErr_SetObject(OutOfRange, args);
+            Py_DECREF(args);
+        }
+        break;
+    }
+    case ERR_NOMEM:
+        PyErr_NoMemory();
+        break;
+    case ERR_VALUE:
+        PyErr_SetString(PyExc_ValueError, e->why);
+        break;
+    default:
+        PyErr_SetString(PyExc_SystemError, e->why ? e->why : "bridge.otlp._fastlink failed without saying why");
+    }
+}
+
 /* ------------------------------------------------------------------------------------------- wire reading */
 
 typedef struct {
     const uint8_t *base; /* start of the whole input: offsets in error messages are relative to it */
     const char *what;    /* "request" or "dictionary" */
+    Err *err;
 } Src;
 
 static int malformed(const Src *src, const uint8_t *at, const char *why) {
-    PyErr_Format(PyExc_ValueError, "malformed %s at byte %zd: %s", src->what, (Py_ssize_t)(at - src->base), why);
+    Err *e = src->err;
+    if (e->kind == ERR_NONE) {
+        e->kind = ERR_MALFORMED;
+        e->what = src->what;
+        e->why = why;
+        e->offset = (Py_ssize_t)(at - src->base);
+    }
     return -1;
 }
 
@@ -208,11 +277,14 @@ static inline uint64_t hash_bytes(const uint8_t *p, size_t n) {
 
 /* ------------------------------------------------------------------------------------------- output buffer */
 
-/* A growable byte buffer; with `obj` set it is that bytes object's storage (the result is built in place). */
+/* A growable byte buffer; with `obj` set it is that bytes object's storage (the result is built in place), and
+ * growing it takes the GIL for a moment when `*ts` says it was released. */
 typedef struct {
     uint8_t *data;
     size_t len, cap;
     PyObject *obj;
+    PyThreadState **ts;
+    Err *err;
 } Buf;
 
 static int buf_reserve(Buf *b, size_t extra) {
@@ -220,22 +292,26 @@ static int buf_reserve(Buf *b, size_t extra) {
         return 0;
     size_t cap = b->cap ? b->cap : 4096;
     while (cap - b->len < extra) {
-        if (cap > PY_SSIZE_T_MAX / 2) {
-            PyErr_NoMemory();
-            return -1;
-        }
+        if (cap > PY_SSIZE_T_MAX / 2)
+            return fail(b->err, ERR_NOMEM, NULL);
         cap *= 2;
     }
     if (b->obj) {
-        if (_PyBytes_Resize(&b->obj, (Py_ssize_t)cap) < 0)
-            return -1;
+        PyThreadState *released = b->ts ? *b->ts : NULL;
+        if (released)
+            PyEval_RestoreThread(released);
+        int rc = _PyBytes_Resize(&b->obj, (Py_ssize_t)cap);
+        if (rc < 0)
+            PyErr_Clear(); /* raised again from err, with the GIL, at the end */
+        if (released)
+            *b->ts = PyEval_SaveThread();
+        if (rc < 0)
+            return fail(b->err, ERR_NOMEM, NULL);
         b->data = (uint8_t *)PyBytes_AS_STRING(b->obj);
     } else {
-        uint8_t *data = PyMem_Realloc(b->data, cap);
-        if (!data) {
-            PyErr_NoMemory();
-            return -1;
-        }
+        uint8_t *data = PyMem_RawRealloc(b->data, cap);
+        if (!data)
+            return fail(b->err, ERR_NOMEM, NULL);
         b->data = data;
     }
     b->cap = cap;
@@ -334,41 +410,39 @@ typedef struct {
     Py_ssize_t samples, linked, invalid, already;
     Py_ssize_t dict_tag_at, dict_payload_at, dict_end_at; /* last dictionary record in out; -1: none */
     int changed;
+    Err err;
+    PyThreadState *ts; /* while the GIL is released */
 } Ctx;
 
 static void ctx_free(Ctx *c) {
     for (size_t i = 0; i < c->n_entries; i++) {
-        PyMem_Free(c->entries[i].key_ext);
-        PyMem_Free(c->entries[i].kept_ext);
+        PyMem_RawFree(c->entries[i].key_ext);
+        PyMem_RawFree(c->entries[i].kept_ext);
     }
-    PyMem_Free(c->entries);
-    PyMem_Free(c->slots);
-    PyMem_Free(c->attrs);
-    PyMem_Free(c->roles);
-    PyMem_Free(c->hits);
-    PyMem_Free(c->vals);
-    PyMem_Free(c->scratch);
+    PyMem_RawFree(c->entries);
+    PyMem_RawFree(c->slots);
+    PyMem_RawFree(c->attrs);
+    PyMem_RawFree(c->roles);
+    PyMem_RawFree(c->hits);
+    PyMem_RawFree(c->vals);
+    PyMem_RawFree(c->scratch);
     Py_XDECREF(c->out.obj);
-    PyMem_Free(c->key_roles);
-    PyMem_Free(c->link_map);
-    PyMem_Free(c->new_links.data);
+    PyMem_RawFree(c->key_roles);
+    PyMem_RawFree(c->link_map);
+    PyMem_RawFree(c->new_links.data);
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+static int grow(Err *err, void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap)
         return 0;
     size_t n = *cap ? *cap : 16;
     while (n < need)
         n *= 2;
-    if (n > PY_SSIZE_T_MAX / elem) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    void *q = PyMem_Realloc(*p, n * elem);
-    if (!q) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    if (n > PY_SSIZE_T_MAX / elem)
+        return fail(err, ERR_NOMEM, NULL);
+    void *q = PyMem_RawRealloc(*p, n * elem);
+    if (!q)
+        return fail(err, ERR_NOMEM, NULL);
     *p = q;
     *cap = n;
     return 0;
@@ -391,7 +465,7 @@ static int index_dictionary(Ctx *c, const uint8_t *p, const uint8_t *end) {
                 c->n_strings++;
                 continue;
             }
-            if (grow((void **)&c->attrs, &c->attrs_cap, (size_t)c->n_attrs + 1, sizeof(Attr)) < 0)
+            if (grow(&c->err, (void **)&c->attrs, &c->attrs_cap, (size_t)c->n_attrs + 1, sizeof(Attr)) < 0)
                 return -1;
             Attr *attr = &c->attrs[c->n_attrs++];
             attr->at = a;
@@ -451,11 +525,7 @@ static int parse_id(int kind, const uint8_t *v, size_t len, size_t size, uint8_t
 /* link._Linker.roles_of: the roles attribute `index` plays; range errors as OutOfRange. */
 static Attr *roles_of(Ctx *c, int32_t index) {
     if (index < 0 || index >= c->n_attrs) {
-        PyObject *args = Py_BuildValue("(sin)", "attribute", (int)index, c->n_attrs);
-        if (args) {
-            PyErr_SetObject(OutOfRange, args);
-            Py_DECREF(args);
-        }
+        out_of_range(&c->err, "attribute", 2, index, c->n_attrs, 0);
         return NULL;
     }
     Attr *ar = &c->attrs[index];
@@ -508,11 +578,7 @@ static Attr *roles_of(Ctx *c, int32_t index) {
         }
     }
     if (key < 0 || key >= c->n_strings) {
-        PyObject *args = Py_BuildValue("(siin)", "key_strindex", (int)index, (int)key, c->n_strings);
-        if (args) {
-            PyErr_SetObject(OutOfRange, args);
-            Py_DECREF(args);
-        }
+        out_of_range(&c->err, "key_strindex", 3, index, key, c->n_strings);
         return NULL;
     }
     ar->first = c->n_roles;
@@ -521,7 +587,7 @@ static Attr *roles_of(Ctx *c, int32_t index) {
         const KeyRole *kr = &c->key_roles[i];
         if (kr->strindex != key)
             continue;
-        if (grow((void **)&c->roles, &c->roles_cap, c->n_roles + 1, sizeof(Role)) < 0)
+        if (grow(&c->err, (void **)&c->roles, &c->roles_cap, c->n_roles + 1, sizeof(Role)) < 0)
             return NULL;
         Role *r = &c->roles[c->n_roles++];
         r->pair = kr->pair;
@@ -557,17 +623,16 @@ static int link_map_grow(Ctx *c) {
     size_t cap = c->link_map_cap ? c->link_map_cap * 2 : 256;
     LinkSlot *old = c->link_map;
     size_t old_cap = c->link_map_cap;
-    c->link_map = PyMem_Calloc(cap, sizeof(LinkSlot));
+    c->link_map = PyMem_RawCalloc(cap, sizeof(LinkSlot));
     if (!c->link_map) {
         c->link_map = old;
-        PyErr_NoMemory();
-        return -1;
+        return fail(&c->err, ERR_NOMEM, NULL);
     }
     c->link_map_cap = cap;
     for (size_t i = 0; i < old_cap; i++)
         if (old[i].used)
             *link_slot(c, old[i].hash, old[i].has_trace, old[i].trace, old[i].span) = old[i];
-    PyMem_Free(old);
+    PyMem_RawFree(old);
     return 0;
 }
 
@@ -626,8 +691,7 @@ static int32_t link_index(Ctx *c, const uint8_t *trace, const uint8_t *span) {
         c->n_links = 1;
     }
     if (c->n_links >= INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "too many links for an int32 link_index");
-        return -1;
+        return fail(&c->err, ERR_VALUE, "too many links for an int32 link_index");
     }
     int32_t index = (int32_t)c->n_links;
     if (put_link_record(&c->new_links, trace, has_trace ? TRACE_BYTES : 0, span) < 0 ||
@@ -671,7 +735,7 @@ static int load_key_roles(Ctx *c, PyObject *key_roles) {
         if (!seq)
             return -1;
         Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-        if (grow((void **)&c->key_roles, &c->key_roles_cap, c->n_key_roles + (size_t)n, sizeof(KeyRole)) < 0) {
+        if (grow(&c->err, (void **)&c->key_roles, &c->key_roles_cap, c->n_key_roles + (size_t)n, sizeof(KeyRole)) < 0) {
             Py_DECREF(seq);
             return -1;
         }
@@ -705,7 +769,7 @@ static Py_ssize_t decode_indices(Ctx *c, const uint8_t *p, const uint8_t *end) {
         uint64_t v;
         if (read_varint(&c->src, &p, end, &v) < 0)
             return -1;
-        if (grow((void **)&c->vals, &c->vals_cap, n + 1, sizeof(int32_t)) < 0)
+        if (grow(&c->err, (void **)&c->vals, &c->vals_cap, n + 1, sizeof(int32_t)) < 0)
             return -1;
         c->vals[n++] = (int32_t)(uint32_t)v;
     }
@@ -732,7 +796,7 @@ static int decide(Ctx *c, Decision *d) {
         const Attr *ar = roles_of(c, c->vals[i]);
         if (!ar)
             return -1;
-        if (grow((void **)&c->hits, &c->hits_cap, n_hits + (size_t)ar->count, sizeof(Hit)) < 0)
+        if (grow(&c->err, (void **)&c->hits, &c->hits_cap, n_hits + (size_t)ar->count, sizeof(Hit)) < 0)
             return -1;
         for (int k = 0; k < ar->count; k++) {
             c->hits[n_hits].pos = (size_t)i;
@@ -783,7 +847,7 @@ static int decide(Ctx *c, Decision *d) {
         return 0;
     }
     /* consumed: every position holding the chosen span id as a span, or the chosen trace id as a trace */
-    if (grow((void **)&c->scratch, &c->scratch_cap, (size_t)n + 1, 1) < 0)
+    if (grow(&c->err, (void **)&c->scratch, &c->scratch_cap, (size_t)n + 1, 1) < 0)
         return -1;
     uint8_t *consumed = c->scratch;
     memset(consumed, 0, (size_t)n);
@@ -799,16 +863,13 @@ static int decide(Ctx *c, Decision *d) {
         if (!consumed[i])
             kept_len += (size_t)varint_size((uint64_t)(int64_t)c->vals[i]);
     if (kept_len > UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "attribute_indices too long");
-        return -1;
+        return fail(&c->err, ERR_VALUE, "attribute_indices too long");
     }
     uint8_t *w = d->kept_in;
     if (kept_len > INLINE_BYTES) {
-        w = d->kept_ext = PyMem_Malloc(kept_len);
-        if (!w) {
-            PyErr_NoMemory();
-            return -1;
-        }
+        w = d->kept_ext = PyMem_RawMalloc(kept_len);
+        if (!w)
+            return fail(&c->err, ERR_NOMEM, NULL);
     }
     for (Py_ssize_t i = 0; i < n; i++)
         if (!consumed[i])
@@ -824,11 +885,9 @@ static int decide(Ctx *c, Decision *d) {
 
 static int slots_grow(Ctx *c) {
     size_t cap = c->slots_cap ? c->slots_cap * 2 : 1024;
-    uint64_t *slots = PyMem_Calloc(cap, sizeof(uint64_t));
-    if (!slots) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    uint64_t *slots = PyMem_RawCalloc(cap, sizeof(uint64_t));
+    if (!slots)
+        return fail(&c->err, ERR_NOMEM, NULL);
     for (size_t i = 0; i < c->slots_cap; i++) {
         uint64_t v = c->slots[i];
         if (!v)
@@ -840,7 +899,7 @@ static int slots_grow(Ctx *c) {
             j = (j + 1) & (cap - 1);
         slots[j] = v;
     }
-    PyMem_Free(c->slots);
+    PyMem_RawFree(c->slots);
     c->slots = slots;
     c->slots_cap = cap;
     return 0;
@@ -876,18 +935,18 @@ static const Decision *lookup(Ctx *c, const uint8_t *key, size_t key_len) {
         j = (j + 1) & (c->slots_cap - 1);
     }
     if (key_len > UINT32_MAX || c->n_entries >= UINT32_MAX - 1) {
-        PyErr_SetString(PyExc_ValueError, "too many distinct attribute_indices");
+        fail(&c->err, ERR_VALUE, "too many distinct attribute_indices");
         return NULL;
     }
-    if (grow((void **)&c->entries, &c->entries_cap, c->n_entries + 1, sizeof(Decision)) < 0)
+    if (grow(&c->err, (void **)&c->entries, &c->entries_cap, c->n_entries + 1, sizeof(Decision)) < 0)
         return NULL;
     Decision *d = &c->entries[c->n_entries];
     memset(d, 0, sizeof(*d));
     uint8_t *k = d->key_in;
     if (key_len > INLINE_BYTES) {
-        k = d->key_ext = PyMem_Malloc(key_len);
+        k = d->key_ext = PyMem_RawMalloc(key_len);
         if (!k) {
-            PyErr_NoMemory();
+            fail(&c->err, ERR_NOMEM, NULL);
             return NULL;
         }
     }
@@ -907,7 +966,8 @@ static const Decision *lookup(Ctx *c, const uint8_t *key, size_t key_len) {
 static int sample(Ctx *c, const uint8_t *tag_at, const uint8_t *s, const uint8_t *end) {
     const uint8_t *p = s, *anchor = NULL;
     const uint8_t *packed = NULL, *packed_end = NULL;
-    int attr_records = 0, unpacked = 0;
+    const uint8_t *run = NULL, *run_end = NULL; /* the removed records, when they are one run */
+    int attr_records = 0, unpacked = 0, one_run = 1;
     uint64_t li = 0;
     size_t removed = 0;
     c->samples++;
@@ -944,16 +1004,16 @@ static int sample(Ctx *c, const uint8_t *tag_at, const uint8_t *s, const uint8_t
             continue;
         }
         removed += (size_t)(p - rec);
+        if (!run)
+            run = rec;
+        else if (rec != run_end)
+            one_run = 0;
+        run_end = p;
     }
     int32_t link_in = (int32_t)(uint32_t)li;
     if (link_in != 0) {
         if (!(0 < link_in && link_in < c->n_links_in)) {
-            PyObject *args = Py_BuildValue("(sin)", "link", (int)link_in, c->n_links_in);
-            if (args) {
-                PyErr_SetObject(OutOfRange, args);
-                Py_DECREF(args);
-            }
-            return -1;
+            return out_of_range(&c->err, "link", 2, link_in, c->n_links_in, 0);
         }
         c->already++;
         return buf_put(&c->out, tag_at, (size_t)(end - tag_at));
@@ -977,7 +1037,7 @@ static int sample(Ctx *c, const uint8_t *tag_at, const uint8_t *s, const uint8_t
                 } else {
                     (void)read_len(&c->src, &p, end, &a, &b);
                 }
-                if (grow((void **)&c->scratch, &c->scratch_cap, n + (size_t)(b - a) + 1, 1) < 0)
+                if (grow(&c->err, (void **)&c->scratch, &c->scratch_cap, n + (size_t)(b - a) + 1, 1) < 0)
                     return -1;
                 memcpy(c->scratch + n, a, (size_t)(b - a));
                 n += (size_t)(b - a);
@@ -1022,7 +1082,13 @@ static int sample(Ctx *c, const uint8_t *tag_at, const uint8_t *s, const uint8_t
     }
     *w++ = (3 << 3) | WT_VARINT;
     w = put_varint(w, (uint64_t)d->link);
-    for (p = anchor; p < end;) {
+    p = anchor;
+    if (one_run && run == anchor) { /* the usual layout: the rest is one copy */
+        memcpy(w, run_end, (size_t)(end - run_end));
+        w += end - run_end;
+        p = end;
+    }
+    while (p < end) {
         const uint8_t *rec = p;
         uint32_t field = 0;
         int wt = 0;
@@ -1042,8 +1108,7 @@ static int sample(Ctx *c, const uint8_t *tag_at, const uint8_t *s, const uint8_t
         w += p - rec;
     }
     if ((size_t)(w - content) != new_len) {
-        PyErr_SetString(PyExc_SystemError, "fastlink: sample length mismatch");
-        return -1;
+        return fail(&c->err, ERR_INTERNAL, "bridge.otlp._fastlink: sample length mismatch");
     }
     c->out.len = (size_t)(w - c->out.data);
     return 0;
@@ -1145,40 +1210,79 @@ PyDoc_STRVAR(link_doc,
 "link(data, dictionary, key_roles, has_keys, link_of, n_links)\n"
 "--\n\n"
 "Link the wire-format ExportProfilesServiceRequest `data` (bytes). `dictionary`: the canonical serialisation of\n"
-"its parsed dictionary; `key_roles`: {string index: ((pair, is_span), ...)} for the configured keys; `has_keys`:\n"
+"its parsed dictionary, or None to read the request's own dictionary record (then the answer is None when there\n"
+"are several records: call again with the serialisation); `key_roles`: {string index: ((pair, is_span), ...)} for the configured keys; `has_keys`:\n"
 "whether any configured key is in the string table; `link_of`: {(trace_id, span_id): index} of the existing links\n"
 "(all-zero trace ids as empty ones); `n_links`: link_table's length. Arguments are not modified.\n\n"
 "Returns (linked bytes, samples, linked, invalid, already_linked, links_added); `data` itself when nothing\n"
 "changed. Raises ValueError for malformed wire data, OutOfRange(kind, ...) for out-of-range indices.");
+
+/* The request's own dictionary record, when it has at most one (found: 1, none: 0, several or malformed: -1). */
+static int own_dictionary(const uint8_t *p, const uint8_t *end, const uint8_t **d, const uint8_t **d_end) {
+    Err err = {0};
+    Src src = {p, "request", &err};
+    int found = 0;
+    *d = *d_end = p;
+    while (p < end) {
+        const uint8_t *rec = p, *a, *b;
+        uint32_t field = 0;
+        int wt = 0;
+        if (read_tag(&src, &p, end, &field, &wt) < 0)
+            return -1;
+        if (field == 2 && wt == WT_LEN) {
+            if (read_len(&src, &p, end, &a, &b) < 0 || found++)
+                return -1;
+            *d = a;
+            *d_end = b;
+        } else if (skip_field(&src, &p, end, field, wt, rec) < 0) {
+            return -1;
+        }
+    }
+    return found;
+}
 
 static PyObject *fastlink_link(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *data, *dict_obj, *key_roles, *link_of;
     int has_keys;
     Py_ssize_t n_links;
-    if (!PyArg_ParseTuple(args, "SSO!pO!n", &data, &dict_obj, &PyDict_Type, &key_roles, &has_keys, &PyDict_Type,
+    if (!PyArg_ParseTuple(args, "SOO!pO!n", &data, &dict_obj, &PyDict_Type, &key_roles, &has_keys, &PyDict_Type,
                           &link_of, &n_links))
         return NULL;
+    if (dict_obj != Py_None && !PyBytes_Check(dict_obj)) {
+        PyErr_SetString(PyExc_TypeError, "dictionary must be bytes or None");
+        return NULL;
+    }
     if (n_links < 0) {
         PyErr_SetString(PyExc_ValueError, "n_links must not be negative");
         return NULL;
     }
+    const uint8_t *r = (const uint8_t *)PyBytes_AS_STRING(data);
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    const uint8_t *d, *d_end;
+    if (dict_obj == Py_None) {
+        /* parsing merges repeated dictionary records; the lazy attribute reader does not: ask for the merged form */
+        if (own_dictionary(r, r + size, &d, &d_end) < 0)
+            Py_RETURN_NONE;
+    } else {
+        d = (const uint8_t *)PyBytes_AS_STRING(dict_obj);
+        d_end = d + PyBytes_GET_SIZE(dict_obj);
+    }
     Ctx c;
     memset(&c, 0, sizeof(c));
-    const uint8_t *d = (const uint8_t *)PyBytes_AS_STRING(dict_obj);
-    const uint8_t *r = (const uint8_t *)PyBytes_AS_STRING(data);
     c.dsrc.base = d;
     c.dsrc.what = "dictionary";
+    c.dsrc.err = &c.err;
     c.src.base = r;
     c.src.what = "request";
+    c.src.err = &c.err;
+    c.out.err = c.new_links.err = &c.err;
+    c.out.ts = &c.ts;
     c.has_keys = has_keys;
     c.n_links_in = c.n_links = n_links;
     c.dict_tag_at = c.dict_payload_at = c.dict_end_at = -1;
     PyObject *out = NULL;
-    Py_ssize_t size = PyBytes_GET_SIZE(data);
     if (load_key_roles(&c, key_roles) < 0 || load_links(&c, link_of) < 0)
-        goto fail;
-    if (index_dictionary(&c, d, d + PyBytes_GET_SIZE(dict_obj)) < 0)
         goto fail;
     /* the result is built in a bytes object with room for the usual growth (link_index fields, new links) */
     c.out.cap = (size_t)size + (size_t)size / 8 + 1024;
@@ -1186,9 +1290,17 @@ static PyObject *fastlink_link(PyObject *self, PyObject *args) {
     if (!c.out.obj)
         goto fail;
     c.out.data = (uint8_t *)PyBytes_AS_STRING(c.out.obj);
-    if (message(&c, 0, r, r + size) < 0)
-        goto fail;
-    if (c.new_links.len && splice_links(&c) < 0)
+    /* The walk reads two bytes objects and writes one nobody else sees yet: other threads (the gateway's event
+     * loop, when it links in a worker thread) run meanwhile. */
+    c.ts = PyEval_SaveThread();
+    int rc = index_dictionary(&c, d, d_end);
+    if (rc == 0)
+        rc = message(&c, 0, r, r + size);
+    if (rc == 0 && c.new_links.len)
+        rc = splice_links(&c);
+    PyEval_RestoreThread(c.ts);
+    c.ts = NULL;
+    if (rc < 0)
         goto fail;
     if (!c.changed && !c.new_links.len) {
         Py_INCREF(data);
@@ -1203,6 +1315,8 @@ static PyObject *fastlink_link(PyObject *self, PyObject *args) {
     ctx_free(&c);
     return result;
 fail:
+    if (!PyErr_Occurred())
+        raise_err(&c.err);
     ctx_free(&c);
     return NULL;
 }

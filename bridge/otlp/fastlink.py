@@ -66,11 +66,13 @@ def link_wire_native(data: bytes, dictionary: ppb.ProfilesDictionary,
     if not isinstance(data, bytes):  # the extension takes bytes exactly
         data = bytes(data)
     linker = _Linker(dictionary, link_keys)
+    tables = (linker.key_roles, linker.has_keys, linker.link_of, linker.n_links_in)
     try:
-        out, samples, linked, invalid, already, added = _native.link(
-            data, dictionary.SerializeToString(), linker.key_roles, linker.has_keys, linker.link_of,
-            linker.n_links_in,
-        )
+        # the request's own dictionary bytes serve when it has one dictionary record; else the merged form
+        result = _native.link(data, None, *tables)
+        if result is None:
+            result = _native.link(data, dictionary.SerializeToString(), *tables)
+        out, samples, linked, invalid, already, added = result
     except _native.OutOfRange as exc:
         raise _range_error(exc.args) from exc
     except ValueError as exc:  # bytes the protobuf parser accepted never get here; kept for callers that skip it
