@@ -22,12 +22,14 @@
  * to the last dictionary record (repeated fields concatenate, so indices stay right), after the zero sentinel when
  * the table was empty.
  *
- * The dictionary is read from its canonical serialisation (the caller's parsed ProfilesDictionary, serialised):
- * attribute entries are parsed lazily, only those samples refer to. The existing links and the configured keys
- * come from link.py's _Linker, so both paths start from the same tables.
+ * The dictionary is read from the request's own dictionary record (or, when the request splits it over several
+ * records, from the caller's serialisation of the merged one): attribute entries are parsed lazily, only those
+ * samples refer to, with the parser's rules for repeated fields (the last key wins, AnyValue records merge). The
+ * existing links and the configured keys come from link.py's _Linker, so both paths start from the same tables.
  *
- * Malformed wire data raises ValueError with an offset; out-of-range dictionary indices raise OutOfRange whose
- * args let the caller word the same message as link.py. Every read is bounds-checked; nothing recurses on input.
+ * The walk touches no Python object, so it runs without the GIL. Malformed wire data raises ValueError with an
+ * offset; out-of-range dictionary indices raise OutOfRange whose args let the caller word the same message as
+ * link.py. Every read is bounds-checked; nothing recurses on input.
  */
 
 #define PY_SSIZE_T_CLEAN
