@@ -9,7 +9,7 @@ re-serialising 100,000 sample messages in Python. Two implementations, same resu
   Every other byte is kept as it came, unknown fields included.
 - ``python``: parse, ``link.link_request``, serialise.
 
-``IMPLEMENTATION`` says which one runs (``serve`` logs it once). The caller parses the request first (to reject a
+``IMPLEMENTATION`` says which one runs ("native" or "python"). The caller parses the request first (to reject a
 malformed body with its own message) and hands its dictionary in; ``link_wire`` never modifies it.
 """
 
