@@ -10,12 +10,17 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
-# setup.py declares the optional native linker (bridge/otlp/_fastlink.c). This slim image has no C compiler, so
-# pip skips it and the link gateway runs its pure Python linker: same results, slower (README "Speed: the native
-# linker"); a base image with gcc gets the native one from the same `pip install .`.
+# setup.py declares the optional native linker (bridge/otlp/_fastlink.c, README "Speed"). gcc is installed only for
+# the `pip install .` that builds it and purged in the same layer, so the image carries the native linker but no
+# compiler.
 COPY pyproject.toml setup.py README.md ./
 COPY bridge ./bridge
-RUN pip install . \
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install . \
+    && python -c "import bridge.otlp._fastlink" \
+    && apt-get purge -y --auto-remove gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/* /src/build \
     && useradd --system --uid 10001 --home-dir /data --create-home bridge
 
 USER bridge

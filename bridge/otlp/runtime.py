@@ -18,6 +18,7 @@ import aiohttp
 
 from bridge.config import Settings
 from bridge.metrics import Metrics
+from bridge.otlp import fastlink
 from bridge.otlp.gateway import Gateway
 from bridge.otlp.grpc_server import GrpcServer, start_grpc_server
 from bridge.otlp.pull import Puller
@@ -60,7 +61,7 @@ async def open_gateway(
             puller = Puller(settings, session, gateway, metrics, wall_clock)
             puller.start()
             extras["pprof_pull"] = puller
-        log.info("OTLP profile link gateway → %s", gateway.destination)
+        log.info("OTLP profile link gateway → %s (%s linker)", gateway.destination, fastlink.IMPLEMENTATION)
         yield gateway
     finally:
         if puller is not None:
