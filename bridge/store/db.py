@@ -59,11 +59,32 @@ from bridge.upstream.base import CallContext
 log = logging.getLogger("bridge.store")
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 DB_FILE: Final = "store.sqlite3"
 OFFLOAD_BYTES: Final = 256 * 1024  # requests at least this large are decoded on a worker thread
 SEARCH_SCAN_LIMIT: Final = 50_000  # candidate spans examined per search
 _BIG_ENDIAN: Final = sys.byteorder == "big"
+
+
+
+ID_CACHE_ENTRIES: Final = 200_000  # per id cache (functions, stacks, series, span bodies): bounded memory
+
+
+def _intern(
+    conn: sqlite3.Connection, cache: dict[K, int], key: K, select: str, select_args: Sequence[object],
+    insert: str, insert_args: Sequence[object],
+) -> int:
+    """The id of a de-duplicated row: from ``cache``, else the table, else a new row. The cache is dropped whole when
+    it reaches ``ID_CACHE_ENTRIES`` (and after any rollback, by the caller), so memory stays bounded."""
+    rid = cache.get(key)
+    if rid is None:
+        row = conn.execute(select, select_args).fetchone()
+        rid = int(row[0]) if row is not None else int(conn.execute(insert, insert_args).lastrowid or 0)
+        if len(cache) >= ID_CACHE_ENTRIES:
+            cache.clear()
+        cache[key] = rid
+    return rid
 
 
 class StoreError(BridgeError):
@@ -308,48 +329,23 @@ class Store:
         return stored
 
     def _function_id(self, conn: sqlite3.Connection, name: str) -> int:
-        fid = self._function_ids.get(name)
-        if fid is None:
-            row = conn.execute("SELECT id FROM functions WHERE name = ?", (name,)).fetchone()
-            if row is None:
-                cur = conn.execute("INSERT INTO functions (name) VALUES (?)", (name,))
-                fid = int(cur.lastrowid or 0)
-            else:
-                fid = int(row[0])
-            self._function_ids[name] = fid
-        return fid
+        return _intern(conn, self._function_ids, name, "SELECT id FROM functions WHERE name = ?", (name,),
+                       "INSERT INTO functions (name) VALUES (?)", (name,))
 
     def _stack_id(self, conn: sqlite3.Connection, frames: tuple[str, ...]) -> int:
         sid = self._stack_ids.get(frames)
-        if sid is None:
-            blob = _pack([self._function_id(conn, name) for name in frames])
-            row = conn.execute("SELECT id FROM stacks WHERE frames = ?", (blob,)).fetchone()
-            if row is None:
-                cur = conn.execute("INSERT INTO stacks (frames) VALUES (?)", (blob,))
-                sid = int(cur.lastrowid or 0)
-            else:
-                sid = int(row[0])
-            if len(self._stack_ids) > 500_000:
-                self._stack_ids.clear()
-            self._stack_ids[frames] = sid
-        return sid
+        if sid is not None:
+            return sid
+        blob = _pack([self._function_id(conn, name) for name in frames])
+        return _intern(conn, self._stack_ids, frames, "SELECT id FROM stacks WHERE frames = ?", (blob,),
+                       "INSERT INTO stacks (frames) VALUES (?)", (blob,))
 
     def _series_id(self, conn: sqlite3.Connection, tenant: str, record: model.ProfileRecord) -> int:
         labels = json.dumps(dict(record.labels), sort_keys=True, separators=(",", ":"))
         key = (tenant, labels)
-        sid = self._series_ids.get(key)
-        if sid is None:
-            row = conn.execute("SELECT id FROM series WHERE tenant = ? AND labels = ?", key).fetchone()
-            if row is None:
-                cur = conn.execute(
-                    "INSERT INTO series (tenant, labels, service, profile_type) VALUES (?, ?, ?, ?)",
-                    (tenant, labels, record.service, record.profile_type),
-                )
-                sid = int(cur.lastrowid or 0)
-            else:
-                sid = int(row[0])
-            self._series_ids[key] = sid
-        return sid
+        return _intern(conn, self._series_ids, key, "SELECT id FROM series WHERE tenant = ? AND labels = ?", key,
+                       "INSERT INTO series (tenant, labels, service, profile_type) VALUES (?, ?, ?, ?)",
+                       (tenant, labels, record.service, record.profile_type))
 
     def _insert_profiles(self, conn: sqlite3.Connection, tenant: str, records: Sequence[model.ProfileRecord]) -> int:
         stored = 0
@@ -407,19 +403,8 @@ class Store:
         return stored
 
     def _blob_id(self, conn: sqlite3.Connection, table: str, body: bytes) -> int:
-        key = (table, body)
-        bid = self._blob_ids.get(key)
-        if bid is None:
-            row = conn.execute(f"SELECT id FROM {table} WHERE body = ?", (body,)).fetchone()
-            if row is None:
-                cur = conn.execute(f"INSERT INTO {table} (body) VALUES (?)", (body,))
-                bid = int(cur.lastrowid or 0)
-            else:
-                bid = int(row[0])
-            if len(self._blob_ids) > 100_000:
-                self._blob_ids.clear()
-            self._blob_ids[key] = bid
-        return bid
+        return _intern(conn, self._blob_ids, (table, body), f"SELECT id FROM {table} WHERE body = ?", (body,),
+                       f"INSERT INTO {table} (body) VALUES (?)", (body,))
 
     def _insert_spans(self, conn: sqlite3.Connection, tenant: str, batch: model.SpanBatch) -> int:
         rows = [
