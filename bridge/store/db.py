@@ -87,6 +87,14 @@ def _intern(
     return rid
 
 
+
+def _require_flamegraph_format(rpc: str, fmt: int) -> None:
+    """The store answers span and stack-trace queries as flame graphs only (no tree, dot or pprof format)."""
+    if fmt not in (qpb.PROFILE_FORMAT_UNSPECIFIED, qpb.PROFILE_FORMAT_FLAMEGRAPH):
+        raise Unimplemented(
+            f"standalone mode answers {rpc} as a flame graph only, not format {qpb.ProfileFormat.Name(fmt)}"
+        )
+
 class StoreError(BridgeError):
     """The store cannot be opened or used (unwritable directory, corrupt database, newer schema)."""
 
@@ -605,11 +613,7 @@ class Store:
     async def select_merge_stacktraces(
         self, req: qpb.SelectMergeStacktracesRequest, ctx: CallContext
     ) -> qpb.SelectMergeStacktracesResponse:
-        if req.format not in (qpb.PROFILE_FORMAT_UNSPECIFIED, qpb.PROFILE_FORMAT_FLAMEGRAPH):
-            raise Unimplemented(
-                f"standalone mode answers SelectMergeStacktraces as a flame graph only, not format "
-                f"{qpb.ProfileFormat.Name(req.format)}"
-            )
+        _require_flamegraph_format("SelectMergeStacktraces", req.format)
         if req.span_selector and req.trace_id_selector:
             raise InvalidArgument("span_selector and trace_id_selector cannot be combined")
         span_ids = parse_span_selector(req.span_selector) if req.span_selector else None
@@ -626,11 +630,7 @@ class Store:
     async def select_merge_span_profile(
         self, req: qpb.SelectMergeSpanProfileRequest, ctx: CallContext
     ) -> qpb.SelectMergeSpanProfileResponse:
-        if req.format not in (qpb.PROFILE_FORMAT_UNSPECIFIED, qpb.PROFILE_FORMAT_FLAMEGRAPH):
-            raise Unimplemented(
-                f"standalone mode answers SelectMergeSpanProfile as a flame graph only, not format "
-                f"{qpb.ProfileFormat.Name(req.format)}"
-            )
+        _require_flamegraph_format("SelectMergeSpanProfile", req.format)
         # An empty span selector selects everything, as Pyroscope's v2 read path does.
         span_ids = parse_span_selector(req.span_selector) if req.span_selector else None
         stacks = await self.merged_stacks(
