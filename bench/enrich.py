@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/enrich.py [--spans 10000] [--rounds 20]
 
-The trace is made of real spans: Tempo's own vulture trace (``../shared/fixtures/tempo/vulture-trace.json``: many
+The trace is made of real spans: Tempo's own vulture trace (``tests/fixtures/tempo/vulture-trace.json``: many
 attributes, events) and the shop capture's OpenTelemetry SDK spans, cloned with fresh ids into 20 services until
 there are ``--spans`` spans; one span in ten is a local root already carrying ``pyroscope.profile.id`` (as
 ``pyroscope-otel`` tags them).

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from bridge._proto import push_pb2  # noqa: E402
 from bridge.store import model  # noqa: E402
 
-CAPTURE = ROOT.parent / "shared" / "fixtures" / "shop-capture"
+CAPTURE = ROOT / "tests" / "fixtures" / "shop-capture"
 TIMEOUT = aiohttp.ClientTimeout(total=60, connect=5)
 
 

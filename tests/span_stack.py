@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from bridge.app import create_app
 from bridge.config import Settings
 from tests.doubles.pyroscope import PyroscopeDouble
-from tests.doubles.shop import ShopCapture, load_shop
+from tests.doubles.shop import ShopCapture, capture_now, load_shop
 from tests.doubles.tempo import TempoDouble
 
 CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
@@ -37,7 +37,7 @@ class Stack:
 
     def capture_clock(self) -> float:
         """'Now' a minute after the capture's last span ended, so "recent" means the capture."""
-        return max(s.end_ns for s in self.shop.all_spans()) / 1e9 + 60
+        return capture_now()
 
 
 async def start_doubles(aiohttp_server: ServerFactory, **changes: Any) -> Stack:
@@ -65,9 +65,8 @@ async def start_standalone(aiohttp_client: ClientFactory, data_dir: str) -> tupl
     from tests.paths import SHOP_CAPTURE
 
     shop = load_shop()
-    clock = max(s.end_ns for s in shop.all_spans()) / 1e9 + 60
     app = create_app(Settings.for_tests(mode="standalone", data_dir=data_dir, capture_window=10.0),
-                     wall_clock=lambda: clock)
+                     wall_clock=capture_now)
     client = await aiohttp_client(app)
     for path in sorted(SHOP_CAPTURE.glob("*.bin")):
         route = "/v1/traces" if path.name.endswith("_v1_traces.bin") else "/push.v1.PusherService/Push"

@@ -2,9 +2,11 @@
 check what arrived: traces whose local roots carry ``pyroscope.profile.id``, CPU profiles whose samples carry the
 matching ``span_id`` labels, ``count_primes`` in the backend's samples and ``render_json`` in the frontend's.
 
-pyroscope-io uploads on 10 s windows aligned to the wall clock, so the test drives requests until the backend's
-first upload with linked ``count_primes`` samples arrives (bounded: at most ``DRIVE_SECONDS``), then stops the app
-with SIGTERM, which flushes the remaining spans and profile window.
+pyroscope-io uploads on 10 s windows aligned to the wall clock, and flushes the current window when it shuts down.
+The tests wait for no timer of the SDKs: they drive a fixed number of request rounds (enough CPU for 100 Hz sampling
+to see both hot functions), then stop the app with SIGTERM, which flushes every span and the last profile window, and
+check what arrived. So they take the same few seconds whatever the wall clock says, also under libfaketime (which
+leaves the SDKs' timed waits on the real clock, so nothing is sent before shutdown).
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from tests.doubles.recorder import RECORDER, Recorder, build_recorder
 from tests.paths import ROOT
 
 STARTUP_SECONDS = 20.0
-DRIVE_SECONDS = 30.0
+DRIVE_ROUNDS = 8  # each round: two /checkout (render_json + the backend's count_primes), /health, /slow-io
 STOP_SECONDS = 20.0
+INGEST_SECONDS = 10.0
 
 
 def _free_port() -> int:
@@ -135,16 +138,18 @@ async def run_demo(sink: str, log_path: Path) -> AsyncIterator[tuple[list[str], 
             await _stop(proc)
 
 
-async def _drive_until(session: ClientSession, urls: list[str], done: Callable[[], Awaitable[bool]]) -> None:
+async def _drive_rounds(session: ClientSession, urls: list[str]) -> None:
     await _wait_ready(session, urls)
-    base = urls[0]
+    for _ in range(DRIVE_ROUNDS):
+        await _drive(session, urls[0])
+
+
+async def _eventually(done: Callable[[], Awaitable[bool]], what: str) -> None:
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + DRIVE_SECONDS
-    rounds = 0
+    deadline = loop.time() + INGEST_SECONDS
     while not await done():
-        assert loop.time() < deadline, f"condition not met after {rounds} rounds"
-        await _drive(session, base)
-        rounds += 1
+        assert loop.time() < deadline, f"{what} did not arrive within {INGEST_SECONDS:g} s"
+        await asyncio.sleep(0.1)
 
 
 async def test_demo_app_sends_linked_traces_and_profiles(aiohttp_server: Any, demo_log: Path) -> None:
@@ -157,8 +162,9 @@ async def test_demo_app_sends_linked_traces_and_profiles(aiohttp_server: Any, de
 
     async with run_demo(str(server.make_url("")).rstrip("/"), demo_log) as (urls, proc):
         async with ClientSession(timeout=ClientTimeout(total=10, connect=2)) as session:
-            await _drive_until(session, urls, linked_count_primes)
-    assert proc.returncode == 0
+            await _drive_rounds(session, urls)
+    assert proc.returncode == 0  # stopped: the SDKs flushed their last spans and profile window
+    await _eventually(linked_count_primes, "linked count_primes samples")
     assert not recorder.rejected
 
     # ---- traces: local roots carry pyroscope.profile.id = their own span id; children do not
@@ -256,8 +262,9 @@ async def test_demo_app_through_the_standalone_bridge_shows_every_mode(
             return await _ingested(client, bridge, "profiles") >= 2
 
         async with run_demo(bridge, demo_log) as (urls, proc):
-            await _drive_until(client, urls, both_services_pushed)
-        assert proc.returncode == 0
+            await _drive_rounds(client, urls)
+        assert proc.returncode == 0  # stopped: the SDKs flushed their last spans and profile window
+        await _eventually(both_services_pushed, "profiles of both services")
 
         expectations = {
             # span name: (modes allowed, mode that must show up at least once, function in its flame graph)

@@ -32,7 +32,7 @@ from bridge.spans import Span, Trace
 from bridge.upstream.base import CallContext
 from bridge.upstream.http import open_clients
 from tests.doubles.pyroscope import PyroscopeDouble
-from tests.doubles.shop import load_shop
+from tests.doubles.shop import capture_now, load_shop
 from tests.doubles.tempo import TempoDouble
 
 Server = Callable[..., Awaitable[TestServer]]
@@ -164,7 +164,8 @@ async def env(aiohttp_server: Server) -> Any:
                                   tempo_url=str(tserver.make_url("")).rstrip("/"), capture_window=10.0)
     cache = SpanCache(1000, 1024**2, 60)
     async with open_clients(settings, Metrics()) as (traces, profiles):
-        yield Env(pyro, tempo, Resolver(traces, profiles, cache, settings, Metrics()), cache)
+        resolver = Resolver(traces, profiles, cache, settings, Metrics(), clock=capture_now)
+        yield Env(pyro, tempo, resolver, cache)
 
 
 def ctx(tenant: str | None = None, budget: float = 10.0) -> CallContext:

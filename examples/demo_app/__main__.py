@@ -19,6 +19,8 @@ from pathlib import Path
 
 log = logging.getLogger("demo")
 
+STOP_SECONDS = 15.0  # how long the services get to flush and exit after SIGTERM
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m examples.demo_app", description=__doc__.split("\n\n")[0])
@@ -71,10 +73,12 @@ async def _supervise(args: argparse.Namespace) -> int:
     for child in children:
         if child.poll() is None:
             child.terminate()
+    # wait on the event loop, not in a blocking Popen.wait(timeout): the services flush spans and profiles on the way
+    deadline = loop.time() + STOP_SECONDS
+    while any(child.poll() is None for child in children) and loop.time() < deadline:
+        await asyncio.sleep(0.1)
     for child in children:
-        try:
-            child.wait(timeout=15)
-        except subprocess.TimeoutExpired:
+        if child.poll() is None:
             child.kill()
             child.wait()
     return 1 if failed else 0

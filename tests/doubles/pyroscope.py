@@ -4,7 +4,7 @@ gzip request bodies, gzip answers when accepted, Connect error JSON), answering 
 recording every request it was asked. Serve it with ``aiohttp_server(double.app, auto_decompress=False)`` to record
 request bodies exactly as they arrived (gzip included).
 
-Data: the shop capture's Push bodies (``../shared/fixtures/shop-capture/*_push*.bin``, real pyroscope-io output).
+Data: the shop capture's Push bodies (``tests/fixtures/shop-capture/*_push*.bin``, real pyroscope-io output).
 Each pprof is one stored profile: its series labels, its one timestamp (the pprof ``time_nanos``, the start of its
 capture window, in ms) and its samples with their ``span_id`` labels (``../shared/contracts/pyroscope.md`` §5, §6).
 

@@ -1,4 +1,4 @@
-"""The shop capture (``../shared/fixtures/shop-capture``) as traces: the real ``ExportTraceServiceRequest`` bodies the
+"""The shop capture (``tests/fixtures/shop-capture``) as traces: the real ``ExportTraceServiceRequest`` bodies the
 OpenTelemetry SDK sent, regrouped per trace into OTLP ``ResourceSpans`` (what Tempo stores and answers with) and
 ``bridge.spans.Trace`` objects, plus the role of every span from ``spans.jsonl``.
 
@@ -177,3 +177,9 @@ def load_shop(directory: Path = SHOP_CAPTURE) -> ShopCapture:
         tid: Trace.from_spans(spans_from_otlp(rs_list), tid) for tid, rs_list in capture._resource_spans.items()
     }
     return capture
+
+
+def capture_now() -> float:
+    """'Now' for any test that uses the capture: a minute after its last span ended (2026-11-29), so "recent" means
+    the capture whatever today's date is. Inject it as the clock; never let recorded data meet the real clock."""
+    return max(s.end_ns for s in load_shop().all_spans()) / 1e9 + 60

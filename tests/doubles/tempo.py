@@ -18,7 +18,7 @@ pytest-aiohttp's ``aiohttp_server``) that answers from traces given to it, in Te
 - ``refused_url()``: a URL where nothing listens (connection refused).
 
     tempo = TempoDouble()
-    tempo.add_shop()                     # every trace of ../shared/fixtures/shop-capture
+    tempo.add_shop()                     # every trace of tests/fixtures/shop-capture
     server = await aiohttp_server(tempo.app)
     tempo.url = str(server.make_url("")).rstrip("/")
 """
