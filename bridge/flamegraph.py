@@ -207,6 +207,13 @@ def empty(root_name: str = ROOT_NAME) -> pb.FlameGraph:
     return pb.FlameGraph(names=[root_name], levels=[pb.Level(values=[0, 0, 0, 0])], total=0, max_self=0)
 
 
+def placeholder(root_name: str, leaf_name: str) -> pb.FlameGraph:
+    """A two-row flame graph of one unit: the shape Grafana needs to draw anything inline (span details show a flame
+    graph only when it has more than one row), for an answer that has no samples but a reason to show."""
+    return pb.FlameGraph(names=[root_name, leaf_name],
+                         levels=[pb.Level(values=[0, 1, 0, 0]), pb.Level(values=[0, 1, 1, 1])], total=1, max_self=1)
+
+
 def is_empty(fg: pb.FlameGraph | None) -> bool:
     """True for both encodings of "no data" (../shared/contracts/pyroscope.md §4) and a zero total."""
     if fg is None or len(fg.levels) <= 1:

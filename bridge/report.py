@@ -92,16 +92,22 @@ def format_report(doc: Mapping[str, Any], top: int) -> str:
         f"mode     {doc['mode']}",
         f"reason   {doc['reason']}",
     ]
+    measure = doc.get("measure") or {}
+    if measure:
+        own = "" if measure.get("own") else "  [not this span's own cost]"
+        lines.append(f"measure  {measure['text']}{own}")
     if doc["scope"] == "request":
         lines.append("parts:")
         for part in doc.get("parts", []):
             mark = "+" if part["included"] else "-"
             lines.append(f"  {mark} {part['service']} {part['name']} [{part['mode']}] "
                          f"{format_value(int(part['total']), unit)}: {part['note']}")
-        lines.append("per service:")
+        lines.append("per service (shares of what is attributed to the request):")
+        attributed = int(doc.get("attributedTotal", total))
         for svc in doc.get("services", []):
-            lines.append(f"  {svc['service']}  {format_value(int(svc['total']), unit)}  "
-                         f"{share(int(svc['total']), total)}  ({svc['spans']} span{'' if svc['spans'] == 1 else 's'})")
+            counted = share(int(svc["total"]), attributed) if svc.get("attributed", True) else "not counted: fallback"
+            lines.append(f"  {svc.get('frame') or svc['service']}  {format_value(int(svc['total']), unit)}  "
+                         f"{counted}  ({svc['spans']} span{'' if svc['spans'] == 1 else 's'})")
     lines.append(f"profile  {profile_type}: {format_value(total, unit)}")
     if total <= 0:
         lines.append("no samples: nothing to list")

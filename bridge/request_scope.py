@@ -10,6 +10,10 @@ service's CPU during the window, not this request's, so it is listed in the brea
 reason, never merged. Each included part is placed under a frame named after its service, which is the per-service
 breakdown on the flame graph itself.
 
+The span's own answer is always drawn, also when it is a ``time-window`` fallback (there is nothing better to show
+for it); it is then placed under a frame that says so (``shop-frontend (time-window: whole service)``) and kept out of
+the per-service percentages, which are shares of what is attributed to the request only.
+
 The decisions (``query_for``, ``combine``) are pure; ``answer`` is the one coroutine that asks the resolver.
 """
 
@@ -24,7 +28,18 @@ from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
 from bridge.config import Settings
 from bridge.errors import NotFound
-from bridge.resolve import Mode, Resolution, Resolver, SpanQuery, labels_of
+from bridge.resolve import (
+    REQUEST_MODES,
+    Attribution,
+    Measure,
+    Mode,
+    Resolution,
+    Resolver,
+    SpanQuery,
+    labels_of,
+    measure_of,
+    quantity_of,
+)
 from bridge.selector import merge_selector
 from bridge.spans import Span, Trace
 from bridge.upstream.base import CallContext
@@ -37,7 +52,6 @@ QUERY_MARGIN_MS: Final = 60_000
 # descendant local roots asked about per request, and how many at once
 MAX_DESCENDANTS: Final = 64
 CONCURRENCY: Final = 8
-REQUEST_MODES: Final = frozenset({Mode.LINKED, Mode.LOCAL_ROOT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +70,20 @@ class ServiceShare:
     service: str
     value: int  # included value
     spans: int  # included parts
+    attributed: bool = True  # False: a time-window fallback drawn for the span itself, not this request's cost
+    frame: str = ""  # the frame its part hangs under on the flame graph
+
+    @property
+    def label(self) -> str:
+        return self.frame or self.service or UNKNOWN_SERVICE
+
+
+UNKNOWN_SERVICE: Final = "(unknown service)"
+
+
+def fallback_frame(service: str, mode: Mode) -> str:
+    """The frame a fallback part hangs under: it says on the flame graph itself that this is not the request's."""
+    return f"{service or UNKNOWN_SERVICE} ({mode.value}: whole service)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +104,40 @@ class Answer:
     @property
     def mode(self) -> Mode:
         return self.resolution.mode
+
+    @property
+    def attributed_total(self) -> int:
+        """What the request (or the span) itself cost: the total without fallback parts."""
+        if self.scope == "span":
+            return self.tree.total if self.resolution.mode in REQUEST_MODES else 0
+        return sum(s.value for s in self.services if s.attributed)
+
+    @property
+    def fallback_total(self) -> int:
+        """What is drawn but is a whole service's cost during a window (a time-window answer)."""
+        return self.tree.total - self.attributed_total
+
+    @property
+    def measure(self) -> Measure:
+        """What the answer's total is, in words (the headline of the page, the API and ``resolve``)."""
+        own = measure_of(self.resolution, self.profile_type)
+        if self.scope == "span":
+            return own
+        what = quantity_of(self.profile_type)
+        counted = [s for s in self.services if s.attributed]
+        services = f"{len(counted)} service{'' if len(counted) == 1 else 's'}"
+        if not counted and not self.fallback_total:
+            return Measure(Attribution.NOTHING, f"no {what} samples for this request")
+        if not counted:
+            return Measure(own.attribution, f"no {what} linked to this request; shown: {own.text}")
+        text = f"{what} linked to this request across {services}"
+        if own.attribution is Attribution.REQUEST:
+            text += f" (for this span: {own.text})"
+        if self.fallback_total:
+            text += f", plus {own.text} (time-window fallback, not counted)"
+            return Measure(Attribution.SERVICE, text)
+        attribution = Attribution.SPAN if own.attribution is Attribution.SPAN else Attribution.REQUEST
+        return Measure(attribution, text)
 
     @property
     def reasons(self) -> list[str]:
@@ -118,24 +180,34 @@ def combine(own_span: Span, own: Resolution, descendants: Sequence[tuple[Span, R
     parts: list[Part] = []
     by_service: dict[str, list[int]] = {}
 
-    def add(span: Span, res: Resolution, tree: flamegraph.Node) -> None:
-        wrapper = flamegraph.Node(span.service or "(unknown service)")
+    fallback: dict[str, list[int]] = {}
+
+    def add(span: Span, res: Resolution, tree: flamegraph.Node, attributed: bool = True) -> None:
+        name = (span.service or UNKNOWN_SERVICE) if attributed else fallback_frame(span.service, res.mode)
+        wrapper = flamegraph.Node(name)
         wrapper.children = tree.children
         wrapper.total = tree.total
         wrapper.self = tree.self
         holder = flamegraph.Node(flamegraph.ROOT_NAME, tree.total)
         holder.children[wrapper.name] = wrapper
         flamegraph.merge_into(root, holder)
-        share = by_service.setdefault(span.service, [0, 0])
+        share = (by_service if attributed else fallback).setdefault(span.service, [0, 0])
         share[0] += tree.total
         share[1] += 1
         counted.update(res.span_ids)
 
     own_tree = flamegraph.decode(own.flamegraph)
+    own_attributed = own.mode in REQUEST_MODES
     if own_tree.total > 0:
-        add(own_span, own, own_tree)
-    parts.append(Part(own_span, own, own_tree.total, own_tree.total > 0,
-                      f"the span's own answer ({own.mode.value})" if own_tree.total > 0 else "no samples"))
+        add(own_span, own, own_tree, own_attributed)
+    if own_tree.total <= 0:
+        own_note = "no samples"
+    elif own_attributed:
+        own_note = f"the span's own answer ({own.mode.value})"
+    else:
+        own_note = (f"the span's own answer is a {own.mode.value} fallback: drawn, but it is the whole service's "
+                    "CPU, so it is not counted in the request's shares")
+    parts.append(Part(own_span, own, own_tree.total, own_tree.total > 0, own_note))
 
     for span, res in descendants:
         tree = flamegraph.decode(res.flamegraph)
@@ -154,8 +226,11 @@ def combine(own_span: Span, own: Resolution, descendants: Sequence[tuple[Span, R
         parts.append(Part(span, res, tree.total, True, f"called on this span's behalf ({res.mode.value})"))
 
     services = tuple(
-        ServiceShare(service, value, count)
+        ServiceShare(service, value, count, frame=service or UNKNOWN_SERVICE)
         for service, (value, count) in sorted(by_service.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    ) + tuple(
+        ServiceShare(service, value, count, attributed=False, frame=fallback_frame(service, own.mode))
+        for service, (value, count) in sorted(fallback.items(), key=lambda kv: (-kv[1][0], kv[0]))
     )
     return root, tuple(parts), services
 

@@ -181,6 +181,98 @@ def empty_window_reason(span: Span, root: Span | None, selector: str, window: tu
             f"{clock_text(window[0] * 1_000_000)} and {clock_text(window[1] * 1_000_000)} UTC either")
 
 
+# --------------------------------------------------------------------------------------------- what a number measures
+
+# a profile type's sample type → what its values are, in words (anything else: the sample type itself)
+QUANTITIES: Final = {
+    "cpu": "CPU",
+    "wall": "wall time",
+    "samples": "samples",
+    "alloc_objects": "allocated objects",
+    "alloc_space": "allocated memory",
+    "inuse_objects": "objects in use",
+    "inuse_space": "memory in use",
+    "contentions": "contentions",
+    "delay": "lock wait time",
+    "goroutine": "goroutines",
+    "goroutines": "goroutines",
+}
+# modes whose samples belong to the span's request (its own process's local root), not to the whole service
+REQUEST_MODES: Final = frozenset({Mode.LINKED, Mode.LOCAL_ROOT})
+
+
+class Attribution(enum.StrEnum):
+    """Whose cost a resolution's number is."""
+
+    SPAN = "span"  # samples linked to the span itself
+    REQUEST = "request"  # samples linked to its local root: the whole request in that process, children included
+    SERVICE = "service"  # the service's samples during a time window: every request it served then
+    NOTHING = "nothing"  # no samples
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    """What the number of an answer is, said plainly: the headline of the page, the API and ``resolve``."""
+
+    attribution: Attribution
+    text: str  # e.g. "shop-frontend CPU during the 19 s window around this span, not this span's own"
+
+    @property
+    def own(self) -> bool:
+        """True when the number is this span's own cost."""
+        return self.attribution is Attribution.SPAN
+
+
+def quantity_of(profile_type: str) -> str:
+    """``process_cpu:cpu:nanoseconds:…`` → ``CPU``; ``memory:alloc_space:bytes:…`` → ``allocated memory``."""
+    parts = profile_type.split(":")
+    sample_type = parts[1] if len(parts) > 1 else profile_type
+    return QUANTITIES.get(sample_type, sample_type or "samples")
+
+
+def seconds_text(ms: int) -> str:
+    seconds = ms / 1000
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+
+
+def measure_of(res: Resolution, profile_type: str) -> Measure:
+    """Pure: what ``res``'s flame graph total measures. Only ``linked`` is the span's own cost; ``local-root`` is its
+    whole request in that process; ``time-window`` is its service's cost during a window, every request included."""
+    what = quantity_of(profile_type)
+    span, root = res.span, res.local_root
+    service = (span.service if span is not None else "") or "its service"
+    if res.mode is Mode.LINKED:
+        target = "this span" if len(res.span_ids) <= 1 else "spans " + ", ".join(res.span_ids)
+        return Measure(Attribution.SPAN, f"{what} linked to {target}")
+    if res.mode is Mode.LOCAL_ROOT:
+        name = f" {root.name}" if root is not None and root.name else ""
+        return Measure(Attribution.REQUEST, f"{service} {what} of the whole request{name} (its local root), not "
+                                            "this span's own")
+    if res.mode is Mode.TIME_WINDOW and res.window_ms is not None:
+        start, end = res.window_ms
+        return Measure(Attribution.SERVICE, f"{service} {what} during the {seconds_text(end - start)} window around "
+                                            f"this span ({clock_text(start * 1_000_000, False)}–"
+                                            f"{clock_text(end * 1_000_000, False)} UTC), not this span's own")
+    return Measure(Attribution.NOTHING, f"no {what} samples")
+
+
+# the headers every span answer carries (the /pyroscope mount and the API), all ASCII
+RESOLUTION_HEADER: Final = "X-Profile-Bridge-Resolution"  # the mode
+REASON_HEADER: Final = "X-Profile-Bridge-Reason"  # how it was found
+ATTRIBUTION_HEADER: Final = "X-Profile-Bridge-Attribution"  # whose cost the total is: span, request, service, nothing
+MEASURE_HEADER: Final = "X-Profile-Bridge-Measure"  # that in words
+MAX_HEADER_TEXT: Final = 400
+
+
+def answer_headers(res: Resolution, measure: Measure) -> dict[str, str]:
+    return {
+        RESOLUTION_HEADER: res.mode.value,
+        REASON_HEADER: res.reason_header[:MAX_HEADER_TEXT],
+        ATTRIBUTION_HEADER: measure.attribution.value,
+        MEASURE_HEADER: ascii_header(measure.text)[:MAX_HEADER_TEXT],
+    }
+
+
 _ASCII: Final = str.maketrans({"—": "-", "–": "-", "…": "...", "’": "'", "‘": "'", "“": '"', "”": '"'})
 
 
@@ -425,13 +517,21 @@ def resolver_of(app: web.Application) -> Resolver:
 
 
 __all__: Final = [
+    "ATTRIBUTION_HEADER",
+    "MEASURE_HEADER",
+    "REASON_HEADER",
+    "RESOLUTION_HEADER",
+    "Attribution",
     "Found",
+    "Measure",
     "Mode",
     "Resolution",
     "Resolver",
     "SpanQuery",
+    "answer_headers",
     "clean_span_ids",
     "labels_of",
+    "measure_of",
     "resolver_of",
     "window_of",
 ]

@@ -155,10 +155,14 @@ async def test_child_span_resolves_to_its_local_root(stack: Stack) -> None:
     assert root.name == "GET /checkout" and child.name == "renderCart"
     _, headers, fg = await resolve(stack, child)
     assert headers["X-Profile-Bridge-Resolution"] == "local-root"
-    expected = (f"total — local root GET /checkout (renderCart's CPU is recorded under its local root span "
+    expected = (f"total — shop-frontend CPU of the whole request GET /checkout (its local root), not this span's "
+                f"own — local root GET /checkout (renderCart's CPU is recorded under its local root span "
                 f"{root.span_id})")
     assert root_name(fg) == expected
     assert headers["X-Profile-Bridge-Reason"].startswith("local root GET /checkout (renderCart's CPU")
+    assert headers["X-Profile-Bridge-Attribution"] == "request"
+    assert headers["X-Profile-Bridge-Measure"] == ("shop-frontend CPU of the whole request GET /checkout (its local "
+                                                   "root), not this span's own")
     root_only = stack.pyroscope.select_merge_span_profile(span_request(root)).flamegraph  # type: ignore[attr-defined]
     assert flamegraph.decode(fg).total == root_only.total
     selectors = [list(c.message.span_selector) for c in stack.pyroscope.calls("SelectMergeSpanProfile")]
@@ -184,8 +188,12 @@ async def test_child_span_whose_root_has_no_samples_falls_back_to_the_time_windo
     _, headers, fg = await resolve(stack, child)
     assert headers["X-Profile-Bridge-Resolution"] == "time-window"
     label = root_name(fg)
-    assert label.startswith(f"total — time-window fallback: no samples linked to span {child.span_id}")
+    # the root bar says first what the total is, then why
+    window_s = (-(-child.end_ns // 1_000_000) + 2_000 - (child.start_ns // 1_000_000 - 12_000)) / 1000
+    assert label.startswith(f"total — shop-frontend CPU during the {window_s:.0f} s window around this span (")
+    assert f"UTC), not this span's own — time-window fallback: no samples linked to span {child.span_id}" in label
     assert "renderCart, shop-frontend" in label and "10 s capture windows" in label
+    assert headers["X-Profile-Bridge-Attribution"] == "service"
     [window_call] = stack.pyroscope.calls("SelectMergeStacktraces")
     req: qpb.SelectMergeStacktracesRequest = window_call.message  # type: ignore[assignment]
     assert req.label_selector == '{service_name="shop-frontend"}'
@@ -214,13 +222,16 @@ async def test_io_and_short_spans_fall_back_to_their_services_time_window(stack:
     assert decoded.total == direct.total
 
 
-async def test_span_unknown_to_tempo_answers_an_empty_flame_graph_saying_why(stack: Stack) -> None:
+async def test_span_unknown_to_tempo_answers_a_placeholder_that_grafana_draws_saying_why(stack: Stack) -> None:
+    """A ``none`` answer has no samples, but Grafana's span details draw a flame graph only when it has more than one
+    row: the answer is a one-unit, two-row placeholder whose bars say why (the header says it is not data)."""
     span = shop_span("frontend-io")
     unknown = Span(span.trace_id, "00000000deadbeef", "", "x", 0, "shop-frontend", span.start_ns, span.end_ns)
     _, headers, fg = await resolve(stack, unknown)
     assert headers["X-Profile-Bridge-Resolution"] == "none"
-    assert flamegraph.is_empty(fg)
-    assert root_name(fg).startswith("total — span 00000000deadbeef not found in Tempo")
+    assert len(fg.levels) == 2 and fg.total == 1 and list(fg.levels[1].values) == [0, 1, 1, 1]
+    assert root_name(fg).startswith("total — none: span 00000000deadbeef not found in Tempo")
+    assert fg.names[1].startswith("no samples — span 00000000deadbeef not found in Tempo")
     assert stack.tempo.search_calls  # it was looked for
     q = stack.tempo.search_calls[0].query
     assert q["q"] == '{ span:id = "00000000deadbeef" } | select(span:name, resource.service.name)'

@@ -88,7 +88,8 @@ async def test_resolve_request_scope_lists_parts_and_services(stack: Stack) -> N
     assert code == 0
     assert re.search(r"^scope\s+request$", out, re.M)
     assert re.search(r"^  \+ shop-backend GET /price \[linked\]", out, re.M)
-    assert "per service:" in out and re.search(r"^  shop-backend\s", out, re.M)
+    assert "per service (shares of what is attributed to the request):" in out
+    assert re.search(r"^  shop-backend\s", out, re.M)
     assert "count_primes" in out
 
 

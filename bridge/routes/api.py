@@ -9,7 +9,9 @@
 | ``profile_type`` | a Pyroscope profile type id ``name:sample_type:sample_unit:period_type:period_unit`` | setting |
 | ``max_nodes`` | fold the flame graph to at most this many nodes (json) | none |
 
-Every answer carries ``X-Profile-Bridge-Resolution`` (the mode) and ``X-Profile-Bridge-Reason`` (ASCII). Errors are
+Every answer carries ``X-Profile-Bridge-Resolution`` (the mode), ``X-Profile-Bridge-Reason``,
+``X-Profile-Bridge-Attribution`` (whose cost the total is: ``span``, ``request``, ``service`` or ``nothing``) and
+``X-Profile-Bridge-Measure`` (that in words), all ASCII. Errors are
 ``{"error": {"code", "message"}}`` (the middleware): bad ids or parameters 400, unknown span 404, upstream failures
 503/504.
 """
@@ -28,13 +30,11 @@ from bridge import flamegraph
 from bridge.errors import InvalidArgument
 from bridge.profiletype import ProfileType
 from bridge.request_scope import SCOPES, Answer, Part, Scope, answer
-from bridge.resolve import resolver_of
+from bridge.resolve import REQUEST_MODES, answer_headers, resolver_of
 from bridge.spans import normalise_span_id, normalise_trace_id
 from bridge.upstream.base import CallContext
 
 FORMATS: Final = ("json", "pprof", "collapsed")
-MODE_HEADER: Final = "X-Profile-Bridge-Resolution"
-REASON_HEADER: Final = "X-Profile-Bridge-Reason"
 MAX_NODES_LIMIT: Final = 1_000_000
 
 
@@ -103,6 +103,7 @@ def _part_json(part: Part) -> dict[str, Any]:
         "reason": part.resolution.reason,
         "total": part.value,
         "included": part.included,
+        "attributed": part.included and part.resolution.mode in REQUEST_MODES,
         "note": part.note,
         "answeredBy": list(part.resolution.span_ids),
     }
@@ -112,6 +113,7 @@ def answer_json(ans: Answer) -> dict[str, Any]:
     """The JSON document of an answer. The flame graph is Pyroscope's own encoding in protojson (int64 as strings),
     what Grafana's flame graph and Pyroscope's clients read."""
     res = ans.resolution
+    measure = ans.measure
     doc: dict[str, Any] = {
         "scope": ans.scope,
         "traceId": ans.span.trace_id,
@@ -126,11 +128,17 @@ def answer_json(ans: Answer) -> dict[str, Any]:
         "labelSelector": res.label_selector,
         "answeredBy": list(res.span_ids),
         "total": ans.tree.total,
+        # what ``total`` is: only attribution "span" is this span's own cost (see README, "Reading an answer")
+        "measure": {"attribution": measure.attribution.value, "own": measure.own, "text": measure.text},
+        "attributedTotal": ans.attributed_total,
+        "fallbackTotal": ans.fallback_total,
     }
     if ans.scope == "request":
+        attributed = ans.attributed_total
         doc["services"] = [
-            {"service": s.service, "total": s.value, "spans": s.spans,
-             "share": round(s.value / ans.tree.total, 4) if ans.tree.total else 0.0}
+            {"service": s.service, "frame": s.label, "total": s.value, "spans": s.spans, "attributed": s.attributed,
+             # shares of what the request cost; a fallback part is the whole service's, so it has no share
+             "share": (round(s.value / attributed, 4) if attributed else 0.0) if s.attributed else None}
             for s in ans.services
         ]
         doc["parts"] = [_part_json(p) for p in ans.parts]
@@ -140,7 +148,7 @@ def answer_json(ans: Answer) -> dict[str, Any]:
 
 
 def render(ans: Answer, fmt: str) -> web.Response:
-    headers = {MODE_HEADER: ans.mode.value, REASON_HEADER: ans.resolution.reason_header[:400]}
+    headers = answer_headers(ans.resolution, ans.measure)
     base = f"{ans.span.span_id}-{ans.scope}"
     if fmt == "pprof":
         prof = flamegraph.to_pprof(ans.tree, ans.profile_type, duration_nanos=ans.span.duration_ns,

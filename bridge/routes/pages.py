@@ -319,9 +319,11 @@ def span_context(ans: Answer, params: ProfileParams, settings: Settings, values:
         "profile_type": params.profile_type,
         "default_profile_type": settings.profile_type,
         "query": query,
-        "svg": flame_svg(ans.tree, unit, query, frozenset(s.service or "(unknown service)" for s in ans.services)),
+        "svg": flame_svg(ans.tree, unit, query, frozenset(s.label for s in ans.services)),
         "total": format_value(ans.tree.total, unit),
-        "services": [(s.service, format_value(s.value, unit), share(s.value, ans.tree.total), s.spans)
+        "measure": ans.measure,
+        "services": [(s.label, format_value(s.value, unit),
+                      share(s.value, ans.attributed_total) if s.attributed else "not counted: fallback", s.spans)
                      for s in ans.services],
         "parts": [(p, format_value(p.value, unit)) for p in ans.parts],
         "tree": rows,

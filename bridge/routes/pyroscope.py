@@ -3,7 +3,8 @@
 Proxy mode: everything under the mount is streamed to ``settings.pyroscope_url`` untouched, except span-profile
 queries — ``SelectMergeSpanProfile``, and ``SelectMergeStacktraces`` carrying a ``span_selector`` — which the
 resolver answers (linked → local-root → time-window → none) in the request's codec, gzipped when accepted, with
-``X-Profile-Bridge-Resolution`` and ``X-Profile-Bridge-Reason`` headers.
+``X-Profile-Bridge-Resolution``, ``X-Profile-Bridge-Reason``, ``X-Profile-Bridge-Attribution`` and
+``X-Profile-Bridge-Measure`` headers.
 
 Standalone mode: the querier RPCs are answered from the embedded store (``extras["pyroscope_local"]``), span
 queries through the same resolver; anything else is ``unimplemented``.
@@ -20,6 +21,7 @@ from aiohttp import web
 from google.protobuf.message import Message
 
 from bridge import app as appmod
+from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
 from bridge.connect import (
     Codec,
@@ -32,14 +34,12 @@ from bridge.connect import (
 )
 from bridge.errors import InvalidArgument, Unimplemented
 from bridge.middleware import ROUTE_LABEL
-from bridge.resolve import Resolution, SpanQuery, clean_span_ids, resolver_of
+from bridge.resolve import Mode, Resolution, SpanQuery, answer_headers, clean_span_ids, measure_of, resolver_of
 from bridge.upstream.base import CallContext
 from bridge.upstream.proxy import read_body, stream_through, target_url
 
 MOUNT: Final = "/pyroscope"
 SERVICE: Final = "querier.v1.QuerierService/"
-RESOLUTION_HEADER: Final = "X-Profile-Bridge-Resolution"
-REASON_HEADER: Final = "X-Profile-Bridge-Reason"
 SPAN_RPCS: Final[dict[str, tuple[type[Message], type[Message]]]] = {
     "SelectMergeSpanProfile": (qpb.SelectMergeSpanProfileRequest, qpb.SelectMergeSpanProfileResponse),
     "SelectMergeStacktraces": (qpb.SelectMergeStacktracesRequest, qpb.SelectMergeStacktracesResponse),
@@ -89,10 +89,29 @@ def clean_selector_of(msg: Message) -> Message | None:
     return out
 
 
-def answer_of(method: str, resolution: Resolution) -> Message:
+def grafana_flamegraph(resolution: Resolution, profile_type: str) -> qpb.FlameGraph:
+    """The flame graph Grafana gets; its root bar is all Grafana shows of how it was found.
+
+    - A fallback (``local-root``, ``time-window``) says first what its total is — e.g. "shop-frontend CPU during the
+      19 s window around this span, not this span's own" — then why.
+    - A ``none`` answer would be one row, which span details do not draw at all: it becomes a one-unit placeholder of
+      two rows whose bars say why there is nothing (the ``X-Profile-Bridge-Resolution: none`` header and the root's
+      label say it is not data)."""
+    if resolution.mode is Mode.NONE:
+        return flamegraph.placeholder(flamegraph.root_label(f"none: {resolution.reason}"),
+                                      f"no samples — {resolution.reason}")
+    if resolution.mode is Mode.LINKED:
+        return resolution.flamegraph
+    measure = measure_of(resolution, profile_type)
+    return flamegraph.relabel_root(resolution.flamegraph,
+                                   flamegraph.root_label(f"{measure.text} — {resolution.reason}"))
+
+
+def answer_of(method: str, resolution: Resolution, profile_type: str) -> Message:
+    fg = grafana_flamegraph(resolution, profile_type)
     if method == "SelectMergeSpanProfile":
-        return qpb.SelectMergeSpanProfileResponse(flamegraph=resolution.flamegraph)
-    return qpb.SelectMergeStacktracesResponse(flamegraph=resolution.flamegraph)
+        return qpb.SelectMergeSpanProfileResponse(flamegraph=fg)
+    return qpb.SelectMergeStacktracesResponse(flamegraph=fg)
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
@@ -142,9 +161,9 @@ def _is_connect(request: web.Request) -> bool:
 async def _resolve(request: web.Request, method: str, query: SpanQuery, codec: Codec,
                    ctx: CallContext) -> web.Response:
     resolution = await resolver_of(request.app).resolve(query, ctx)
-    body, headers = encode_response(answer_of(method, resolution), codec, request.headers.get("Accept-Encoding"))
-    headers[RESOLUTION_HEADER] = resolution.mode.value
-    headers[REASON_HEADER] = resolution.reason_header
+    answer = answer_of(method, resolution, query.profile_type)
+    body, headers = encode_response(answer, codec, request.headers.get("Accept-Encoding"))
+    headers.update(answer_headers(resolution, measure_of(resolution, query.profile_type)))
     return web.Response(body=body, headers=headers)
 
 
