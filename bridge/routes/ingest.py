@@ -7,8 +7,10 @@
   ``pyroscope-io`` sends. Errors are Connect errors.
 - ``POST /ingest``: Pyroscope's legacy HTTP ingest, ``name=app[.type]{k=v}&from&until&format=pprof|folded|lines&
   sampleRate&spyName``; pprof as the Go SDK sends it (multipart/form-data with a ``profile`` part, optional
-  ``sample_type_config``) or as a raw body; folded text lines ``a;b;c 12``; ``lines``, one sample per line. 200
-  with an empty body, or 4xx with a message.
+  ``sample_type_config``) or as a raw body (``@pyroscope/nodejs``); folded text lines ``a;b;c 12``; ``lines``, one
+  sample per line. 200 with an empty body, or 4xx with a message. Named and stamped as Pyroscope does
+  (``docs/contracts/pyroscope-ingest.md``), except that the store keeps each profile at the true start of its
+  capture window; ``spyName`` becomes the ``pyroscope_spy`` label.
 
 Each request is decoded whole before anything is written, then written in one transaction and acknowledged only
 after it has committed: a malformed body stores nothing.
@@ -182,9 +184,14 @@ async def _read_part(part: BodyPartReader, budget: int) -> bytes:
     return part.decode(b"".join(chunks))
 
 
-async def _multipart_profile(request: web.Request, max_bytes: int) -> tuple[bytes, set[str] | None]:
+async def _multipart_profile(
+    request: web.Request, max_bytes: int
+) -> tuple[bytes, set[str] | None, dict[str, str] | None]:
+    """The ``profile`` part, and from ``sample_type_config`` (when sent) the sample types to keep and their display
+    names (Pyroscope names the profile by them)."""
     profile: bytes | None = None
     only_types: set[str] | None = None
+    display_names: dict[str, str] | None = None
     if request.content_length is not None and request.content_length > max_bytes:
         raise ResourceExhausted(f"request body of {request.content_length} bytes is over the limit of {max_bytes}")
     try:
@@ -208,12 +215,14 @@ async def _multipart_profile(request: web.Request, max_bytes: int) -> tuple[byte
                 config = json.loads(bytes(data) or b"{}")
             except ValueError as exc:
                 raise InvalidArgument(f"sample_type_config is not JSON ({exc})") from exc
-            if not isinstance(config, dict):
-                raise InvalidArgument("sample_type_config must be a JSON object keyed by sample type")
+            if not isinstance(config, dict) or not all(isinstance(v, dict) for v in config.values()):
+                raise InvalidArgument("sample_type_config must be a JSON object keyed by sample type, each value an "
+                                      'object such as {"display-name": "cpu", "units": "samples"}')
             only_types = set(config)
+            display_names = {k: str(v.get("display-name") or "") for k, v in config.items()}
     if profile is None:
         raise InvalidArgument("multipart body has no 'profile' part")
-    return profile, only_types
+    return profile, only_types, display_names
 
 
 async def ingest(request: web.Request) -> web.Response:
@@ -236,7 +245,9 @@ async def _decode_ingest(request: web.Request) -> list[model.ProfileRecord]:
     name = model.parse_legacy_name(name_param)
     from_s = _opt_int(request, "from")
     until_s = _opt_int(request, "until")
-    sample_rate = _opt_int(request, "sampleRate") or 100
+    rate = _opt_int(request, "sampleRate")
+    sample_rate = 100 if rate is None else rate  # Pyroscope's default; an explicit 0 keeps counts as samples
+    spy = request.query.get("spyName", "").strip()
     multipart = request.content_type.startswith("multipart/")
     fmt = request.query.get("format", "").strip().lower() or ("pprof" if multipart else "folded")
     if fmt not in INGEST_FORMATS:
@@ -247,21 +258,21 @@ async def _decode_ingest(request: web.Request) -> list[model.ProfileRecord]:
     if multipart:
         if fmt != "pprof":
             raise InvalidArgument("a multipart body must carry a pprof profile (format=pprof)")
-        profile, only_types = await _multipart_profile(request, settings.max_body_bytes)
+        profile, only_types, display_names = await _multipart_profile(request, settings.max_body_bytes)
         return await off_loop(len(profile), functools.partial(
             model.records_from_legacy_pprof, profile, name, from_s=from_s, until_s=until_s, now_ns=now,
-            only_types=only_types,
+            only_types=only_types, display_names=display_names, spy=spy,
         ))
     body = await _body(request, settings.max_body_bytes)
     if not body:
         raise InvalidArgument("request body is empty")
     if fmt == "pprof":
         return await off_loop(len(body), functools.partial(
-            model.records_from_legacy_pprof, body, name, from_s=from_s, until_s=until_s, now_ns=now
+            model.records_from_legacy_pprof, body, name, from_s=from_s, until_s=until_s, now_ns=now, spy=spy,
         ))
     return await off_loop(len(body), functools.partial(
         model.records_from_folded, body, name, from_s=from_s, until_s=until_s, sample_rate=sample_rate, now_ns=now,
-        lines=fmt == "lines",
+        lines=fmt == "lines", spy=spy,
     ))
 
 

@@ -5,6 +5,11 @@ single row is written, so a bad request stores nothing.
 Series labels follow Pyroscope: the pushed labels, plus each sample's string labels except ``span_id`` /
 ``trace_id`` (legacy ``profile_id`` is read as ``span_id``), plus the profile type as ``__name__``,
 ``__profile_type__``, ``__type__``, ``__unit__``, ``__period_type__`` and ``__period_unit__``.
+
+``__name__`` and the stored time of what SDKs upload follow Pyroscope's ingest rules, written down with their
+sources in ``docs/contracts/pyroscope-ingest.md``: ``pprof_profile_name`` (/ingest pprof), ``folded_profile_type``
+(/ingest folded and lines), ``otlp_profile_type`` (OTLP profiles); Push carries its own ``__name__``. The store keeps
+every profile at the START of its capture window: ``upload_window`` undoes the end stamp of ``@pyroscope/nodejs``.
 """
 
 from __future__ import annotations
@@ -174,32 +179,157 @@ def records_from_push(req: push_pb2.PushRequest, *, now_ns: int) -> list[Profile
     return out
 
 
-# legacy /ingest: the profile name suffix Pyroscope's SDKs append, and the pprof sample type → __name__ mapping
-LEGACY_SUFFIXES: Final = {
-    "cpu": ProfileType("process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds"),
-    "itimer": ProfileType("process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds"),
-    "wall": ProfileType("wall", "wall", "nanoseconds", "wall", "nanoseconds"),
-    "alloc_objects": ProfileType("memory", "alloc_objects", "count", "space", "bytes"),
-    "alloc_space": ProfileType("memory", "alloc_space", "bytes", "space", "bytes"),
-    "inuse_objects": ProfileType("memory", "inuse_objects", "count", "space", "bytes"),
-    "inuse_space": ProfileType("memory", "inuse_space", "bytes", "space", "bytes"),
-    "goroutines": ProfileType("goroutine", "goroutine", "count", "goroutine", "count"),
-    "mutex_count": ProfileType("mutex", "contentions", "count", "contentions", "count"),
-    "mutex_duration": ProfileType("mutex", "delay", "nanoseconds", "contentions", "count"),
-    "block_count": ProfileType("block", "contentions", "count", "contentions", "count"),
-    "block_duration": ProfileType("block", "delay", "nanoseconds", "contentions", "count"),
+# --------------------------------------------------------------------------------------------- Pyroscope's naming
+# How Pyroscope names and stamps what SDKs upload (docs/contracts/pyroscope-ingest.md has the rules with their
+# sources). Pure decisions, one per upload shape; the decoders below apply them.
+
+SPY_LABEL: Final = "pyroscope_spy"
+UNKNOWN_SPY: Final = "unknown"  # what Pyroscope records when an /ingest upload names no spyName
+
+# pkg/og/storage/tree DefaultSampleTypeMapping: the display names Pyroscope reads a pprof's sample types by, unless
+# the upload brings its own sample_type_config (which then replaces this table entirely)
+DEFAULT_DISPLAY_NAMES: Final[Mapping[str, str]] = {
+    "samples": "cpu",
+    "goroutine": "goroutines",
+    "contentions": "mutex_count",
+    "delay": "mutex_duration",
 }
-PPROF_NAMES: Final = {
-    "samples": "process_cpu",
-    "cpu": "process_cpu",
-    "wall": "wall",
-    "alloc_objects": "memory",
-    "alloc_space": "memory",
-    "inuse_objects": "memory",
-    "inuse_space": "memory",
-    "goroutine": "goroutine",
-    "goroutines": "goroutine",
+
+
+def pprof_profile_name(types: Iterable[str], display_names: Mapping[str, str] | None = None) -> str:
+    """``__name__`` of every series of one pprof uploaded to ``/ingest`` (raw or multipart): ``wall`` when any sample
+    type is ``wall``; else, sample types in order, by display name, the first that says ``cpu`` → ``process_cpu``,
+    ``alloc_``/``inuse_``/``space``/``objects`` → ``memory``, ``mutex_`` → ``mutex``, ``block_`` → ``block``,
+    ``goroutines`` → ``goroutines``; else the last sample type's display name (Pyroscope's ``metricName``)."""
+    kinds = list(types)
+    if "wall" in kinds:
+        return "wall"
+    names = DEFAULT_DISPLAY_NAMES if display_names is None else display_names
+    shown = ""
+    for kind in kinds:
+        shown = names.get(kind) or kind
+        if "cpu" in shown:
+            return "process_cpu"
+        if "alloc_" in shown or "inuse_" in shown or shown in ("space", "objects"):
+            return "memory"
+        if "mutex_" in shown:
+            return "mutex"
+        if "block_" in shown:
+            return "block"
+        if "goroutines" in shown:
+            return "goroutines"
+    return shown
+
+
+# pkg/ingester/pyroscope convertMetadata: folded / lines uploads name their type by the application name's suffix
+# (``app.cpu``; no suffix means cpu) → (__name__, sample type, sample unit) before the sample-rate conversion
+FOLDED_TYPES: Final[Mapping[str, tuple[str, str, str]]] = {
+    "cpu": ("process_cpu", "samples", "count"),
+    "itimer": ("process_cpu", "samples", "count"),
+    "wall": ("wall", "samples", "count"),
+    "inuse_objects": ("memory", "inuse_objects", "count"),
+    "inuse_space": ("memory", "inuse_space", "bytes"),
+    "alloc_objects": ("memory", "alloc_objects", "count"),
+    "alloc_space": ("memory", "alloc_space", "bytes"),
+    "goroutines": ("goroutine", "goroutines", "count"),
+    "mutex_count": ("mutex", "contentions", "count"),
+    "mutex_duration": ("mutex", "delay", "nanoseconds"),
+    "block_count": ("block", "contentions", "count"),
+    "block_duration": ("block", "delay", "nanoseconds"),
+    "alloc_in_new_tlab_objects": ("memory", "alloc_in_new_tlab_objects", "count"),
+    "alloc_in_new_tlab_bytes": ("memory", "alloc_in_new_tlab_bytes", "bytes"),
+    "alloc_outside_tlab_objects": ("memory", "alloc_outside_tlab_objects", "count"),
+    "alloc_outside_tlab_bytes": ("memory", "alloc_outside_tlab_bytes", "bytes"),
+    "lock_count": ("block", "contentions", "count"),
+    "lock_duration": ("block", "delay", "nanoseconds"),
+    "live": ("memory", "live", "count"),
+    "exceptions": ("exceptions", "samples", "count"),
+    "seconds": ("wall", "samples", "count"),
+    "nanoseconds": ("wall", "samples", "count"),
+    "microseconds": ("wall", "samples", "count"),
+    "milliseconds": ("wall", "samples", "count"),
+    "bytes": ("memory", "samples", "bytes"),
 }
+
+
+def folded_profile_type(suffix: str, sample_rate: int) -> tuple[ProfileType, int]:
+    """(profile type, factor each count is multiplied by) of a folded / lines upload. With a sample rate, CPU and
+    wall counts become nanoseconds (``1e9 // sampleRate`` each) under the period ``cpu:nanoseconds``."""
+    name, s_type, s_unit = FOLDED_TYPES[suffix or "cpu"]
+    if sample_rate > 0 and name in ("process_cpu", "wall"):
+        kind = "wall" if name == "wall" else "cpu"
+        return ProfileType(name, kind, "nanoseconds", "cpu", "nanoseconds"), 1_000_000_000 // sample_rate
+    return ProfileType(name, s_type, s_unit, "", ""), 1
+
+
+# OTLP profiles (pkg/ingester/otlp convert.go, v2.x): "samples:count" with period "cpu:nanoseconds" is CPU (values ×
+# period → cpu:nanoseconds); a lone "off_cpu"/"events" nanoseconds type without period is off-CPU; the rest is named
+# process_cpu ("guess"), keeping its own sample type
+OTLP_OFF_CPU: Final = ("off_cpu", "events")
+
+
+def otlp_profile_type(s_type: str, s_unit: str, p_type: str, p_unit: str, period: int) -> tuple[ProfileType, int]:
+    """(profile type, factor each value is multiplied by) of one OTLP profile. Pyroscope decides by
+    ``type:unit:period type:period unit`` with the period part left empty when ``period`` is 0, but the stored
+    profile keeps its period type either way."""
+    decided = (s_type, s_unit) + ((p_type, p_unit) if period else ("", ""))
+    if decided == ("samples", "count", "cpu", "nanoseconds"):
+        return ProfileType("process_cpu", "cpu", "nanoseconds", p_type, p_unit), period
+    if s_type in OTLP_OFF_CPU and s_unit == "nanoseconds" and decided[2:] == ("", ""):
+        return ProfileType("off_cpu", s_type, s_unit, p_type, p_unit), 1
+    return ProfileType("process_cpu", s_type or "unknown", s_unit or "unknown", p_type, p_unit), 1
+
+
+# --------------------------------------------------------------------------------------------- capture windows
+
+NANOS: Final = 1_000_000_000
+# from/until are whole seconds (rounded down); the pprof stamp is taken a moment after the window closes
+STAMP_SLACK_NS: Final = (-250_000_000, 1_250_000_000)
+EPOCH_1971_NS: Final = 365 * 86_400 * NANOS  # Pyroscope replaces a pprof time in 1970 (or zero) by the upload's from
+
+
+def epoch_to_ns(value: int) -> int:
+    """An /ingest ``from``/``until`` in seconds, milliseconds, microseconds or nanoseconds (told apart by size, as
+    Pyroscope's attime does) → nanoseconds."""
+    magnitude = abs(value)
+    if magnitude >= 10**17:
+        return value
+    if magnitude >= 10**14:
+        return value * 1_000
+    if magnitude >= 10**11:
+        return value * 1_000_000
+    return value * NANOS
+
+
+def _near(value: int, anchor: int) -> bool:
+    return STAMP_SLACK_NS[0] <= value - anchor <= STAMP_SLACK_NS[1]
+
+
+def upload_window(
+    time_ns: int, duration_ns: int, from_ns: int | None, until_ns: int | None, now_ns: int
+) -> tuple[int, int]:
+    """The true capture window ``(start, duration)`` of an /ingest pprof upload. SDKs disagree on the pprof stamp:
+    pyroscope-io and the Go SDK stamp the window's start, ``@datadog/pprof`` (inside ``@pyroscope/nodejs``) its end;
+    ``from``/``until`` say which: a stamp at ``until`` whose ``time − duration`` is ``from`` is an end stamp. Without
+    a usable stamp the window is ``[from, until]``; with neither, the upload is stamped on arrival (as Pyroscope
+    does)."""
+    until_ok = until_ns is not None and from_ns is not None and until_ns >= from_ns
+    stamped = time_ns >= EPOCH_1971_NS
+    if stamped and from_ns is not None:
+        if duration_ns > 0 and _near(time_ns - duration_ns, from_ns) and (
+            not until_ok or _near(time_ns, until_ns or 0)
+        ):
+            return time_ns - duration_ns, duration_ns
+        if _near(time_ns, from_ns):
+            return time_ns, duration_ns or ((until_ns or from_ns) - from_ns if until_ok else 0)
+    if from_ns is not None:
+        return from_ns, (until_ns or from_ns) - from_ns if until_ok else duration_ns
+    if stamped:
+        return time_ns, duration_ns
+    return now_ns, duration_ns
+
+
+# --------------------------------------------------------------------------------------------- legacy /ingest
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +351,7 @@ def parse_legacy_name(text: str) -> LegacyName:
     app = match.group("app").strip()
     suffix = ""
     head, dot, tail = app.rpartition(".")
-    if dot and tail in LEGACY_SUFFIXES:
+    if dot and tail in FOLDED_TYPES:
         app, suffix = head, tail
     if not app:
         raise InvalidArgument(f"name {text!r} has an empty application name")
@@ -238,44 +368,42 @@ def parse_legacy_name(text: str) -> LegacyName:
     return LegacyName(app, suffix, tuple(sorted(labels.items())))
 
 
+def _legacy_base(name: LegacyName, spy: str) -> dict[str, str]:
+    base = {SERVICE_LABEL: name.service, **{k: v for k, v in name.labels if not k.startswith("__")}}
+    base[SPY_LABEL] = spy or UNKNOWN_SPY
+    return base
+
+
 def records_from_legacy_pprof(
     raw: bytes, name: LegacyName, *, from_s: int | None, until_s: int | None, now_ns: int,
-    only_types: set[str] | None = None,
+    only_types: set[str] | None = None, display_names: Mapping[str, str] | None = None, spy: str = "",
 ) -> list[ProfileRecord]:
+    """A pprof uploaded to ``/ingest``: named by ``pprof_profile_name`` (every sample type gets the same
+    ``__name__``), stored at its true capture window (``upload_window``)."""
     profile = decode_pprof(raw)
-    if not profile.time_nanos and from_s:
-        profile.time_nanos = from_s * 1_000_000_000
-    if not profile.duration_nanos and from_s and until_s and until_s > from_s:
-        profile.duration_nanos = (until_s - from_s) * 1_000_000_000
-    base = {SERVICE_LABEL: name.service, **dict(name.labels)}
-    hint = LEGACY_SUFFIXES.get(name.suffix)
-    names = dict(PPROF_NAMES)
-    if hint is not None:
-        for s_type, _ in sample_types(profile):
-            names.setdefault(s_type, hint.name)
-        if hint.name in ("mutex", "block"):
-            names.update({"contentions": hint.name, "delay": hint.name})
-    for s_type, _ in sample_types(profile):
-        names.setdefault(s_type, s_type)
-    return records_from_pprof(profile, base, now_ns=now_ns, name_for=names, only_types=only_types)
+    from_ns = epoch_to_ns(from_s) if from_s else None
+    until_ns = epoch_to_ns(until_s) if until_s else None
+    start, duration = upload_window(profile.time_nanos, profile.duration_nanos, from_ns, until_ns, now_ns)
+    profile.time_nanos, profile.duration_nanos = start, duration
+    kinds = [s_type for s_type, _ in sample_types(profile)]
+    base = _legacy_base(name, spy)
+    base[NAME_LABEL] = pprof_profile_name(kinds, display_names)
+    return records_from_pprof(profile, base, now_ns=now_ns, only_types=only_types)
 
 
 def records_from_folded(
     text: bytes, name: LegacyName, *, from_s: int | None, until_s: int | None, sample_rate: int, now_ns: int,
-    lines: bool = False,
+    lines: bool = False, spy: str = "",
 ) -> list[ProfileRecord]:
-    """Collapsed stacks (``a;b;c 12`` per line), or with ``lines`` one sample per line (``a;b;c``). CPU-like types
-    are stored in nanoseconds: a sample is worth ``1e9 / sampleRate`` ns."""
+    """Collapsed stacks (``a;b;c 12`` per line), or with ``lines`` one sample per line (``a;b;c``), typed by the
+    name's suffix (``folded_profile_type``): with a sample rate, CPU and wall counts are stored in nanoseconds."""
     try:
         body = text.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidArgument(f"folded profile is not UTF-8 text ({exc})") from exc
-    ptype = LEGACY_SUFFIXES.get(name.suffix or "cpu", LEGACY_SUFFIXES["cpu"])
-    scale = 1
-    if ptype.sample_unit == "nanoseconds" and ptype.name in ("process_cpu", "wall"):
-        if sample_rate <= 0:
-            raise InvalidArgument(f"sampleRate {sample_rate} must be positive")
-        scale = max(1, round(1_000_000_000 / sample_rate))
+    if sample_rate < 0:
+        raise InvalidArgument(f"sampleRate {sample_rate} must not be negative")
+    ptype, scale = folded_profile_type(name.suffix, sample_rate)
     samples: list[tuple[tuple[str, ...], int, Mapping[str, str]]] = []
     for number, line in enumerate(body.splitlines(), 1):
         line = line.strip()
@@ -293,14 +421,11 @@ def records_from_folded(
         samples.append((tuple(stack.strip().split(";")), value * scale, {}))
     if not samples:
         raise InvalidArgument("folded profile holds no stacks")
-    time_ns = from_s * 1_000_000_000 if from_s else now_ns
-    duration = (until_s - from_s) * 1_000_000_000 if from_s and until_s and until_s > from_s else 0
-    base = {SERVICE_LABEL: name.service, **dict(name.labels)}
-    return records_from_samples(base, ptype, time_ns, duration, samples)
-
-
-def _otlp_name(sample_type: str) -> str:
-    return PPROF_NAMES.get(sample_type, sample_type or "unknown")
+    from_ns = epoch_to_ns(from_s) if from_s else None
+    until_ns = epoch_to_ns(until_s) if until_s else None
+    time_ns = from_ns if from_ns is not None else now_ns
+    duration = until_ns - from_ns if from_ns is not None and until_ns is not None and until_ns > from_ns else 0
+    return records_from_samples(_legacy_base(name, spy), ptype, time_ns, duration, samples)
 
 
 def records_from_otlp_profiles(
@@ -364,7 +489,7 @@ def records_from_otlp_profiles(
                 s_unit = string(prof.sample_type.unit_strindex, "sample unit")
                 p_type = string(prof.period_type.type_strindex, "period type")
                 p_unit = string(prof.period_type.unit_strindex, "period unit")
-                ptype = ProfileType(_otlp_name(s_type), s_type or "unknown", s_unit or "unknown", p_type, p_unit)
+                ptype, factor = otlp_profile_type(s_type, s_unit, p_type, p_unit, prof.period)
                 samples: list[tuple[tuple[str, ...], int, Mapping[str, str]]] = []
                 for sample in prof.samples:
                     labels: dict[str, str] = {}
@@ -378,7 +503,7 @@ def records_from_otlp_profiles(
                         trace_id = link.trace_id.hex() if len(link.trace_id) == 16 else ""
                         labels[SPAN_ID_LABEL] = span_id
                         labels[TRACE_ID_LABEL] = trace_id
-                    value = sum(sample.values) if sample.values else len(sample.timestamps_unix_nano)
+                    value = (sum(sample.values) if sample.values else len(sample.timestamps_unix_nano)) * factor
                     samples.append((stack_of(sample.stack_index), value, labels))
                 out.extend(
                     records_from_samples(resource, ptype, prof.time_unix_nano or now_ns, prof.duration_nano, samples)
