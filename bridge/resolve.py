@@ -5,14 +5,18 @@
   child span's CPU under the local root's id. The span's tree comes from the span cache (filled by the Tempo mount)
   or, on a miss, from Tempo (search for the span, then the trace by ID).
 - ``time-window``: nothing linked to either: the span's service (labels mapped from its resource attributes via
-  ``settings.label_map``) during the span, widened by a whole capture window (a profile is stamped with the start
-  of its capture window) and the clock skew.
+  ``settings.label_map``) during the span: every capture window that overlaps the span and no neighbouring one,
+  found from the stamps of the service's profiles (``SelectSeries``) under its stamp convention (start for most
+  SDKs, end for ``@pyroscope/nodejs``, from ``pyroscope_spy``; always start in the store). When the asked profile
+  type holds nothing for the service, a type it uploads with the same sample type and unit answers (Node's CPU is
+  ``wall:cpu:nanoseconds:wall:nanoseconds``), and the reason says so.
 - ``none``: the span is unknown, or nothing in the window either: an empty flame graph whose root says why.
 
 Every non-linked answer is relabelled on the root bar (``total — <reason>``) so Grafana shows how it was found.
 
 The decisions are pure functions (``clean_span_ids``, ``parse_selector``, ``merge_selector``, ``window_of``,
-``labels_of``, the ``*_reason`` texts); ``Resolver.resolve`` is the one coroutine that does I/O.
+``labels_of``, ``stamp_of``, ``cpu_equivalents``, ``stamp_window``, the ``*_reason`` texts); ``Resolver.resolve``
+is the one coroutine that does I/O.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import enum
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
@@ -35,6 +39,7 @@ from bridge._proto import querier_pb2
 from bridge.config import Settings
 from bridge.errors import InvalidArgument, UpstreamTimeout
 from bridge.metrics import Metrics
+from bridge.profiletype import PROFILE_TYPE_LABEL, BadProfileType, ProfileType
 from bridge.selector import merge_selector
 from bridge.spancache import SpanCache
 from bridge.spans import SERVICE_NAME, SearchHit, Span, Trace, normalise_span_id
@@ -46,6 +51,11 @@ GRAFANA_UNRESOLVED_HINT: Final = '${__span.tags["pyroscope.profile.id"]}'
 LOOKUP_CACHE: Final = "span_lookups"
 # when a caller gives no time range, search this far back (Tempo allows up to 168 h per search)
 DEFAULT_SEARCH_SPAN_S: Final = 24 * 3600
+# the time-window step reads profile stamps this far around a span (at least four configured capture windows)
+LOOKAROUND_MS: Final = 300_000
+TYPES_BUCKET_MS: Final = 900_000
+TYPES_CACHE_SIZE: Final = 4096
+TYPES_CACHE_TTL_S: Final = 300.0
 
 
 class Mode(enum.StrEnum):
@@ -135,6 +145,137 @@ def window_of(span: Span, capture_window: float, clock_skew: float) -> tuple[int
     start_ms = span.start_ns // 1_000_000 - int(round((capture_window + clock_skew) * 1000))
     end_ms = -(-span.end_ns // 1_000_000) + int(round(clock_skew * 1000))
     return max(0, start_ms), end_ms
+
+
+class Stamp(enum.StrEnum):
+    """Where a service's profiles carry their one timestamp within their capture window."""
+
+    START = "start"  # pyroscope-io, the Go SDK, OTLP, Push, the bridge's own store
+    END = "end"  # @pyroscope/nodejs (@datadog/pprof stamps a profile when it serialises it)
+    EITHER = "either"  # not known: look on both sides
+
+
+SPY_LABEL: Final = "pyroscope_spy"
+# pyroscope_spy (the /ingest spyName) → where that SDK stamps its profiles (docs/contracts/pyroscope-ingest.md)
+SPY_STAMPS: Final[Mapping[str, Stamp]] = {
+    "nodespy": Stamp.END,
+    "gospy": Stamp.START,
+    "pyspy": Stamp.START,
+    "rbspy": Stamp.START,
+    "phpspy": Stamp.START,
+    "dotnetspy": Stamp.START,
+    "javaspy": Stamp.START,
+    "grafana-agent.java": Stamp.START,
+    "pyroscope-rs": Stamp.START,
+    "ebpfspy": Stamp.START,
+}
+STAMP_WORDS: Final[Mapping[Stamp, str]] = {
+    Stamp.START: "at the start of their capture windows",
+    Stamp.END: "at the end of their capture windows",
+    Stamp.EITHER: "at the start or the end of their capture windows",
+}
+STEP_MS: Final = 1000  # resolution of the profile stamps the time-window step reads (SelectSeries step)
+
+
+def stamp_of(spies: Iterable[str]) -> Stamp:
+    """Where a service's profiles are stamped, from its ``pyroscope_spy`` values. No value at all (Push, OTLP)
+    means start; an unknown spy, or spies that disagree, mean either."""
+    stamps = {SPY_STAMPS.get(spy, Stamp.EITHER) for spy in spies if spy}
+    if not stamps:
+        return Stamp.START
+    return stamps.pop() if len(stamps) == 1 else Stamp.EITHER
+
+
+def cpu_equivalents(asked: str, available: Iterable[str]) -> tuple[str, ...]:
+    """The profile types to answer ``asked`` from, best first: ``asked`` itself when the service has it, then every
+    type it has with the same sample type and unit (``wall:cpu:nanoseconds:wall:nanoseconds`` holds the same CPU
+    nanoseconds as ``process_cpu:cpu:nanoseconds:cpu:nanoseconds``) — same name first, then same period, then by
+    id. Nothing known about the service → just ``asked``."""
+    have = set(available)
+    if not have:
+        return (asked,)
+    try:
+        want = ProfileType.parse(asked)
+    except BadProfileType:
+        return (asked,)
+    ranked: list[tuple[int, int, str]] = []
+    for type_id in have - {asked}:
+        try:
+            other = ProfileType.parse(type_id)
+        except BadProfileType:
+            continue
+        if (other.sample_type, other.sample_unit) != (want.sample_type, want.sample_unit):
+            continue
+        same_period = (other.period_type, other.period_unit) == (want.period_type, want.period_unit)
+        ranked.append((other.name != want.name, not same_period, type_id))
+    head = (asked,) if asked in have or not ranked else ()
+    return head + tuple(type_id for *_, type_id in sorted(ranked))
+
+
+def typical_window_ms(stamps_ms: Sequence[int], fallback_ms: int) -> int:
+    """A service's capture window length, from the spacing of its profile stamps (the median gap); one stamp or
+    none → ``fallback_ms`` (the configured capture window)."""
+    gaps = sorted(b - a for a, b in zip(stamps_ms, stamps_ms[1:], strict=False) if b > a)
+    return gaps[len(gaps) // 2] if gaps else fallback_ms
+
+
+def overlapping_stamps(
+    span_ms: tuple[int, int], stamps_ms: Sequence[int], stamp: Stamp, length_ms: int, skew_ms: int,
+    step_ms: int = STEP_MS,
+) -> list[int]:
+    """The stamps (step starts, sorted) of the capture windows that overlap the span. A start stamp ``t`` covers
+    ``[t, t + len]``, an end stamp ``[t − len, t]``, ``len`` being the gap to the neighbouring stamp but at most
+    ``length_ms``; a stamp is known to ``step_ms``."""
+    start, end = span_ms[0] - skew_ms, span_ms[1] + skew_ms
+    out: list[int] = []
+    for i, t in enumerate(stamps_ms):
+        hit = False
+        if stamp in (Stamp.START, Stamp.EITHER):
+            after = stamps_ms[i + 1] - t if i + 1 < len(stamps_ms) else length_ms
+            hit = t <= end and t + step_ms + min(after, length_ms) >= start
+        if stamp in (Stamp.END, Stamp.EITHER) and not hit:
+            before = t - stamps_ms[i - 1] if i > 0 else length_ms
+            hit = t + step_ms >= start and t - min(before, length_ms) <= end
+        if hit:
+            out.append(t)
+    return out
+
+
+def stamp_window(
+    span_ms: tuple[int, int], stamps_ms: Sequence[int], stamp: Stamp, length_ms: int, skew_ms: int,
+    step_ms: int = STEP_MS,
+) -> tuple[int, int] | None:
+    """The query range ``[start, end]`` (ms, inclusive, as Pyroscope selects by stamp) that takes every capture window
+    overlapping the span and no neighbouring one: from the first overlapping stamp to the last, widened by the
+    skew but never onto the stamp before or after. None when no window overlaps."""
+    hits = overlapping_stamps(span_ms, stamps_ms, stamp, length_ms, skew_ms, step_ms)
+    if not hits:
+        return None
+    first, last = hits[0], hits[-1]
+    pad = skew_ms + step_ms
+    before = [t for t in stamps_ms if t < first]
+    after = [t for t in stamps_ms if t > last]
+    lo = max(first - pad, before[-1] + step_ms if before else first - pad)
+    hi = min(last + step_ms + pad, after[0] - 1 if after else last + step_ms + pad)
+    return max(0, min(lo, first)), max(hi, last + step_ms - 1)
+
+
+def stamp_free_window(span: Span, stamp: Stamp, capture_window: float, clock_skew: float) -> tuple[int, int]:
+    """With no stamps to go by: ``window_of`` for start stamps, its mirror image for end stamps, both for either."""
+    start_ms, end_ms = window_of(span, capture_window, clock_skew)
+    if stamp is Stamp.START:
+        return start_ms, end_ms
+    widen = int(round(capture_window * 1000))
+    return (start_ms + widen if stamp is Stamp.END else start_ms), end_ms + widen
+
+
+def answered_from_text(type_id: str, service: str) -> str:
+    return f"answered from {type_id}, the CPU type {service or 'the service'} uploads"
+
+
+def stamped_text(stamp: Stamp, spies: Iterable[str]) -> str:
+    named = ", ".join(sorted(s for s in spies if s))
+    return f"{named or 'its SDK'} stamps profiles {STAMP_WORDS[stamp]}"
 
 
 def clock_text(ns: int, with_ms: bool = True) -> str:
@@ -293,6 +434,17 @@ def span_from_hit(hit: SearchHit) -> Span:
 
 
 @dataclass(frozen=True, slots=True)
+class WindowAnswer:
+    """What the time-window step found: the range asked, the capture window length it assumed, what to add to the
+    reason (another profile type answered, a non-start stamp convention) and the flame graph (None: nothing)."""
+
+    window: tuple[int, int]
+    length_s: float
+    note: str
+    flamegraph: querier_pb2.FlameGraph | None
+
+
+@dataclass(frozen=True, slots=True)
 class Found:
     """A looked-up span with its trace and its local root (None when the tree does not say)."""
 
@@ -324,6 +476,10 @@ class Resolver:
             maxsize=settings.lookup_cache_size, ttl=settings.lookup_cache_ttl
         )
         self._inflight: dict[tuple[str, str], asyncio.Future[Found | None]] = {}
+        # what each service uploads (types and spies): bounded, short-lived
+        self._types: TTLCache[tuple[str, str, int], dict[str, frozenset[str]]] = TTLCache(
+            maxsize=TYPES_CACHE_SIZE, ttl=TYPES_CACHE_TTL_S
+        )
 
     # ------------------------------------------------------------------------------------------- resolve
 
@@ -354,18 +510,11 @@ class Resolver:
                 relabelled = flamegraph.relabel_root(fg, flamegraph.root_label(reason))
                 return Resolution(Mode.LOCAL_ROOT, reason, relabelled, span, root, None, selector, (root.span_id,))
 
-        window = window_of(span, self.settings.capture_window, self.settings.clock_skew)
         used = merge_selector(selector, labels_of(span, self.settings.label_map))
-        req = querier_pb2.SelectMergeStacktracesRequest(
-            profile_typeID=query.profile_type, label_selector=used, start=window[0], end=window[1],
-            format=querier_pb2.PROFILE_FORMAT_FLAMEGRAPH,
-        )
-        if query.max_nodes:
-            req.max_nodes = query.max_nodes
-        answer = await self.profiles.select_merge_stacktraces(req, ctx)
-        fg = answer.flamegraph if answer.HasField("flamegraph") else None
-        if fg is not None and not flamegraph.is_empty(fg):
-            reason = time_window_reason(span, self.settings.capture_window, no_samples_why(span, root))
+        found_in = await self._time_window(span, query, used, ctx)
+        window, fg = found_in.window, found_in.flamegraph
+        if fg is not None:
+            reason = time_window_reason(span, found_in.length_s, no_samples_why(span, root)) + found_in.note
             relabelled = flamegraph.relabel_root(fg, flamegraph.root_label(reason))
             return Resolution(Mode.TIME_WINDOW, reason, relabelled, span, root, window, used, ())
         reason = empty_window_reason(span, root, used, window)
@@ -386,6 +535,75 @@ class Resolver:
             req.max_nodes = query.max_nodes
         answer = await self.profiles.select_merge_span_profile(req, ctx)
         return answer.flamegraph if answer.HasField("flamegraph") else None
+
+    async def _time_window(self, span: Span, query: SpanQuery, selector: str, ctx: CallContext) -> WindowAnswer:
+        """The span's service during the span: for each profile type that may answer (``cpu_equivalents``), the
+        stamps of its profiles around the span (``SelectSeries``) give the capture windows overlapping the span under
+        the service's stamp convention, and those windows are merged. The first type with samples answers."""
+        settings = self.settings
+        skew_ms = int(round(settings.clock_skew * 1000))
+        fallback_ms = int(round(settings.capture_window * 1000))
+        span_ms = (span.start_ns // 1_000_000, -(-span.end_ns // 1_000_000))
+        around = max(LOOKAROUND_MS, 4 * fallback_ms)
+        look = (max(0, span_ms[0] - around), span_ms[1] + around)
+        types = await self._service_types(selector, look, ctx)
+        first: WindowAnswer | None = None
+        for type_id in cpu_equivalents(query.profile_type, types):
+            spies = types.get(type_id, frozenset())
+            stamp = Stamp.START if self.profiles.stamps_window_start else stamp_of(spies)
+            series = await self.profiles.select_series(querier_pb2.SelectSeriesRequest(
+                profile_typeID=type_id, label_selector=selector, start=look[0], end=look[1], step=STEP_MS / 1000,
+            ), ctx)
+            stamps = sorted({p.timestamp for s in series.series for p in s.points if p.value > 0})
+            length_ms = typical_window_ms(stamps, fallback_ms)
+            window = stamp_window(span_ms, stamps, stamp, length_ms, skew_ms) if stamps else None
+            if window is None:
+                window = stamp_free_window(span, stamp, settings.capture_window, settings.clock_skew)
+            note = ""
+            if type_id != query.profile_type:
+                note += "; " + answered_from_text(type_id, span.service)
+            if stamp is not Stamp.START:
+                note += "; " + stamped_text(stamp, spies)
+            answer = WindowAnswer(window, length_ms / 1000, note, None)
+            if first is None:
+                first = answer
+            if not stamps and type_id != query.profile_type:
+                continue  # nothing of this type near the span: no need to ask for its flame graph
+            req = querier_pb2.SelectMergeStacktracesRequest(
+                profile_typeID=type_id, label_selector=selector, start=window[0], end=window[1],
+                format=querier_pb2.PROFILE_FORMAT_FLAMEGRAPH,
+            )
+            if query.max_nodes:
+                req.max_nodes = query.max_nodes
+            merged = await self.profiles.select_merge_stacktraces(req, ctx)
+            fg = merged.flamegraph if merged.HasField("flamegraph") else None
+            if fg is not None and not flamegraph.is_empty(fg):
+                return WindowAnswer(window, answer.length_s, note, fg)
+        assert first is not None  # cpu_equivalents always names at least the asked type
+        return first
+
+    async def _service_types(
+        self, selector: str, look: tuple[int, int], ctx: CallContext
+    ) -> dict[str, frozenset[str]]:
+        """The profile types the span's service uploads around the span, each with its ``pyroscope_spy`` values
+        (Pyroscope's ``Series``). Cached per tenant, selector and quarter hour; an empty answer is not cached."""
+        key = (ctx.tenant_key, selector, look[0] // TYPES_BUCKET_MS)
+        cached = self._types.get(key)
+        if cached is not None:
+            return cached
+        answer = await self.profiles.series(querier_pb2.SeriesRequest(
+            matchers=[selector], label_names=[PROFILE_TYPE_LABEL, SPY_LABEL], start=look[0], end=look[1],
+        ), ctx)
+        found: dict[str, set[str]] = {}
+        for labels in answer.labels_set:
+            pairs = {pair.name: pair.value for pair in labels.labels}
+            type_id = pairs.get(PROFILE_TYPE_LABEL)
+            if type_id:
+                found.setdefault(type_id, set()).add(pairs.get(SPY_LABEL, ""))
+        types = {type_id: frozenset(spies) for type_id, spies in found.items()}
+        if types:
+            self._types[key] = types
+        return types
 
     async def _first_found(self, span_ids: tuple[str, ...], query: SpanQuery, ctx: CallContext) -> Found | None:
         for sid in span_ids:
@@ -528,7 +746,12 @@ __all__: Final = [
     "Resolution",
     "Resolver",
     "SpanQuery",
+    "Stamp",
+    "WindowAnswer",
     "answer_headers",
+    "cpu_equivalents",
+    "stamp_of",
+    "stamp_window",
     "clean_span_ids",
     "labels_of",
     "measure_of",

@@ -197,8 +197,12 @@ async def test_child_span_whose_root_has_no_samples_falls_back_to_the_time_windo
     [window_call] = stack.pyroscope.calls("SelectMergeStacktraces")
     req: qpb.SelectMergeStacktracesRequest = window_call.message  # type: ignore[assignment]
     assert req.label_selector == '{service_name="shop-frontend"}'
-    assert req.start == child.start_ns // 1_000_000 - 12_000  # one 10 s capture window + 2 s clock skew
-    assert req.end == -(-child.end_ns // 1_000_000) + 2_000
+    # exactly the capture window the span lies in (pyroscope-io stamps its start): not the one before it
+    stamps = sorted({p.time_ms for p in stack.pyroscope.profiles
+                     if p.labels.get("service_name") == "shop-frontend" and p.type_id == DEFAULT_PROFILE_TYPE})
+    own = max(t for t in stamps if t <= child.start_ns // 1_000_000)
+    assert req.start <= own <= req.end and req.end >= -(-child.end_ns // 1_000_000)
+    assert not any(req.start <= t <= req.end for t in stamps if t != own)
     assert not req.span_selector
 
 

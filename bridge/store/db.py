@@ -139,6 +139,7 @@ class Store:
     and the ingest sinks."""
 
     name = "store"
+    stamps_window_start = True  # ingest stores every profile at the start of its capture window (model.upload_window)
 
     def __init__(self, path: Path, *, clock: Callable[[], float] = time.time, readers: int = 3,
                  synchronous: str = "FULL", metrics: Metrics | None = None) -> None:

@@ -68,6 +68,9 @@ class ProfileSource(Protocol):
     """Pyroscope, or the store, seen from the resolver, the pages and doctor."""
 
     name: str
+    # True when every stored profile is stamped at the START of its capture window, whatever the SDK did (the
+    # store normalises at ingest); False when stamps are the SDKs' own (Pyroscope keeps pprof ``time_nanos``)
+    stamps_window_start: bool
 
     async def select_merge_stacktraces(
         self, req: qpb.SelectMergeStacktracesRequest, ctx: CallContext
@@ -82,5 +85,14 @@ class ProfileSource(Protocol):
     ) -> qpb.ProfileTypesResponse: ...
 
     async def label_values(self, req: tpb.LabelValuesRequest, ctx: CallContext) -> tpb.LabelValuesResponse: ...
+
+    async def series(self, req: qpb.SeriesRequest, ctx: CallContext) -> qpb.SeriesResponse:
+        """Label sets of the series matching ``matchers`` in ``[start, end]``, reduced to ``label_names``."""
+        ...
+
+    async def select_series(self, req: qpb.SelectSeriesRequest, ctx: CallContext) -> qpb.SelectSeriesResponse:
+        """Per ``step``, the summed values of the matching profiles stamped in that step (steps without any
+        profile have no point)."""
+        ...
 
     async def ready(self, ctx: CallContext) -> str: ...

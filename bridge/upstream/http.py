@@ -202,6 +202,7 @@ class PyroscopeClient(_Upstream):
     """Pyroscope's querier over Connect, binary protobuf (what Grafana itself sends)."""
 
     name = "pyroscope"
+    stamps_window_start = False  # Pyroscope keeps each SDK's own pprof stamp (start or end of the window)
 
     async def rpc(self, method: str, req: Message, cls: type[M], ctx: CallContext) -> M:
         headers = {
@@ -244,6 +245,12 @@ class PyroscopeClient(_Upstream):
 
     async def label_names(self, req: tpb.LabelNamesRequest, ctx: CallContext) -> tpb.LabelNamesResponse:
         return await self.rpc("LabelNames", req, tpb.LabelNamesResponse, ctx)
+
+    async def series(self, req: qpb.SeriesRequest, ctx: CallContext) -> qpb.SeriesResponse:
+        return await self.rpc("Series", req, qpb.SeriesResponse, ctx)
+
+    async def select_series(self, req: qpb.SelectSeriesRequest, ctx: CallContext) -> qpb.SelectSeriesResponse:
+        return await self.rpc("SelectSeries", req, qpb.SelectSeriesResponse, ctx)
 
 
 def new_session(settings: Settings) -> aiohttp.ClientSession:
