@@ -174,7 +174,7 @@ STAMP_WORDS: Final[Mapping[Stamp, str]] = {
     Stamp.END: "at the end of their capture windows",
     Stamp.EITHER: "at the start or the end of their capture windows",
 }
-STEP_MS: Final = 1000  # resolution of the profile stamps the time-window step reads (SelectSeries step)
+STEP_MS: Final = 100  # resolution of the profile stamps the time-window step reads (SelectSeries step)
 
 
 def stamp_of(spies: Iterable[str]) -> Stamp:

@@ -14,7 +14,14 @@ capture window, in ms) and its samples with their ``span_id`` labels (``../share
   merged into a flame graph (``bridge.flamegraph``), ``max_nodes`` honoured. No data → v2.2's ``total``-only flame
   graph (``empty_style="v2.2"``) or no ``flamegraph`` at all (``"v2.0"``). Pyroscope < 2.2 ignores
   ``SelectMergeStacktraces.span_selector``: ``ignores_stacktraces_span_selector=True``.
-- ``ProfileTypes``, ``LabelNames``, ``LabelValues``, ``Series``, ``SelectSeries`` from the same data; ``/ready``.
+- ``ProfileTypes``, ``LabelNames``, ``LabelValues``, ``Series`` (with ``__name__`` and ``__profile_type__``, as
+  Pyroscope answers), ``SelectSeries`` from the same data; ``/ready``.
+- ``POST /ingest`` (``format=pprof``, raw or multipart ``profile`` part, as ``@pyroscope/nodejs`` and the Go SDK
+  upload): stored as Pyroscope stores it, by this double's own reading of Pyroscope's rules
+  (``pkg/og/convert/pprof/profile.go``): one ``__name__`` for every sample type — ``wall`` when any sample type is
+  ``wall``, else by display name (``cpu`` → ``process_cpu``, …) — labels ``service_name`` (the app name),
+  ``pyroscope_spy`` (``spyName``, else ``unknown``) and the name's tags; the one timestamp is the pprof's own
+  ``time_nanos`` (an END stamp for ``@datadog/pprof``), replaced by ``from`` only when zero or in 1970.
 - Faults (``double.faults``): ``delay`` seconds, ``code`` (answer with that Connect error), ``reset`` (drop the
   connection before answering), ``garbage`` (200 with bytes that are not the message), ``paths`` prefix filter.
   ``refused_url()`` (from the Tempo double) gives a URL where nothing listens.
@@ -145,6 +152,7 @@ class PyroscopeDouble:
         self.app = web.Application(client_max_size=64 * 1024**2)
         self.app.router.add_post(QUERIER + "{method}", self._rpc)
         self.app.router.add_get("/ready", self._ready)
+        self.app.router.add_post("/ingest", self._ingest)
         self.app.router.add_route("*", "/{tail:.*}", self._not_found)
 
     # ------------------------------------------------------------------------------------------- what it was asked
@@ -183,6 +191,22 @@ class PyroscopeDouble:
         if (faulted := await self._fault(request)) is not None:
             return faulted
         return web.Response(text="ready\n", headers={"Set-Cookie": self.cookie} if self.cookie else None)
+
+    async def _ingest(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        self.requests.append(Recorded(request.path, None, "", dict(request.headers), raw))
+        if request.query.get("format", "pprof") != "pprof":
+            return web.Response(status=400, text="this double ingests format=pprof only\n")
+        if request.content_type.startswith("multipart/"):
+            form = await _multipart_parts(request.headers["Content-Type"], raw)
+            raw = form.get("profile", b"")
+        if request.headers.get("Content-Encoding") == "gzip" and raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)  # the HTTP body encoding; the pprof itself may be gzipped too
+        try:
+            self.profiles.extend(ingested_profiles(request.query, raw))
+        except ValueError as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        return web.Response(status=200)
 
     async def _not_found(self, request: web.Request) -> web.StreamResponse:
         self.requests.append(Recorded(request.path, None, "", dict(request.headers), await request.read()))
@@ -286,7 +310,8 @@ class PyroscopeDouble:
         out = querier_pb2.SeriesResponse()
         seen: set[tuple[tuple[str, str], ...]] = set()
         for p in self._in_range(req.start, req.end, req.matchers):
-            labels = tuple(sorted((k, v) for k, v in p.labels.items()
+            every = {**p.labels, "__name__": p.type_id.split(":")[0], "__profile_type__": p.type_id}
+            labels = tuple(sorted((k, v) for k, v in every.items()
                                   if not req.label_names or k in req.label_names))
             if labels not in seen:
                 seen.add(labels)
@@ -321,6 +346,73 @@ class PyroscopeDouble:
             if all(matches_selector(m, p.labels) for m in matchers):
                 found.append(p)
         return found
+
+
+# ------------------------------------------------------------------------------------------- /ingest, as Pyroscope
+
+# the display names Pyroscope reads pprof sample types by (its DefaultSampleTypeMapping)
+_DISPLAY: Final = {"samples": "cpu", "goroutine": "goroutines", "contentions": "mutex_count", "delay": "mutex_duration"}
+_BY_WORD: Final = (("cpu", "process_cpu"), ("alloc_", "memory"), ("inuse_", "memory"), ("mutex_", "mutex"),
+                   ("block_", "block"), ("goroutines", "goroutines"))
+_APP: Final = re.compile(r"^([^{}]+?)\s*(?:\{([^{}]*)\})?\s*$")
+_YEAR_1971_NS: Final = 31_536_000 * 10**9
+
+
+def ingest_metric_name(kinds: list[str]) -> str:
+    """Pyroscope's ``metricName`` for an /ingest pprof, as this double reads it."""
+    if any(k == "wall" for k in kinds):
+        return "wall"
+    shown = ""
+    for kind in kinds:
+        shown = _DISPLAY.get(kind, kind)
+        for word, metric in _BY_WORD:
+            if word in shown:
+                return metric
+        if shown in ("space", "objects"):
+            return "memory"
+    return shown
+
+
+def ingested_profiles(query: Mapping[str, str], raw: bytes) -> list[StoredProfile]:
+    """One stored profile per sample type of an /ingest pprof, named and stamped as Pyroscope does."""
+    match = _APP.match(query.get("name", ""))
+    if match is None or not match.group(1).strip():
+        raise ValueError("name must be app{k=v,...}")
+    labels = {"service_name": match.group(1).strip(), "pyroscope_spy": query.get("spyName") or "unknown"}
+    for item in (match.group(2) or "").split(","):
+        key, _, value = item.partition("=")
+        if key.strip() and not key.strip().startswith("__"):
+            labels[key.strip()] = value.strip()
+    try:
+        profile = decode_pprof(raw)
+    except Exception as exc:  # the bridge's decoder raises its own error type; the double answers 400 either way
+        raise ValueError(f"not a pprof profile: {exc}") from exc
+    stamp = profile.time_nanos
+    if stamp < _YEAR_1971_NS:  # zero or 1970: Pyroscope uses the upload's from (seconds), else "now"
+        stamp = int(query.get("from") or 0) * 10**9
+    kinds = sample_types(profile)
+    name = ingest_metric_name([k for k, _ in kinds])
+    ptype, punit = period_type(profile)
+    return [
+        StoredProfile(type_id=f"{name}:{stype}:{sunit}:{ptype}:{punit}", labels=dict(labels),
+                      time_ms=stamp // 1_000_000, samples=[s for s in iter_samples(profile, index) if s[1]])
+        for index, (stype, sunit) in enumerate(kinds)
+    ]
+
+
+async def _multipart_parts(content_type: str, raw: bytes) -> dict[str, bytes]:
+    """The parts of a multipart/form-data body, by name (parsed with the standard library's email parser)."""
+    from email.parser import BytesParser
+    from email.policy import HTTP
+
+    message = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + raw)
+    parts: dict[str, bytes] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True)
+        if isinstance(name, str) and isinstance(payload, bytes):
+            parts[name] = payload
+    return parts
 
 
 def _check_span_ids(ids: Iterable[str]) -> list[str]:
