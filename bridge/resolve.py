@@ -37,7 +37,7 @@ from cachetools import TTLCache
 from bridge import flamegraph
 from bridge._proto import querier_pb2
 from bridge.config import Settings
-from bridge.errors import InvalidArgument, UpstreamTimeout
+from bridge.errors import InvalidArgument, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from bridge.metrics import Metrics
 from bridge.profiletype import PROFILE_TYPE_LABEL, BadProfileType, ProfileType
 from bridge.selector import merge_selector
@@ -274,7 +274,7 @@ def answered_from_text(type_id: str, service: str) -> str:
 
 
 def stamped_text(stamp: Stamp, spies: Iterable[str]) -> str:
-    named = ", ".join(sorted(s for s in spies if s))
+    named = ", ".join(sorted(s for s in spies if s and s != "unknown"))
     return f"{named or 'its SDK'} stamps profiles {STAMP_WORDS[stamp]}"
 
 
@@ -551,9 +551,15 @@ class Resolver:
         for type_id in cpu_equivalents(query.profile_type, types):
             spies = types.get(type_id, frozenset())
             stamp = Stamp.START if self.profiles.stamps_window_start else stamp_of(spies)
-            series = await self.profiles.select_series(querier_pb2.SelectSeriesRequest(
-                profile_typeID=type_id, label_selector=selector, start=look[0], end=look[1], step=STEP_MS / 1000,
-            ), ctx)
+            try:
+                series = await self.profiles.select_series(querier_pb2.SelectSeriesRequest(
+                    profile_typeID=type_id, label_selector=selector, start=look[0], end=look[1], step=STEP_MS / 1000,
+                ), ctx)
+            except (UpstreamTimeout, UpstreamUnavailable):
+                raise
+            except UpstreamError as exc:  # e.g. a Pyroscope that does not serve it: the widening without stamps
+                log.info("time window for %s: no profile stamps (%s)", span.span_id, exc)
+                series = querier_pb2.SelectSeriesResponse()
             stamps = sorted({p.timestamp for s in series.series for p in s.points if p.value > 0})
             length_ms = typical_window_ms(stamps, fallback_ms)
             window = stamp_window(span_ms, stamps, stamp, length_ms, skew_ms) if stamps else None
@@ -591,9 +597,17 @@ class Resolver:
         cached = self._types.get(key)
         if cached is not None:
             return cached
-        answer = await self.profiles.series(querier_pb2.SeriesRequest(
-            matchers=[selector], label_names=[PROFILE_TYPE_LABEL, SPY_LABEL], start=look[0], end=look[1],
-        ), ctx)
+        try:
+            answer = await self.profiles.series(querier_pb2.SeriesRequest(
+                matchers=[selector], label_names=[PROFILE_TYPE_LABEL, SPY_LABEL], start=look[0], end=look[1],
+            ), ctx)
+        except (UpstreamTimeout, UpstreamUnavailable):
+            raise
+        except UpstreamError as exc:  # a Pyroscope without Series: every type it holds, stamps unknown
+            log.info("profile types of %s: Series failed (%s), trying every profile type", selector, exc)
+            every = await self.profiles.profile_types(querier_pb2.ProfileTypesRequest(start=look[0], end=look[1]),
+                                                      ctx)
+            return {t.ID: frozenset({"unknown"}) for t in every.profile_types}
         found: dict[str, set[str]] = {}
         for labels in answer.labels_set:
             pairs = {pair.name: pair.value for pair in labels.labels}

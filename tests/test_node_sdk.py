@@ -186,6 +186,21 @@ async def test_recorded_node_uploads_resolve_in_proxy_mode(aiohttp_server: Serve
     await check_node_spans(client, capture.spans, end_stamps=True)
 
 
+async def test_without_series_every_type_is_tried_and_both_stamp_sides(aiohttp_server: Server,
+                                                                      aiohttp_client: Client) -> None:
+    """A Pyroscope that does not serve Series: the service's types are not known, so every CPU-equivalent type
+    Pyroscope holds is tried, with stamps read on both sides; the CPU-heavy span still gets its hot function."""
+    from bridge.errors import Code
+
+    capture = load_capture()
+    client, pyro = await proxy_fed_with(capture, aiohttp_server, aiohttp_client, capture_clock(capture))
+    pyro.faults.paths, pyro.faults.code = "/querier.v1.QuerierService/Series", Code.UNIMPLEMENTED
+    mode, reason, stacks = await span_answer(client, capture.spans["cpu-heavy"])
+    assert mode == "time-window" and ANSWERED_FROM in reason and hot_share(stacks) >= 0.5
+    assert "its SDK stamps profiles at the start or the end of their capture windows" in reason
+    assert pyro.calls("ProfileTypes")
+
+
 async def test_asking_for_nodes_own_type_needs_no_fallback(aiohttp_server: Server, aiohttp_client: Client,
                                                           tmp_path: Path) -> None:
     capture = load_capture()
