@@ -86,6 +86,8 @@ class Resolution:
     window_ms: tuple[int, int] | None  # the time window queried (time-window mode)
     label_selector: str  # the selector actually used for the answer
     span_ids: tuple[str, ...]  # the span ids whose samples answered (linked/local-root)
+    # the wall-clock time the answer's samples were taken in (whole capture windows; time-window mode)
+    covered_ms: tuple[int, int] | None = None
 
     @property
     def reason_header(self) -> str:
@@ -260,6 +262,19 @@ def stamp_window(
     return max(0, min(lo, first)), max(hi, last + step_ms - 1)
 
 
+def covered_by(window: tuple[int, int], stamps_ms: Sequence[int], stamp: Stamp, length_ms: int) -> tuple[int, int]:
+    """Pure: the wall-clock time the samples of the profiles stamped in ``window`` were taken in — their whole capture
+    windows (a start stamp ``t`` covers ``[t, t + len]``, an end stamp ``[t − len, t]``). With no stamps to go by,
+    every stamp the window may hold."""
+    inside = [t for t in stamps_ms if window[0] <= t <= window[1]] or [window[0], window[1]]
+    lo, hi = min(inside), max(inside)
+    if stamp is Stamp.START:
+        return lo, hi + length_ms
+    if stamp is Stamp.END:
+        return max(0, lo - length_ms), hi
+    return max(0, lo - length_ms), hi + length_ms
+
+
 def stamp_free_window(span: Span, stamp: Stamp, capture_window: float, clock_skew: float) -> tuple[int, int]:
     """With no stamps to go by: ``window_of`` for start stamps, its mirror image for end stamps, both for either."""
     start_ms, end_ms = window_of(span, capture_window, clock_skew)
@@ -389,8 +404,9 @@ def measure_of(res: Resolution, profile_type: str) -> Measure:
         name = f" {root.name}" if root is not None and root.name else ""
         return Measure(Attribution.REQUEST, f"{service} {what} of the whole request{name} (its local root), not "
                                             "this span's own")
-    if res.mode is Mode.TIME_WINDOW and res.window_ms is not None:
-        start, end = res.window_ms
+    covered = res.covered_ms or res.window_ms
+    if res.mode is Mode.TIME_WINDOW and covered is not None:
+        start, end = covered
         return Measure(Attribution.SERVICE, f"{service} {what} during the {seconds_text(end - start)} window around "
                                             f"this span ({clock_text(start * 1_000_000, False)}–"
                                             f"{clock_text(end * 1_000_000, False)} UTC), not this span's own")
@@ -442,6 +458,7 @@ class WindowAnswer:
     length_s: float
     note: str
     flamegraph: querier_pb2.FlameGraph | None
+    covered: tuple[int, int] | None = None  # the capture windows the samples were taken in (``covered_by``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -516,7 +533,7 @@ class Resolver:
         if fg is not None:
             reason = time_window_reason(span, found_in.length_s, no_samples_why(span, root)) + found_in.note
             relabelled = flamegraph.relabel_root(fg, flamegraph.root_label(reason))
-            return Resolution(Mode.TIME_WINDOW, reason, relabelled, span, root, window, used, ())
+            return Resolution(Mode.TIME_WINDOW, reason, relabelled, span, root, window, used, (), found_in.covered)
         reason = empty_window_reason(span, root, used, window)
         empty = flamegraph.empty(flamegraph.root_label(reason))
         return Resolution(Mode.NONE, reason, empty, span, root, window, used, ())
@@ -570,7 +587,7 @@ class Resolver:
                 note += "; " + answered_from_text(type_id, span.service)
             if stamp is not Stamp.START:
                 note += "; " + stamped_text(stamp, spies)
-            answer = WindowAnswer(window, length_ms / 1000, note, None)
+            answer = WindowAnswer(window, length_ms / 1000, note, None, covered_by(window, stamps, stamp, length_ms))
             if first is None:
                 first = answer
             if not stamps and type_id != query.profile_type:
@@ -584,7 +601,7 @@ class Resolver:
             merged = await self.profiles.select_merge_stacktraces(req, ctx)
             fg = merged.flamegraph if merged.HasField("flamegraph") else None
             if fg is not None and not flamegraph.is_empty(fg):
-                return WindowAnswer(window, answer.length_s, note, fg)
+                return WindowAnswer(window, answer.length_s, note, fg, answer.covered)
         assert first is not None  # cpu_equivalents always names at least the asked type
         return first
 
@@ -767,6 +784,7 @@ __all__: Final = [
     "stamp_of",
     "stamp_window",
     "clean_span_ids",
+    "covered_by",
     "labels_of",
     "measure_of",
     "resolver_of",

@@ -16,7 +16,7 @@ from bridge import flamegraph
 from bridge.config import DEFAULT_PROFILE_TYPE
 from bridge.report import resolve_report
 from bridge.request_scope import combine
-from bridge.resolve import Attribution, Mode, Resolution, measure_of, quantity_of
+from bridge.resolve import Attribution, Mode, Resolution, Stamp, covered_by, measure_of, quantity_of
 from bridge.spans import Span
 from tests.doubles.pyroscope import load_push_profiles
 from tests.span_stack import CPU, Stack, start_stack
@@ -128,7 +128,7 @@ async def test_the_api_says_a_time_window_total_is_the_services_not_the_spans(st
     doc = await resp.json()
     assert resp.status == 200 and doc["mode"] == "time-window"
     assert doc["measure"]["attribution"] == "service" and doc["measure"]["own"] is False
-    assert re.fullmatch(r"shop-frontend CPU during the \d+ s window around this span \(\S+–\S+ UTC\), not this "
+    assert re.fullmatch(r"shop-frontend CPU during the [\d.]+ s window around this span \(\S+–\S+ UTC\), not this "
                         r"span's own", doc["measure"]["text"])
     assert doc["attributedTotal"] == 0 and doc["fallbackTotal"] == doc["total"] > 0
     assert resp.headers["X-Profile-Bridge-Attribution"] == "service"
@@ -171,7 +171,7 @@ async def test_the_span_page_headlines_what_the_number_is(stack: Stack) -> None:
     page = html.unescape(await (await stack.http.get(f"/spans/{io_span.trace_id}/{io_span.span_id}")).text())
     headline = re.search(r'<h2 id="headline">(.*?)</h2>', page, re.S)
     assert headline is not None
-    assert re.match(r"Flame graph — shop-frontend CPU during the \d+ s window around this span .*, not this span's "
+    assert re.match(r"Flame graph — shop-frontend CPU during the [\d.]+ s window around this span .*, not this span's "
                     r"own: <span id=\"total\">", headline.group(1))
     assert "not this span's own cost" in page
 
@@ -187,5 +187,31 @@ async def test_resolve_prints_what_the_number_is(stack: Stack) -> None:
     code = await resolve_report(stack.settings, io_span.trace_id, io_span.span_id, scope="span", top=5,
                                 profile_type=CPU, out=out, err=err)
     assert code == 0, err.getvalue()
-    assert re.search(r"^measure  shop-frontend CPU during the \d+ s window around this span .*not this span's own"
+    assert re.search(r"^measure  shop-frontend CPU during the [\d.]+ s window around this span .*not this span's own"
                      r"  \[not this span's own cost\]$", out.getvalue(), re.M)
+
+
+@pytest.mark.parametrize(
+    ("window", "stamps", "stamp", "covered"),
+    [
+        # start stamps: the last window runs a capture window past its stamp
+        ((1_000, 12_000), [0, 1_000, 11_000, 21_000], "start", (1_000, 21_000)),
+        # end stamps: the first window began a capture window before its stamp
+        ((10_000, 21_000), [0, 10_000, 20_000, 30_000], "end", (0, 20_000)),
+        # either: both sides
+        ((10_000, 12_000), [10_000], "either", (0, 20_000)),
+        # no stamps: every stamp the window could hold
+        ((5_000, 7_000), [], "start", (5_000, 17_000)),
+    ],
+)
+def test_covered_time_is_whole_capture_windows_table(
+    window: tuple[int, int], stamps: list[int], stamp: str, covered: tuple[int, int]
+) -> None:
+    assert covered_by(window, stamps, Stamp(stamp), 10_000) == covered
+
+
+def test_the_measure_states_the_time_the_samples_cover_not_the_query_range() -> None:
+    resolution = Resolution(Mode.TIME_WINDOW, "why", fg_of({("a",): 1}), FRONT, None, (1_795_949_999_000,
+                            1_795_950_001_000), "{}", (), covered_ms=(1_795_949_990_000, 1_795_950_010_000))
+    assert measure_of(resolution, DEFAULT_PROFILE_TYPE).text == (
+        "shop-frontend CPU during the 20 s window around this span (10:59:50–11:00:10 UTC), not this span's own")

@@ -317,7 +317,8 @@ async def test_a_time_window_answer_shows_the_window_in_utc(stack: Stack) -> Non
     _, page = await get_page(stack, f"/spans/{io_span.trace_id}/{io_span.span_id}")
     assert "mode-time-window" in page  # GET /slow-io burns no CPU of its own
     stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC"
-    assert re.search(rf'<p class="muted" id="window">Time window queried: {stamp} … {stamp}\.</p>', page)
+    assert re.search(rf'<p class="muted" id="window">Time window queried: {stamp} … {stamp}\. The samples were taken '
+                     rf'between {stamp} and {stamp} \(whole capture windows\)\.</p>', page)
     assert re.search(rf'<span id="started">{stamp}</span>', page)
 
 

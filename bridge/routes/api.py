@@ -125,6 +125,8 @@ def answer_json(ans: Answer) -> dict[str, Any]:
         "span": ans.span.to_json(),
         "localRoot": res.local_root.to_json() if res.local_root is not None else None,
         "window": {"startMs": res.window_ms[0], "endMs": res.window_ms[1]} if res.window_ms else None,
+        # the capture windows the samples were taken in (time-window): what the total covers
+        "covered": {"startMs": res.covered_ms[0], "endMs": res.covered_ms[1]} if res.covered_ms else None,
         "labelSelector": res.label_selector,
         "answeredBy": list(res.span_ids),
         "total": ans.tree.total,

@@ -335,6 +335,8 @@ def span_context(ans: Answer, params: ProfileParams, settings: Settings, values:
         "grafana": grafana_links(settings, ans),
         "window": (utc_text(ans.resolution.window_ms[0]), utc_text(ans.resolution.window_ms[1]))
         if ans.resolution.window_ms else None,
+        "covered": (utc_text(ans.resolution.covered_ms[0]), utc_text(ans.resolution.covered_ms[1]))
+        if ans.resolution.covered_ms else None,
         "started": utc_text(span.start_ns // 1_000_000),
         "local_root": ans.resolution.local_root,
     }
