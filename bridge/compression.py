@@ -29,3 +29,33 @@ def gunzip(data: bytes, max_bytes: int) -> bytes:
     if not inflater.eof:
         raise GzipError("truncated gzip")
     return out
+
+
+def accepts_gzip(accept_encoding: str | None) -> bool:
+    """Whether a client's ``Accept-Encoding`` (RFC 9110 §12.5.3) lets an answer be gzipped: ``gzip`` (or its alias
+    ``x-gzip``) with a non-zero weight; failing that, ``*`` with a non-zero weight. An explicit ``gzip;q=0`` refuses it
+    whatever ``*`` says; a weight that is not a number counts as 1."""
+    named: float | None = None
+    star: float | None = None
+    for item in (accept_encoding or "").split(","):
+        token, _, params = item.partition(";")
+        coding = token.strip().lower()
+        weight = _weight(params)
+        if coding in ("gzip", "x-gzip"):
+            named = weight if named is None else max(named, weight)
+        elif coding == "*":
+            star = weight
+    if named is not None:
+        return named > 0
+    return star is not None and star > 0
+
+
+def _weight(params: str) -> float:
+    for param in params.split(";"):
+        key, _, value = param.strip().partition("=")
+        if key.strip().lower() == "q":
+            try:
+                return float(value.strip())
+            except ValueError:
+                return 1.0
+    return 1.0

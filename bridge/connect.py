@@ -16,7 +16,7 @@ from typing import Final, TypeVar
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
-from bridge.compression import GzipError, GzipTooLarge, gunzip
+from bridge.compression import GzipError, GzipTooLarge, accepts_gzip, gunzip
 from bridge.errors import CODE_TO_HTTP, Code, InvalidArgument, ResourceExhausted
 
 M = TypeVar("M", bound=Message)
@@ -93,14 +93,6 @@ def encode_message(msg: Message, codec: Codec) -> bytes:
     if codec is Codec.PROTO:
         return msg.SerializeToString()
     return json_format.MessageToJson(msg, indent=None).encode()
-
-
-def accepts_gzip(accept_encoding: str | None) -> bool:
-    for part in (accept_encoding or "").split(","):
-        token, _, params = part.strip().partition(";")
-        if token.strip().lower() == "gzip" and params.replace(" ", "") not in ("q=0", "q=0.0"):
-            return True
-    return False
 
 
 def encode_response(msg: Message, codec: Codec, accept_encoding: str | None) -> tuple[bytes, dict[str, str]]:
@@ -183,7 +175,6 @@ __all__ = [
     "Code",
     "Codec",
     "Deadline",
-    "accepts_gzip",
     "codec_for",
     "decode_error",
     "decode_message",

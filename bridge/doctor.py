@@ -38,7 +38,7 @@ from typing import Any, Final, TextIO
 import aiohttp
 from google.protobuf import json_format
 
-from bridge import flamegraph
+from bridge import flamegraph, ids
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
 from bridge.config import Settings
@@ -47,7 +47,7 @@ from bridge.errors import BridgeError, InvalidArgument
 from bridge.profiletype import ProfileType
 from bridge.report import EXIT_FAILED, EXIT_OK, EXIT_USAGE, bridge_url, client_timeout, fetch_from_bridge
 from bridge.request_scope import Scope
-from bridge.spans import PROFILE_ID_ATTR, Span, Trace, normalise_span_id, normalise_trace_id
+from bridge.spans import PROFILE_ID_ATTR, Span, Trace
 from bridge.upstream.base import CallContext, ProfileSource, TraceSource
 
 OK: Final = "✓"
@@ -468,11 +468,11 @@ async def _bridge_ready(session: aiohttp.ClientSession, base: str, upstream: str
 def check_ids(trace_id: str | None, span_id: str | None, profile_type: str) -> tuple[str | None, str | None]:
     tid = sid = None
     if trace_id is not None:
-        tid = normalise_trace_id(trace_id)
+        tid = ids.trace_id(trace_id)
         if tid is None:
             raise InvalidArgument(f"--trace-id {trace_id[:80]!r} is not 1-32 hex characters")
     if span_id is not None:
-        sid = normalise_span_id(span_id)
+        sid = ids.span_id(span_id)
         if sid is None:
             raise InvalidArgument(f"--span-id {span_id[:80]!r} is not 16 hex characters")
     try:

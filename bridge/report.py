@@ -23,7 +23,7 @@ from typing import Any, Final, TextIO
 import aiohttp
 from google.protobuf import json_format
 
-from bridge import flamegraph
+from bridge import flamegraph, ids
 from bridge._proto import querier_pb2 as qpb
 from bridge.config import Settings
 from bridge.connect import Deadline
@@ -32,7 +32,6 @@ from bridge.metrics import Metrics
 from bridge.profiletype import ProfileType
 from bridge.request_scope import SCOPES, Scope, answer
 from bridge.spancache import SpanCache
-from bridge.spans import normalise_span_id, normalise_trace_id
 from bridge.units import format_duration_ns, format_value, share
 from bridge.upstream.base import CallContext
 
@@ -194,10 +193,10 @@ async def fetch_answer(settings: Settings, trace_id: str, span_id: str, *, scope
 
 def check_args(trace_id: str, span_id: str, scope: str, top: int, profile_type: str) -> tuple[str, str, Scope]:
     """Validated, normalised arguments; ``InvalidArgument`` with the one line to print."""
-    tid = normalise_trace_id(trace_id)
+    tid = ids.trace_id(trace_id)
     if tid is None:
         raise InvalidArgument(f"trace id {trace_id[:80]!r} is not 1-32 hex characters")
-    sid = normalise_span_id(span_id)
+    sid = ids.span_id(span_id)
     if sid is None:
         raise InvalidArgument(f"span id {span_id[:80]!r} is not 16 hex characters")
     if scope not in SCOPES:

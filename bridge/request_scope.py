@@ -250,7 +250,7 @@ async def answer(
     max_nodes: int | None = None,
 ) -> Answer:
     """Find the span (``NotFound`` when it is not in its trace) and answer it in ``scope``. Ids must already be
-    normalised (``normalise_trace_id`` / ``normalise_span_id``)."""
+    normalised (``bridge.ids.trace_id`` / ``bridge.ids.span_id``)."""
     found = await resolver.lookup_span(span_id, ctx, trace_id=trace_id)
     if found is None:
         raise NotFound(f"span {span_id} was not found in trace {trace_id}")

@@ -34,7 +34,7 @@ from typing import Final
 from aiohttp import web
 from cachetools import TTLCache
 
-from bridge import flamegraph
+from bridge import flamegraph, ids
 from bridge._proto import querier_pb2
 from bridge.config import Settings
 from bridge.errors import InvalidArgument, UpstreamError, UpstreamTimeout, UpstreamUnavailable
@@ -42,7 +42,7 @@ from bridge.metrics import Metrics
 from bridge.profiletype import PROFILE_TYPE_LABEL, BadProfileType, ProfileType
 from bridge.selector import merge_selector
 from bridge.spancache import SpanCache
-from bridge.spans import SERVICE_NAME, SearchHit, Span, Trace, normalise_span_id
+from bridge.spans import SERVICE_NAME, SearchHit, Span, Trace
 from bridge.upstream.base import CallContext, ProfileSource, TraceSource
 
 log = logging.getLogger("bridge.resolve")
@@ -103,7 +103,7 @@ def clean_span_ids(raw: Iterable[str]) -> tuple[str, ...]:
     seen: dict[str, None] = {}
     dropped: list[str] = []
     for entry in raw:
-        sid = normalise_span_id(entry)
+        sid = ids.span_id(entry)
         if sid is None:
             dropped.append(entry)
         else:
@@ -654,7 +654,7 @@ class Resolver:
         start_ms: int | None = None,
         end_ms: int | None = None,
     ) -> tuple[Span, Trace] | None:
-        sid = normalise_span_id(span_id)
+        sid = ids.span_id(span_id)
         if sid is None:
             raise InvalidArgument(f"span id {span_id!r} is not 16 hex characters")
         found = await self._lookup(sid, ctx, trace_id, start_ms, end_ms)

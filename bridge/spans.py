@@ -10,13 +10,13 @@ local root, so that is where a child span's CPU is found.
 from __future__ import annotations
 
 import base64
-import binascii
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
+
+from bridge.ids import from_base64, from_hex
 
 PROFILE_ID_ATTR: Final = "pyroscope.profile.id"
 SERVICE_NAME: Final = "service.name"
@@ -44,29 +44,7 @@ FLAG_IS_REMOTE: Final = 0x200
 # resource attributes that tell two processes of one service apart
 PROCESS_KEYS: Final = ("service.instance.id", "host.name", "process.pid", "k8s.pod.uid", "k8s.pod.name")
 
-_HEX16 = re.compile(r"^[0-9a-f]{16}$")
-_HEX32 = re.compile(r"^[0-9a-f]{32}$")
-_HEX_ANY = re.compile(r"^[0-9a-fA-F]{1,32}$")
-
 Attrs = tuple[tuple[str, str], ...]
-
-
-def is_span_id(value: str) -> bool:
-    return bool(_HEX16.match(value))
-
-
-def normalise_span_id(value: str) -> str | None:
-    """16 hex characters in either case → lower case; anything else → None."""
-    low = value.strip().lower()
-    return low if _HEX16.match(low) else None
-
-
-def normalise_trace_id(value: str) -> str | None:
-    """Up to 32 hex characters in either case → 32 lower-case hex, left-padded with zeros (Tempo's rule)."""
-    text = value.strip()
-    if not _HEX_ANY.match(text):
-        return None
-    return text.lower().rjust(32, "0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,24 +261,9 @@ def spans_from_otlp(resource_spans: Iterable[otlp_trace.ResourceSpans]) -> list[
     return out
 
 
-def decode_b64_id(value: str) -> str:
-    """Tempo JSON ids are standard base64 of the id bytes."""
-    try:
-        return base64.b64decode(value, validate=True).hex()
-    except (binascii.Error, ValueError):
-        raise ValueError(f"id {value!r} is not base64") from None
-
-
-def decode_hex_id(value: str) -> str:
-    low = value.lower()
-    if not re.fullmatch(r"[0-9a-f]*", low):
-        raise ValueError(f"id {value!r} is not hex")
-    return low
-
-
 def spans_from_json(resource_spans: Iterable[Mapping[str, Any]], *, ids: str = "base64") -> list[Span]:
     """OTLP-shaped JSON ResourceSpans → spans. ``ids="base64"`` for Tempo's answers, ``"hex"`` for OTLP/JSON."""
-    decode_id = decode_b64_id if ids == "base64" else decode_hex_id
+    decode_id = from_base64 if ids == "base64" else from_hex
     out: list[Span] = []
     for rs in resource_spans:
         resource: Attrs = tuple(

@@ -4,7 +4,7 @@ import gzip
 
 import pytest
 
-from bridge.compression import GzipError, GzipTooLarge, gunzip
+from bridge.compression import GzipError, GzipTooLarge, accepts_gzip, gunzip
 
 
 def test_round_trip() -> None:
@@ -28,3 +28,37 @@ def test_a_gzip_bomb_stops_at_the_limit() -> None:
     bomb = gzip.compress(b"\0" * (64 * 1024 * 1024))  # 64 MiB of zeros in ~64 KiB
     with pytest.raises(GzipTooLarge):
         gunzip(bomb, 1024 * 1024)
+
+
+@pytest.mark.parametrize(
+    ("header", "gzip_ok"),
+    [
+        # the Tempo mount's table
+        ("gzip", True),
+        ("gzip, deflate, br", True),
+        ("br;q=1.0, gzip;q=0.8", True),
+        ("*", True),
+        ("gzip;q=0", False),
+        ("gzip;q=0.0", False),
+        ("identity", False),
+        ("", False),
+        ("deflate", False),
+        # the Connect codec's table
+        ("gzip, deflate", True),
+        ("deflate, GZIP;q=0.5", True),
+        (None, False),
+        ("br", False),
+        # where the two copies disagreed, and RFC 9110 §12.5.3's edges
+        ("gzip; q=0.000", False),
+        ("gzip;Q=0", False),
+        ("*;q=0.5, gzip;q=0", False),  # an explicit refusal wins over the wildcard
+        ("gzip;q=0, *", False),
+        ("*;q=0", False),
+        ("deflate, *;q=0.1", True),
+        ("x-gzip", True),
+        ("gzip;q=junk", True),  # an unreadable weight counts as 1
+        (" GZIP ; q=1 ", True),
+    ],
+)
+def test_accepts_gzip_table(header: str | None, gzip_ok: bool) -> None:
+    assert accepts_gzip(header) is gzip_ok

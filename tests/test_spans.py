@@ -121,22 +121,6 @@ def test_search_response_from_tempo_docs() -> None:
     assert sp.parse_search_response({"metrics": {}}) == []
 
 
-@pytest.mark.parametrize(
-    ("raw", "span", "trace"),
-    [
-        ("EEE19B7EC3C1B100", "eee19b7ec3c1b100", "0000000000000000eee19b7ec3c1b100"),
-        ("abc", None, "00000000000000000000000000000abc"),
-        ("${__span.tags[\"pyroscope.profile.id\"]}", None, None),
-        ("z" * 16, None, None),
-        ("a" * 33, None, None),
-        ("", None, None),
-    ],
-)
-def test_id_normalisation(raw: str, span: str | None, trace: str | None) -> None:
-    assert sp.normalise_span_id(raw) == span
-    assert sp.normalise_trace_id(raw) == trace
-
-
 def test_remote_parent_flag_decides_when_present() -> None:
     parent = sp.Span("t" * 32, "a" * 16, "", "p", sp.SPAN_KIND_INTERNAL, "svc", 0, 10)
     child = sp.Span("t" * 32, "b" * 16, "a" * 16, "c", sp.SPAN_KIND_SERVER, "svc", 1, 5,

@@ -24,7 +24,7 @@ from bridge.app import BACKENDS, METRICS, SPAN_CACHE, create_app
 from bridge.config import Settings
 from bridge.connect import Deadline
 from bridge.errors import Code
-from bridge.routes.tempo import KnownServices, accepts_gzip, is_protobuf_answer, parse_trace_id, trace_request
+from bridge.routes.tempo import KnownServices, is_protobuf_answer, trace_request
 from bridge.spans import PROFILE_ID_ATTR
 from bridge.upstream.base import CallContext
 from tests.doubles.pyroscope import PyroscopeDouble
@@ -510,19 +510,6 @@ def test_trace_request_paths(tail: str, expected: tuple[int, str] | None) -> Non
 
 
 @pytest.mark.parametrize(
-    ("raw", "expected"),
-    [
-        ("5B8EFFF798038103D269B633813FC700", "5b8efff798038103d269b633813fc700"),
-        ("d269b633813fc700", "0000000000000000d269b633813fc700"),
-        ("abc", "00000000000000000000000000000abc"),
-        ("", "00000000000000000000000000000000"),
-    ],
-)
-def test_trace_ids_are_read_like_tempo(raw: str, expected: str) -> None:
-    assert parse_trace_id(raw) == expected
-
-
-@pytest.mark.parametrize(
     ("content_type", "accept", "protobuf"),
     [
         ("application/protobuf", "", True),
@@ -537,21 +524,3 @@ def test_trace_ids_are_read_like_tempo(raw: str, expected: str) -> None:
 )
 def test_answer_encoding_from_content_type_then_accept(content_type: str, accept: str, protobuf: bool) -> None:
     assert is_protobuf_answer(content_type, accept) is protobuf
-
-
-@pytest.mark.parametrize(
-    ("header", "gzip_ok"),
-    [
-        ("gzip", True),
-        ("gzip, deflate, br", True),
-        ("br;q=1.0, gzip;q=0.8", True),
-        ("*", True),
-        ("gzip;q=0", False),
-        ("gzip;q=0.0", False),
-        ("identity", False),
-        ("", False),
-        ("deflate", False),
-    ],
-)
-def test_accept_encoding(header: str, gzip_ok: bool) -> None:
-    assert accepts_gzip(header) is gzip_ok

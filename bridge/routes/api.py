@@ -26,12 +26,11 @@ from aiohttp import web
 from google.protobuf import json_format
 
 from bridge import app as appmod
-from bridge import flamegraph
+from bridge import flamegraph, ids
 from bridge.errors import InvalidArgument
 from bridge.profiletype import ProfileType
 from bridge.request_scope import SCOPES, Answer, Part, Scope, answer
 from bridge.resolve import REQUEST_MODES, answer_headers, resolver_of
-from bridge.spans import normalise_span_id, normalise_trace_id
 from bridge.upstream.base import CallContext
 
 FORMATS: Final = ("json", "pprof", "collapsed")
@@ -51,10 +50,10 @@ class ProfileParams:
 def parse_params(request: web.Request, default_profile_type: str) -> ProfileParams:
     """Pure-ish: the path ids and query parameters, validated; ``InvalidArgument`` naming the bad one."""
     raw_trace, raw_span = request.match_info["trace_id"], request.match_info["span_id"]
-    trace_id = normalise_trace_id(raw_trace)
+    trace_id = ids.trace_id(raw_trace)
     if trace_id is None:
         raise InvalidArgument(f"trace id {raw_trace[:80]!r} is not 1-32 hex characters")
-    span_id = normalise_span_id(raw_span)
+    span_id = ids.span_id(raw_span)
     if span_id is None:
         raise InvalidArgument(f"span id {raw_span[:80]!r} is not 16 hex characters")
     query = request.query

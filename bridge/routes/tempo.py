@@ -30,10 +30,11 @@ from multidict import CIMultiDict
 
 from bridge import app as appmod
 from bridge._proto import types_pb2 as tpb
-from bridge.compression import GzipError, gunzip
+from bridge.compression import GzipError, accepts_gzip, gunzip
 from bridge.config import Settings
 from bridge.enrich import Enriched, EnrichPolicy, Policy, UndecodableBody, enrich_trace_body
 from bridge.errors import BridgeError, InvalidArgument, UpstreamError
+from bridge.ids import tempo_trace_id
 from bridge.middleware import ROUTE_LABEL
 from bridge.spans import Trace
 from bridge.upstream.base import CallContext
@@ -69,20 +70,6 @@ def trace_request(tail: str) -> tuple[int, str] | None:
     return (2 if m.group("v2") else 1), m.group("id")
 
 
-def parse_trace_id(raw: str) -> str:
-    """Tempo's ``util.HexStringToTraceID``: any hex up to 128 bits, either case, left-padded with zeros → 32
-    lower-case hex. Anything else → ``InvalidArgument`` with Tempo's own words."""
-    for pos, char in enumerate(raw):
-        if not ("0" <= char <= "9" or "a" <= char <= "f" or "A" <= char <= "F"):
-            raise InvalidArgument(
-                f"trace IDs can only contain hex characters: invalid character '{char}' at position {pos + 1}"
-            )
-    text = "0" + raw if len(raw) % 2 else raw
-    if len(text) > 32:
-        raise InvalidArgument("trace IDs can't be larger than 128 bits")
-    return text.lower().rjust(32, "0")
-
-
 def is_protobuf_answer(content_type: str, accept: str) -> bool:
     """Which encoding a trace-by-ID answer is in: its content type says; without one, what was asked for."""
     ctype = content_type.lower()
@@ -91,22 +78,6 @@ def is_protobuf_answer(content_type: str, accept: str) -> bool:
     if "json" in ctype:
         return False
     return PROTOBUF in accept  # Tempo's own rule for choosing: a substring match on Accept
-
-
-def accepts_gzip(accept_encoding: str) -> bool:
-    for item in accept_encoding.split(","):
-        name, _, params = item.strip().partition(";")
-        if name.strip().lower() in ("gzip", "*"):
-            q = params.strip()
-            return not (q.startswith("q=") and _q_zero(q[2:]))
-    return False
-
-
-def _q_zero(text: str) -> bool:
-    try:
-        return float(text) == 0.0
-    except ValueError:
-        return False
 
 
 class AnswerEncodingError(ValueError):
@@ -219,7 +190,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if found is not None:
         version, raw_id = found
         request[ROUTE_LABEL] = f"{MOUNT}/api/v2/traces/{{id}}" if version == 2 else f"{MOUNT}/api/traces/{{id}}"
-        trace_id = parse_trace_id(raw_id)
+        trace_id = tempo_trace_id(raw_id)
         return await trace_by_id(request, version, trace_id, ctx)
     request[ROUTE_LABEL] = f"{MOUNT}/*"
     if settings.is_standalone:

@@ -796,9 +796,9 @@ class Store:
 
     async def trace_resource_spans(self, trace_id: str, tenant: str | None) -> list[otlp_trace.ResourceSpans]:
         """The trace as stored: OTLP ResourceSpans with every field as received (empty when unknown)."""
-        from bridge.spans import normalise_trace_id
+        from bridge import ids
 
-        norm = normalise_trace_id(trace_id)
+        norm = ids.trace_id(trace_id)
         if norm is None:
             raise InvalidArgument(f"trace id {trace_id!r} is not up to 32 hex characters")
         return await self._read(self._trace_resource_spans, tenant or "anonymous", bytes.fromhex(norm))
