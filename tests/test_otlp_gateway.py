@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
+import aiohttp
 import grpc
 import pytest
 from aiohttp import web
@@ -431,6 +432,8 @@ async def test_pull_scrapes_converts_links_and_forwards_and_survives_a_failing_t
     assert len(rec.received) >= 2
     assert puller.state[bad].failures >= 2 and "HTTP 404" in puller.state[bad].last_error
     assert puller.state[good].failures == 0
+    # the scraper's session is the upstream one: no cookie jar, so no target's Set-Cookie rides on later requests
+    assert isinstance(puller.session.cookie_jar, aiohttp.DummyCookieJar)
     assert set(asked) == {"1", "missing"}
     got = rec.received[0].request
     attrs = got.resource_profiles[0].resource.attributes

@@ -22,16 +22,10 @@ from bridge.otlp import fastlink
 from bridge.otlp.gateway import Gateway
 from bridge.otlp.grpc_server import GrpcServer, start_grpc_server
 from bridge.otlp.pull import Puller
+from bridge.upstream.http import new_session
 from bridge.upstream.otlp_forward import GrpcProfilesForwarder, HttpProfilesForwarder, ProfilesForwarder
 
 log = logging.getLogger("bridge.otlp")
-
-
-def new_session(settings: Settings) -> aiohttp.ClientSession:
-    # every call passes its own ClientTimeout; this default only bounds anything that forgets to
-    return aiohttp.ClientSession(
-        timeout=aiohttp.ClientTimeout(total=settings.upstream_timeout, connect=settings.connect_timeout),
-    )
 
 
 @contextlib.asynccontextmanager
