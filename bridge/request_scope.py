@@ -28,6 +28,7 @@ from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
 from bridge.config import Settings
 from bridge.errors import NotFound
+from bridge.grafana import span_window
 from bridge.resolve import (
     REQUEST_MODES,
     Attribution,
@@ -47,8 +48,6 @@ from bridge.upstream.base import CallContext
 Scope = Literal["span", "request"]
 SCOPES: Final = ("span", "request")
 
-# Grafana's own "Profiles for this span" window: span start − 60 s … span end + 60 s (contracts/grafana.md §1)
-QUERY_MARGIN_MS: Final = 60_000
 # descendant local roots asked about per request, and how many at once
 MAX_DESCENDANTS: Final = 64
 CONCURRENCY: Final = 8
@@ -156,12 +155,13 @@ def selector_for(span: Span, label_map: Sequence[tuple[str, str]]) -> str:
 
 def query_for(span: Span, profile_type: str, settings: Settings, *, max_nodes: int | None = None) -> SpanQuery:
     """The query Grafana would send for ``span`` (its window widened by a minute each side), with the trace id."""
+    window = span_window(span)
     return SpanQuery(
         span_ids=(span.span_id,),
         profile_type=profile_type,
         label_selector=selector_for(span, settings.label_map),
-        start_ms=span.start_ns // 1_000_000 - QUERY_MARGIN_MS,
-        end_ms=-(-span.end_ns // 1_000_000) + QUERY_MARGIN_MS,
+        start_ms=window[0],
+        end_ms=window[1],
         max_nodes=max_nodes,
         trace_id=span.trace_id,
     )

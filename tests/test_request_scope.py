@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from bridge import flamegraph
 from bridge.config import Settings
-from bridge.request_scope import QUERY_MARGIN_MS, combine, query_for, selector_for
+from bridge.grafana import EXPLORE_MARGIN_MS
+from bridge.request_scope import combine, query_for, selector_for
 from bridge.resolve import Mode, Resolution
 from bridge.spans import Span
 
@@ -72,5 +73,5 @@ def test_query_for_uses_grafanas_window_and_the_mapped_labels() -> None:
     s = span("5" * 16, 'we"ird', resource=(("k8s.pod.name", "pod-1"),))
     q = query_for(s, "process_cpu:cpu:nanoseconds:cpu:nanoseconds", settings, max_nodes=100)
     assert q.span_ids == (s.span_id,) and q.trace_id == s.trace_id and q.max_nodes == 100
-    assert q.start_ms == 1_000_000 - QUERY_MARGIN_MS and q.end_ms == 1_000_050 + QUERY_MARGIN_MS
+    assert q.start_ms == 1_000_000 - EXPLORE_MARGIN_MS and q.end_ms == 1_000_050 + EXPLORE_MARGIN_MS
     assert q.label_selector == selector_for(s, settings.label_map) == '{service_name="we\\"ird", pod="pod-1"}'

@@ -15,7 +15,6 @@ names, services, frame names, the search text).
 from __future__ import annotations
 
 import asyncio
-import json
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -32,8 +31,9 @@ from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
 from bridge.config import Settings, parse_seconds
 from bridge.errors import CODE_TO_HTTP, BridgeError, InvalidArgument
+from bridge.grafana import PYROSCOPE_DS_TYPE, TEMPO_DS_TYPE, explore_url, span_window
 from bridge.profiletype import ProfileType
-from bridge.request_scope import QUERY_MARGIN_MS, Answer, selector_for
+from bridge.request_scope import Answer, selector_for
 from bridge.routes.api import ProfileParams, answer_for, parse_params
 from bridge.spans import Span, Trace
 from bridge.units import format_duration_ns, format_value, share
@@ -153,23 +153,18 @@ def flame_svg(tree: flamegraph.Node, unit: str, query: str = "", services: froze
 # --------------------------------------------------------------------------------------------- links
 
 
-def explore_url(grafana_url: str, panes: Mapping[str, Any]) -> str:
-    return f"{grafana_url}/explore?" + urlencode({"schemaVersion": "1", "panes": json.dumps(panes), "orgId": "1"})
-
-
 def grafana_links(settings: Settings, ans: Answer) -> list[tuple[str, str]]:
     """"Open in Grafana Explore" links: the profile query Grafana itself would send for this span, and the trace."""
     if not settings.grafana_url:
         return []
     span = ans.span
-    from_ms = span.start_ns // 1_000_000 - QUERY_MARGIN_MS
-    to_ms = span.end_ns // 1_000_000 + QUERY_MARGIN_MS
+    from_ms, to_ms = span_window(span)
     profiles = {
         "pb": {
             "datasource": settings.grafana_profiles_uid,
             "queries": [{
                 "refId": "profile",
-                "datasource": {"type": "grafana-pyroscope-datasource", "uid": settings.grafana_profiles_uid},
+                "datasource": {"type": PYROSCOPE_DS_TYPE, "uid": settings.grafana_profiles_uid},
                 "queryType": "profile",
                 "profileTypeId": ans.profile_type,
                 "labelSelector": ans.resolution.label_selector or selector_for(span, settings.label_map),
@@ -184,7 +179,7 @@ def grafana_links(settings: Settings, ans: Answer) -> list[tuple[str, str]]:
             "datasource": settings.grafana_tempo_uid,
             "queries": [{
                 "refId": "A",
-                "datasource": {"type": "tempo", "uid": settings.grafana_tempo_uid},
+                "datasource": {"type": TEMPO_DS_TYPE, "uid": settings.grafana_tempo_uid},
                 "queryType": "traceql",
                 "query": span.trace_id,
             }],
@@ -237,10 +232,10 @@ async def linked_values(
     limit = asyncio.Semaphore(8)
 
     async def one(span: Span) -> int | None:
+        start, end = span_window(span)
         req = qpb.SelectMergeSpanProfileRequest(
             profile_typeID=profile_type, label_selector=selector_for(span, settings.label_map),
-            span_selector=[span.span_id], start=span.start_ns // 1_000_000 - QUERY_MARGIN_MS,
-            end=span.end_ns // 1_000_000 + QUERY_MARGIN_MS,
+            span_selector=[span.span_id], start=start, end=end,
         )
         async with limit:
             try:
