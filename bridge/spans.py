@@ -1,5 +1,6 @@
-"""Pure span model: ``Span`` and ``Trace``; parsers for Tempo JSON (base64 ids), OTLP JSON (hex ids), OTLP/Tempo
-protobuf and Tempo search answers; tree walks (local root, descendant local roots).
+"""Pure span model: ``Span`` and ``Trace``; parsers for OTLP-shaped spans — protobuf ``ResourceSpans`` and their JSON
+form, with hex (OTLP/JSON) or base64 (Tempo's JSON) ids; tree walks (local root, descendant local roots). Tempo's
+answer shapes (trace by ID, search) are read in ``bridge.wire.tempo``.
 
 A *local root* is the first span of a request inside one process: no parent, a parent that is remote (OTLP span
 flags say so when the SDK sets them), a parent in another service or process, or a SERVER/CONSUMER span whose
@@ -296,15 +297,6 @@ def spans_from_json(resource_spans: Iterable[Mapping[str, Any]], *, ids: str = "
     return out
 
 
-def tempo_json_resource_spans(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The ResourceSpans list of a Tempo trace-by-ID JSON answer, v2 (``trace.resourceSpans``) or v1
-    (``batches``); an empty list for the "not found" shapes."""
-    if "trace" in doc:
-        trace = doc.get("trace") or {}
-        return list(trace.get("resourceSpans", trace.get("batches", [])))
-    return list(doc.get("batches", doc.get("resourceSpans", [])))
-
-
 @dataclass(frozen=True, slots=True)
 class SearchHit:
     """One span from a Tempo search answer (ids hex; resource attributes only those selected)."""
@@ -318,31 +310,3 @@ class SearchHit:
     root_service: str = ""
     root_name: str = ""
     attributes: Attrs = ()
-
-
-def parse_search_response(doc: Mapping[str, Any]) -> list[SearchHit]:
-    """Tempo ``/api/search`` JSON → one hit per matched span. ``traces`` is absent when nothing matched."""
-    hits: list[SearchHit] = []
-    for trace in doc.get("traces") or []:
-        trace_id = str(trace.get("traceID", "")).lower().rjust(32, "0")
-        span_sets = trace.get("spanSets") or ([trace["spanSet"]] if trace.get("spanSet") else [])
-        for span_set in span_sets:
-            for s in span_set.get("spans") or []:
-                attrs: Attrs = tuple(
-                    (kv.get("key", ""), any_value_to_str(kv.get("value", {}))) for kv in s.get("attributes", [])
-                )
-                amap = dict(attrs)
-                hits.append(
-                    SearchHit(
-                        trace_id=trace_id,
-                        span_id=str(s.get("spanID", "")).lower().rjust(16, "0"),
-                        name=s.get("name", amap.get("name", "")),
-                        service=amap.get(SERVICE_NAME, amap.get("resource.service.name", "")),
-                        start_ns=int(s.get("startTimeUnixNano", 0)),
-                        duration_ns=int(s.get("durationNanos", 0)),
-                        root_service=str(trace.get("rootServiceName", "")),
-                        root_name=str(trace.get("rootTraceName", "")),
-                        attributes=attrs,
-                    )
-                )
-    return hits

@@ -6,6 +6,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from bridge import spans as sp
+from bridge.wire import tempo as tempo_wire
 from tests.paths import SHOP_CAPTURE, VULTURE_TRACE
 
 
@@ -71,7 +72,7 @@ def test_sdk_tags_only_local_roots_with_pyroscope_profile_id() -> None:
 
 def test_tempo_json_with_base64_ids_string_ints_and_omitted_defaults() -> None:
     doc = json.loads(VULTURE_TRACE.read_text())
-    spans = sp.spans_from_json(sp.tempo_json_resource_spans(doc))
+    spans = sp.spans_from_json(tempo_wire.json_resource_spans(doc))
     assert spans
     for s in spans:
         assert len(s.trace_id) == 32 and len(s.span_id) == 16
@@ -88,7 +89,7 @@ def test_tempo_docs_example() -> None:
                    "kind": "SPAN_KIND_SERVER", "startTimeUnixNano": "1689969302000000000",
                    "endTimeUnixNano": "1689970000000000000", "attributes": [{"key": "my.span.attr", "value": {
                        "stringValue": "some value"}}], "status": {}}]}]}]}}
-    (span,) = sp.spans_from_json(sp.tempo_json_resource_spans(doc))
+    (span,) = sp.spans_from_json(tempo_wire.json_resource_spans(doc))
     assert span.trace_id == "5b8efff798038103d269b633813fc700"
     assert span.span_id == "eee19b7ec3c1b100"
     assert span.kind == sp.SPAN_KIND_SERVER
@@ -99,9 +100,9 @@ def test_tempo_docs_example() -> None:
 def test_v1_batches_and_otlp_json_hex_ids() -> None:
     batch = {"resource": {"attributes": []}, "scopeSpans": [{"spans": [
         {"traceId": "5B8EFFF798038103D269B633813FC700", "spanId": "EEE19B7EC3C1B100", "name": "x"}]}]}
-    (span,) = sp.spans_from_json(sp.tempo_json_resource_spans({"batches": [batch]}), ids="hex")
+    (span,) = sp.spans_from_json(tempo_wire.json_resource_spans({"batches": [batch]}), ids="hex")
     assert span.span_id == "eee19b7ec3c1b100"
-    assert sp.tempo_json_resource_spans({"trace": {}}) == []
+    assert tempo_wire.json_resource_spans({"trace": {}}) == []
     bad = {"scopeSpans": [{"spans": [{"traceId": "W47/95gDgQPSabYzgT/HAA==", "spanId": "not base64!"}]}]}
     with pytest.raises(ValueError, match="not base64"):
         sp.spans_from_json([bad], ids="base64")
@@ -114,11 +115,11 @@ def test_search_response_from_tempo_docs() -> None:
                        "startTimeUnixNano": "1694718625557000000", "durationNanos": "10000000000",
                        "attributes": [{"key": "service.name", "value": {"stringValue": "my.service"}}]}],
                        "matched": 1}]}], "metrics": {"inspectedBytes": "292781"}}
-    (hit,) = sp.parse_search_response(doc)
+    (hit,) = tempo_wire.parse_search_response(doc)
     assert hit.trace_id == "005b8efff798038103d269b633813fc7"
     assert hit.service == "my.service"
     assert hit.duration_ns == 10_000_000_000
-    assert sp.parse_search_response({"metrics": {}}) == []
+    assert tempo_wire.parse_search_response({"metrics": {}}) == []
 
 
 def test_remote_parent_flag_decides_when_present() -> None:

@@ -23,8 +23,9 @@ from bridge._proto import querier_pb2 as qpb
 from bridge._proto import tempo_pb2
 from bridge.app import BACKENDS, create_app
 from bridge.config import Settings
-from bridge.spans import parse_search_response, spans_from_otlp
+from bridge.spans import spans_from_otlp
 from bridge.store import Store
+from bridge.wire.tempo import parse_search_response
 
 CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
 PROGRAM_SECONDS = 3.0

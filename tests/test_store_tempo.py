@@ -15,8 +15,9 @@ from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
 from bridge._proto import tempo_pb2
 from bridge.selector import parse_selector
-from bridge.spans import parse_search_response, spans_from_json, spans_from_otlp, tempo_json_resource_spans
+from bridge.spans import spans_from_json, spans_from_otlp
 from bridge.store import Store, tempo_api, traceql
+from bridge.wire.tempo import json_resource_spans, parse_search_response
 from tests.test_store import CAPTURE_END_S, capture_requests, ctx, ingest_capture
 
 PROTO = {"Accept": "application/protobuf"}
@@ -85,7 +86,7 @@ async def test_v1_protobuf_and_both_json_shapes(store: Store) -> None:
         assert raw_span["startTimeUnixNano"].isdigit()  # int64 as strings
         assert raw_span["kind"].startswith("SPAN_KIND_")
         assert "=" in raw_span["traceId"] or len(raw_span["traceId"]) == 24  # standard base64, not hex
-        json_spans = spans_from_json(tempo_json_resource_spans(doc), ids="base64")
+        json_spans = spans_from_json(json_resource_spans(doc), ids="base64")
         assert sorted(json_spans, key=lambda s: s.span_id) == sorted(proto_spans, key=lambda s: s.span_id)
 
 
@@ -94,7 +95,7 @@ async def test_unknown_trace_v1_404_v2_empty(store: Store) -> None:
     status, _, _ = await call(store, f"api/traces/{missing}")
     assert status == 404
     status, _, body = await call(store, f"api/v2/traces/{missing}")
-    assert status == 200 and tempo_json_resource_spans(json.loads(body)) == []
+    assert status == 200 and json_resource_spans(json.loads(body)) == []
     status, _, body = await call(store, f"api/v2/traces/{missing}", headers=PROTO)
     assert status == 200 and not tempo_pb2.TraceByIDResponse.FromString(body).trace.resource_spans
     status, _, body = await call(store, "api/v2/traces/not-hex")

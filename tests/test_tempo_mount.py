@@ -24,9 +24,10 @@ from bridge.app import BACKENDS, METRICS, SPAN_CACHE, create_app
 from bridge.config import Settings
 from bridge.connect import Deadline
 from bridge.errors import Code
-from bridge.routes.tempo import KnownServices, is_protobuf_answer, trace_request
+from bridge.routes.tempo import KnownServices
 from bridge.spans import PROFILE_ID_ATTR
 from bridge.upstream.base import CallContext
+from bridge.wire.tempo import is_protobuf_answer, trace_request
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.shop import load_shop
 from tests.doubles.tempo import GARBAGE, TempoDouble, refused_url

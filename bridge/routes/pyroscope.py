@@ -37,23 +37,11 @@ from bridge.middleware import ROUTE_LABEL
 from bridge.resolve import Mode, Resolution, SpanQuery, answer_headers, clean_span_ids, measure_of, resolver_of
 from bridge.upstream.base import CallContext
 from bridge.upstream.proxy import read_body, stream_through, target_url
+from bridge.wire.pyroscope import FLAMEGRAPH_FORMATS, SPAN_RPCS, method_label, rpc_method
 
 MOUNT: Final = "/pyroscope"
-SERVICE: Final = "querier.v1.QuerierService/"
-SPAN_RPCS: Final[dict[str, tuple[type[Message], type[Message]]]] = {
-    "SelectMergeSpanProfile": (qpb.SelectMergeSpanProfileRequest, qpb.SelectMergeSpanProfileResponse),
-    "SelectMergeStacktraces": (qpb.SelectMergeStacktracesRequest, qpb.SelectMergeStacktracesResponse),
-}
-RESOLVABLE_FORMATS: Final = (qpb.PROFILE_FORMAT_UNSPECIFIED, qpb.PROFILE_FORMAT_FLAMEGRAPH)
 
 LocalRpc = tuple[type[Message], Callable[[Message, CallContext], Awaitable[Message]]]
-
-
-def rpc_method(tail: str) -> str | None:
-    """``querier.v1.QuerierService/SelectMergeSpanProfile`` → ``SelectMergeSpanProfile``; other paths → None."""
-    if tail.startswith(SERVICE) and "/" not in tail[len(SERVICE):]:
-        return tail[len(SERVICE):] or None
-    return None
 
 
 def span_query_of(msg: Message) -> SpanQuery | None:
@@ -61,7 +49,7 @@ def span_query_of(msg: Message) -> SpanQuery | None:
     than a flame graph (those are not resolved)."""
     if not isinstance(msg, qpb.SelectMergeSpanProfileRequest | qpb.SelectMergeStacktracesRequest):
         return None
-    if not msg.span_selector or msg.format not in RESOLVABLE_FORMATS:
+    if not msg.span_selector or msg.format not in FLAMEGRAPH_FORMATS:
         return None
     return SpanQuery(
         span_ids=tuple(msg.span_selector),
@@ -120,7 +108,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         request, requested_timeout=parse_timeout_ms(request.headers.get("Connect-Timeout-Ms"))
     )
     method = rpc_method(request.match_info["tail"]) if request.method == "POST" else None
-    request[ROUTE_LABEL] = f"{MOUNT}/{method}" if method else f"{MOUNT}/*"
+    request[ROUTE_LABEL] = f"{MOUNT}/{method_label(method)}" if method else f"{MOUNT}/*"
     local: Mapping[str, LocalRpc] | None = None
     if settings.is_standalone:
         local = request.app[appmod.BACKENDS].extras.get("pyroscope_local", {})

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -40,12 +39,11 @@ from bridge.spans import Trace
 from bridge.upstream.base import CallContext
 from bridge.upstream.faults import map_client_error
 from bridge.upstream.proxy import CHUNK, HOP_BY_HOP, end_to_end, stream_through, target_url
+from bridge.wire.tempo import is_protobuf_answer, trace_request
 
 log = logging.getLogger("bridge.tempo")
 
 MOUNT: Final = "/tempo"
-PROTOBUF: Final = "application/protobuf"
-TRACE_PATH: Final = re.compile(r"^api/(?:(?P<v2>v2)/)?traces/(?P<id>[^/]*)$")
 MAX_ANSWER_BYTES: Final = 256 * 1024**2  # a trace-by-ID answer larger than this is refused, not buffered
 GZIP_LEVEL: Final = 1  # answers go to Grafana next door: speed over ratio
 SERVICE_LABEL: Final = "service_name"
@@ -60,24 +58,6 @@ TempoLocal = Callable[
 
 
 # --------------------------------------------------------------------------------------------- pure parts
-
-
-def trace_request(tail: str) -> tuple[int, str] | None:
-    """``api/v2/traces/<id>`` → (2, id), ``api/traces/<id>`` → (1, id); anything else → None."""
-    m = TRACE_PATH.match(tail)
-    if m is None:
-        return None
-    return (2 if m.group("v2") else 1), m.group("id")
-
-
-def is_protobuf_answer(content_type: str, accept: str) -> bool:
-    """Which encoding a trace-by-ID answer is in: its content type says; without one, what was asked for."""
-    ctype = content_type.lower()
-    if "protobuf" in ctype:
-        return True
-    if "json" in ctype:
-        return False
-    return PROTOBUF in accept  # Tempo's own rule for choosing: a substring match on Accept
 
 
 class AnswerEncodingError(ValueError):

@@ -7,19 +7,16 @@ specific first, ``raise … from exc``. Pyroscope's own Connect errors pass thro
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 import aiohttp
 from google.protobuf.message import DecodeError, Message
-from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
 from bridge._proto import querier_pb2 as qpb
-from bridge._proto import tempo_pb2
 from bridge._proto import types_pb2 as tpb
 from bridge.config import Settings
 from bridge.connect import PROTO, decode_error
@@ -32,22 +29,14 @@ from bridge.errors import (
     code_for_http_status,
 )
 from bridge.metrics import Metrics
-from bridge.spans import (
-    SearchHit,
-    Span,
-    Trace,
-    parse_search_response,
-    spans_from_json,
-    spans_from_otlp,
-    tempo_json_resource_spans,
-)
+from bridge.spans import SearchHit, Span, Trace
 from bridge.upstream.base import CallContext
 from bridge.upstream.faults import map_client_error
+from bridge.wire import pyroscope as pyroscope_wire
+from bridge.wire import tempo as tempo_wire
 
 M = TypeVar("M", bound=Message)
 
-PROTOBUF: Final = "application/protobuf"
-QUERIER: Final = "/querier.v1.QuerierService/"
 MAX_ANSWER_BYTES: Final = 256 * 1024**2
 CONNECTIONS_PER_UPSTREAM: Final = 256
 
@@ -142,12 +131,12 @@ class TempoClient(_Upstream):
         self, trace_id: str, ctx: CallContext, start_s: int | None = None, end_s: int | None = None
     ) -> Trace | None:
         params = {"start": str(start_s), "end": str(end_s)} if start_s is not None and end_s is not None else None
-        accept = {"Accept": PROTOBUF}
-        status, ctype, body = await self.call("trace_by_id", "GET", f"/api/v2/traces/{trace_id}", ctx,
+        accept = {"Accept": tempo_wire.PROTOBUF}
+        status, ctype, body = await self.call("trace_by_id", "GET", tempo_wire.trace_path(trace_id, 2), ctx,
                                               params=params, headers=accept)
         v1 = status == 404
         if v1:  # a Tempo older than v2.6 has no v2 endpoint
-            status, ctype, body = await self.call("trace_by_id", "GET", f"/api/traces/{trace_id}", ctx,
+            status, ctype, body = await self.call("trace_by_id", "GET", tempo_wire.trace_path(trace_id, 1), ctx,
                                                   headers=accept)
             if status == 404:
                 return None
@@ -157,41 +146,25 @@ class TempoClient(_Upstream):
         return Trace.from_spans(spans, trace_id) if spans else None
 
     def _decode_trace(self, body: bytes, ctype: str, v1: bool, trace_id: str) -> list[Span]:
-        if "json" in ctype:
-            try:
-                return spans_from_json(tempo_json_resource_spans(json.loads(body)))
-            except (ValueError, TypeError, AttributeError, KeyError) as exc:
-                raise UpstreamError(self.name, f"tempo answered trace {trace_id} with JSON that is not a trace "
-                                               f"({exc})") from exc
         try:
-            if v1:
-                raw = list(tempo_pb2.Trace.FromString(body).resource_spans)
-            else:
-                raw = list(tempo_pb2.TraceByIDResponse.FromString(body).trace.resource_spans)
-            return spans_from_otlp(otlp_trace.ResourceSpans.FromString(r) for r in raw)
-        except (DecodeError, ValueError) as exc:
-            raise UpstreamError(
-                self.name, f"tempo answered trace {trace_id} with something that is not a trace ({exc})"
-            ) from exc
+            return tempo_wire.decode_trace(body, ctype, 1 if v1 else 2)
+        except ValueError as exc:
+            raise UpstreamError(self.name, f"tempo answered trace {trace_id} with {exc}") from exc
 
     async def search(
         self, query: str, start_s: int, end_s: int, limit: int, ctx: CallContext, spss: int = 3
     ) -> list[SearchHit]:
         params = {"q": query, "start": str(start_s), "end": str(end_s), "limit": str(limit), "spss": str(spss)}
-        status, _, body = await self.call("search", "GET", "/api/search", ctx, params=params)
+        status, _, body = await self.call("search", "GET", tempo_wire.SEARCH_PATH, ctx, params=params)
         if status != 200:
             raise self.http_error(status, body, "a search")
         try:
-            doc: Any = json.loads(body)
-            if not isinstance(doc, dict):
-                raise ValueError("not a JSON object")
-            return parse_search_response(doc)
-        except (ValueError, TypeError, AttributeError, KeyError) as exc:
-            raise UpstreamError(self.name, f"tempo answered a search with something that is not a search "
-                                           f"result ({exc})") from exc
+            return tempo_wire.decode_search(body)
+        except ValueError as exc:
+            raise UpstreamError(self.name, f"tempo answered a search with {exc}") from exc
 
     async def find_span(self, span_id: str, start_s: int, end_s: int, ctx: CallContext) -> SearchHit | None:
-        query = f'{{ span:id = "{span_id}" }} | select(span:name, resource.service.name)'
+        query = tempo_wire.span_by_id_query(span_id)
         for hit in await self.search(query, start_s, end_s, 5, ctx, spss=10):
             if hit.span_id == span_id:
                 return hit
@@ -211,7 +184,7 @@ class PyroscopeClient(_Upstream):
             "Connect-Timeout-Ms": str(max(1, math.floor((self.timeout(ctx).total or 0) * 1000))),
             "Accept-Encoding": "gzip",
         }
-        status, _, body = await self.call(method, "POST", QUERIER + method, ctx, headers=headers,
+        status, _, body = await self.call(method, "POST", pyroscope_wire.QUERIER_PATH + method, ctx, headers=headers,
                                           data=req.SerializeToString())
         if status != 200:
             raise self.http_error(status, body, method)

@@ -40,9 +40,9 @@ from google.protobuf import json_format
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
 from bridge._proto import tempo_pb2
+from bridge.wire import tempo as tempo_wire
 from tests.paths import VULTURE_TRACE
 
-PROTOBUF: Final = "application/protobuf"
 SEARCH_ROOT_PENDING: Final = "<root span not yet received>"
 BUILD_INFO: Final = {
     "version": "2.10.8-test-double",
@@ -154,7 +154,7 @@ class TempoDouble:
         self.app = web.Application()
         self.app.router.add_get("/api/v2/traces/{trace_id}", self._trace_v2)
         self.app.router.add_get("/api/traces/{trace_id}", self._trace_v1)
-        self.app.router.add_get("/api/search", self._search)
+        self.app.router.add_get(tempo_wire.SEARCH_PATH, self._search)
         self.app.router.add_get("/api/v2/search/tags", self._tags)
         self.app.router.add_get("/api/v2/search/tag/{tag}/values", self._tag_values)
         self.app.router.add_get("/ready", self._ready)
@@ -202,7 +202,7 @@ class TempoDouble:
 
     @property
     def search_calls(self) -> list[RecordedRequest]:
-        return self.calls("/api/search")
+        return self.calls(tempo_wire.SEARCH_PATH)
 
     # ------------------------------------------------------------------------------------------- plumbing
 
@@ -234,7 +234,8 @@ class TempoDouble:
                 request.transport.close()
             return response
         if f.garbage and "/traces/" in request.path:
-            return self._answer(request, 200, GARBAGE, PROTOBUF if _wants_protobuf(request) else "application/json")
+            ctype = tempo_wire.PROTOBUF if _wants_protobuf(request) else tempo_wire.JSON
+            return self._answer(request, 200, GARBAGE, ctype)
         return None
 
     def _answer(self, request: web.Request, status: int, body: bytes, content_type: str) -> web.Response:
@@ -273,7 +274,7 @@ class TempoDouble:
         _, raw = looked
         protobuf = _wants_protobuf(request)
         body = trace_answer(raw or [], version=2, protobuf=protobuf, partial=self.partial if raw else None)
-        return self._answer(request, 200, body, PROTOBUF if protobuf else "application/json")
+        return self._answer(request, 200, body, tempo_wire.PROTOBUF if protobuf else tempo_wire.JSON)
 
     async def _trace_v1(self, request: web.Request) -> web.StreamResponse:
         if (faulted := await self._faulted(request)) is not None:
@@ -286,7 +287,7 @@ class TempoDouble:
             return self._text(404, "trace not found")
         protobuf = _wants_protobuf(request)
         body = trace_answer(raw, version=1, protobuf=protobuf)
-        return self._answer(request, 200, body, PROTOBUF if protobuf else "application/json")
+        return self._answer(request, 200, body, tempo_wire.PROTOBUF if protobuf else tempo_wire.JSON)
 
     # ------------------------------------------------------------------------------------------- search
 
@@ -387,8 +388,7 @@ class TempoDouble:
 
 
 def _wants_protobuf(request: web.Request) -> bool:
-    # Tempo: a substring match on Accept, protobuf first
-    return PROTOBUF in request.headers.get("Accept", "")
+    return tempo_wire.wants_protobuf(request.headers.get("Accept", ""))
 
 
 def _dumps(doc: Any) -> bytes:
