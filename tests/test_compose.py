@@ -9,8 +9,10 @@ import hashlib
 import json
 import re
 import shlex
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 import jsonschema
@@ -94,6 +96,197 @@ def test_every_service_is_pinned_and_health_checked(name: str) -> None:
     assert health["test"][0] in ("CMD", "CMD-SHELL") and len(health["test"]) >= 2
     for key in ("interval", "timeout", "retries"):
         assert key in health
+
+
+# --------------------------------------------------------------------------------------------- what each image holds
+#
+# A healthcheck runs inside its container: CMD runs argv[0] directly, CMD-SHELL runs `/bin/sh -c STRING`. Distroless
+# images have neither a shell nor wget/curl, so a check that names one never passes and every service that waits for
+# it never starts (this is how `docker compose up` once hung on Tempo). What each pinned image contains is recorded
+# here with where it was read; a new image or tag fails the test until its row is written.
+
+DEFAULT_PATH: Final = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+SH_BUILTINS: Final = frozenset({"exit", "true", "false", "test", "[", "echo", "printf", "set", "exec", ":", "!"})
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """The executables of an image (absolute paths) and the PATH a bare name is looked up in."""
+
+    base: str
+    programs: frozenset[str]
+    source: str
+    path: tuple[str, ...] = DEFAULT_PATH
+
+    def has(self, program: str) -> bool:
+        if "/" in program:
+            return program in self.programs
+        return any(f"{directory}/{program}" in self.programs for directory in self.path)
+
+    def with_programs(self, *programs: str, source: str) -> ImageFacts:
+        return ImageFacts(self.base, self.programs | frozenset(programs), f"{self.source}; {source}", self.path)
+
+
+BUSYBOX_APPLETS: Final = ("sh", "wget", "grep", "cat", "ls", "busybox")
+
+PULLED_IMAGES: Final[dict[str, ImageFacts]] = {
+    "grafana/tempo:3.0.3": ImageFacts(
+        base="gcr.io/distroless/static-debian12",
+        programs=frozenset({"/tempo"}),
+        source="grafana/tempo cmd/tempo/Dockerfile: final stage FROM gcr.io/distroless/static-debian12 (busybox "
+               "removed in grafana/tempo#5717, on release-v3.0), COPY tempo /tempo, ENTRYPOINT /tempo; "
+               "`/tempo --health` GETs http://localhost:3200/ready and exits 0/1 (Tempo docs, Command line "
+               "flags > Health check; grafana/tempo#6608)",
+    ),
+    "grafana/pyroscope:2.2.1": ImageFacts(
+        base="gcr.io/distroless/static",
+        programs=frozenset({"/usr/bin/pyroscope", "/usr/bin/profilecli"}),
+        source="grafana/pyroscope cmd/pyroscope/Dockerfile: FROM gcr.io/distroless/static, COPY profilecli "
+               "/usr/bin/profilecli, COPY pyroscope /usr/bin/pyroscope; `profilecli ready --url URL` GETs URL/ready "
+               "(cmd/profilecli/ready.go, --url from cmd/profilecli/client.go)",
+    ),
+    "prom/prometheus:v3.5.0": ImageFacts(
+        base="quay.io/prometheus/busybox",
+        programs=frozenset({"/bin/prometheus", "/bin/promtool"} | {f"/bin/{a}" for a in BUSYBOX_APPLETS}),
+        source="prometheus/prometheus Dockerfile: FROM quay.io/prometheus/busybox-${OS}-${ARCH}:latest, COPY "
+               "prometheus /bin/prometheus, promtool /bin/promtool; busybox applets in /bin (prometheus/busybox "
+               "README); the distroless variant is a separate -distroless tag since v3.10 "
+               "(prometheus/prometheus#17876)",
+    ),
+    "grafana/grafana:13.2.1": ImageFacts(
+        base="alpine",
+        programs=frozenset({"/usr/share/grafana/bin/grafana", "/usr/bin/curl", "/bin/bash", "/bin/sh", "/bin/busybox",
+                            "/usr/bin/wget"}),
+        source="grafana/grafana Dockerfile: final stage FROM ${BASE_IMAGE} (alpine), `apk add --no-cache "
+               "ca-certificates bash curl tzdata musl-utils`, PATH /usr/share/grafana/bin:...; alpine's busybox gives "
+               "/bin/sh and /usr/bin/wget",
+        path=("/usr/share/grafana/bin", *DEFAULT_PATH),
+    ),
+}
+
+# base images of our own Dockerfile; what its stages add is derived from the Dockerfile itself (_built_image)
+BASE_IMAGES: Final[dict[str, ImageFacts]] = {
+    "python:3.11-slim-bookworm": ImageFacts(
+        base="debian:bookworm-slim",
+        programs=frozenset({"/bin/sh", "/bin/bash", "/usr/local/bin/python", "/usr/local/bin/python3",
+                            "/usr/local/bin/pip"}),
+        source="docker-library/python 3.11/slim-bookworm/Dockerfile: FROM debian:bookworm-slim (dash as /bin/sh, "
+               "bash), CPython and pip in /usr/local/bin; wget is installed only to download the sources and purged "
+               "in the same layer, curl never",
+    ),
+}
+
+
+def _console_scripts() -> list[str]:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    return sorted(pyproject["project"]["scripts"])
+
+
+def _built_image(target: str) -> ImageFacts:
+    """What a stage of our Dockerfile holds: its base image's programs, plus the console scripts of
+    pyproject.toml once a RUN in the stage (or a stage it builds on) pip-installs this package. What apt-get installs
+    there is purged in the same RUN (the Dockerfile test checks it), so it adds nothing."""
+    stages = _dockerfile_stages()
+    lines = stages[target]
+    base = lines[0].split()[1]
+    facts = _built_image(base) if base in stages else BASE_IMAGES[base]
+    for line in lines[1:]:
+        if line.startswith("RUN ") and re.search(r"\bpip install \.(\[\w+\])?", line.replace('"', "")):
+            scripts = [f"/usr/local/bin/{name}" for name in _console_scripts()]
+            facts = facts.with_programs(*scripts, source=f"Dockerfile stage {target}: pip install . → {scripts}")
+    return facts
+
+
+def image_facts(service: dict[str, Any]) -> ImageFacts:
+    if "build" in service:
+        return _built_image(service["build"]["target"])
+    image = service["image"]
+    assert image in PULLED_IMAGES, (
+        f"{image}: record what this image contains (base image, executables, where you read it) in PULLED_IMAGES "
+        "before using it: a healthcheck can only run programs the image has"
+    )
+    return PULLED_IMAGES[image]
+
+
+def shell_commands(script: str) -> list[str]:
+    """The programs a `sh -c` script runs: the first word of each simple command (builtins left out)."""
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=";&|()")
+    lexer.whitespace_split = True
+    programs: list[str] = []
+    at_start = True
+    for token in lexer:
+        if token in {";", "&&", "||", "|", "&", "(", ")"}:
+            at_start = True
+            continue
+        if at_start and "=" not in token.split("/")[0] and token not in SH_BUILTINS:
+            programs.append(token)
+        at_start = False
+    return programs
+
+
+def missing_programs(test: list[str], image: ImageFacts) -> list[str]:
+    """The programs a healthcheck's ``test`` needs that ``image`` does not have."""
+    kind, *args = test
+    if kind == "NONE":
+        return []
+    if kind == "CMD":
+        needed = args[:1]
+    elif kind == "CMD-SHELL":
+        needed = ["/bin/sh", *shell_commands(" ".join(args))]
+    else:
+        raise AssertionError(f"healthcheck test must start with CMD, CMD-SHELL or NONE, not {kind!r}")
+    return [program for program in needed if not image.has(program)]
+
+
+@pytest.mark.parametrize("name", sorted(_services()))
+def test_every_healthcheck_runs_a_program_its_image_has(name: str) -> None:
+    service = _services()[name]
+    facts = image_facts(service)
+    test = service["healthcheck"]["test"]
+    missing = missing_programs(test, facts)
+    assert not missing, f"{name}: healthcheck {test} needs {missing}, which {facts.base} does not have ({facts.source})"
+
+
+@pytest.mark.parametrize(
+    ("image", "test", "missing"),
+    [
+        # the check that kept `docker compose up` from ever finishing: distroless Tempo has no shell and no wget
+        ("grafana/tempo:3.0.3", ["CMD-SHELL", "wget -q -O /dev/null http://localhost:3200/ready || exit 1"],
+         ["/bin/sh", "wget"]),
+        ("grafana/tempo:3.0.3", ["CMD", "wget", "-q", "http://localhost:3200/ready"], ["wget"]),
+        ("grafana/tempo:3.0.3", ["CMD", "/tempo", "--health"], []),
+        ("grafana/pyroscope:2.2.1", ["CMD", "curl", "-f", "http://localhost:4040/ready"], ["curl"]),
+        ("grafana/pyroscope:2.2.1", ["CMD", "/usr/bin/profilecli", "ready"], []),
+        ("prom/prometheus:v3.5.0", ["CMD-SHELL", "wget -qO- localhost:9090/-/ready | grep -q Ready"], []),
+        ("prom/prometheus:v3.5.0", ["CMD", "curl", "localhost:9090/-/ready"], ["curl"]),
+        ("grafana/grafana:13.2.1", ["CMD-SHELL", "curl -fsS localhost:3000/api/health && grafana --version"], []),
+    ],
+)
+def test_a_healthcheck_naming_a_missing_program_is_caught(image: str, test: list[str], missing: list[str]) -> None:
+    assert missing_programs(test, PULLED_IMAGES[image]) == missing
+
+
+def test_our_images_have_python_and_the_console_scripts_but_no_curl() -> None:
+    """Derived from the Dockerfile: python slim has neither curl nor wget; `pip install .` adds profile-bridge."""
+    for target in ("bridge", "demo"):
+        facts = _built_image(target)
+        assert facts.has("python") and facts.has("profile-bridge") and facts.has("/bin/sh")
+        assert missing_programs(["CMD", "curl", "-f", "http://localhost:4041/healthz"], facts) == ["curl"]
+        assert missing_programs(["CMD-SHELL", "wget -q localhost:4041/healthz"], facts) == ["wget"]
+
+
+@pytest.mark.parametrize("name", sorted(_services()))
+def test_every_healthcheck_probes_its_own_service(name: str) -> None:
+    """A probe URL in the check names a port the container listens on (Tempo's --health probes :3200, its
+    http_listen_port; see test_tempo_is_monolithic_with_local_storage_and_otlp_on_all_interfaces)."""
+    service = _services()[name]
+    text = " ".join(service["healthcheck"]["test"][1:])
+    ports = {int(port) for port in re.findall(r"http://localhost:(\d+)", text)}
+    if name == "tempo":
+        assert service["healthcheck"]["test"] == ["CMD", "/tempo", "--health"]
+        ports = {3200}
+    assert ports, f"{name}: the healthcheck probes no http://localhost:PORT"
+    assert ports <= _container_ports(service), (name, ports)
 
 
 def test_depends_on_uses_conditions_on_healthy_services_without_cycles() -> None:
