@@ -1,4 +1,4 @@
-# profile-bridge, and (target "demo") the demo shop of examples/demo_app.
+# profile-bridge, and (target "demo") the same image with the demo shop's SDKs: `profile-bridge demo`.
 #   docker build -t profile-bridge .                 # the bridge: `profile-bridge serve`
 #   docker build --target demo -t profile-bridge-demo .
 # The package is installed the way README's quick start does it: pip install of this repository.
@@ -35,8 +35,8 @@ FROM bridge AS demo
 USER root
 WORKDIR /src
 RUN pip install ".[demo]"
-COPY examples ./examples
 USER bridge
+WORKDIR /data
 EXPOSE 8080 8081
-ENTRYPOINT ["python", "-m", "examples.demo_app"]
-CMD ["--host", "0.0.0.0", "--frontend-port", "8080", "--backend-port", "8081", "--load"]
+# where it sends comes from --to (a standalone bridge) or --traces-to/--profiles-to (Tempo, Pyroscope): see compose
+CMD ["demo", "--host", "0.0.0.0", "--frontend-port", "8080", "--backend-port", "8081"]

@@ -21,7 +21,6 @@ import yaml
 
 from bridge.cli import build_parser
 from bridge.config import Settings
-from examples.demo_app.__main__ import build_parser as demo_parser
 from tests.paths import COMPOSE_SCHEMA, ROOT
 
 VENDORED_SCHEMA = COMPOSE_SCHEMA
@@ -414,11 +413,23 @@ def test_tempo_is_monolithic_with_local_storage_and_otlp_on_all_interfaces() -> 
 
 def test_demo_sends_to_the_stack_and_its_command_parses() -> None:
     demo = _services()["demo"]
-    args = demo_parser().parse_args(demo["command"])
-    assert args.load and args.host == "0.0.0.0" and args.frontend_port in _container_ports(demo)
-    env = demo["environment"]
-    assert urlsplit(env["OTEL_EXPORTER_OTLP_ENDPOINT"]).netloc == "tempo:4318"
-    assert urlsplit(env["PYROSCOPE_SERVER_ADDRESS"]).netloc == "pyroscope:4040"
+    args = build_parser().parse_args(demo["command"])
+    assert args.command == "demo" and args.load and args.host == "0.0.0.0"
+    assert {args.frontend_port, args.backend_port} <= _container_ports(demo) | {8081}
+    assert args.frontend_port in _container_ports(demo)
+    assert urlsplit(args.traces_to).netloc == "tempo:4318"  # Tempo's OTLP/HTTP receiver (deploy/tempo.yaml)
+    assert urlsplit(args.profiles_to).netloc == "pyroscope:4040"
+
+
+def test_the_demo_image_runs_profile_bridge_demo() -> None:
+    """The demo stage builds on the bridge stage (ENTRYPOINT profile-bridge) and its CMD is a valid `demo` command."""
+    stages = _dockerfile_stages()
+    demo = stages["demo"]
+    assert demo[0].split()[1] == "bridge"
+    (cmd,) = [line for line in demo if line.startswith("CMD ")]
+    args = build_parser().parse_args(json.loads(cmd[4:]))
+    assert args.command == "demo" and args.host == "0.0.0.0" and args.frontend_port == 8080
+    assert not [line for line in demo if line.startswith("ENTRYPOINT ")]
 
 
 def _readme_install_target() -> str:

@@ -1,12 +1,17 @@
-"""Run the real demo app (two processes, stock OpenTelemetry and Pyroscope SDKs) against the recording double and
-check what arrived: traces whose local roots carry ``pyroscope.profile.id``, CPU profiles whose samples carry the
-matching ``span_id`` labels, ``count_primes`` in the backend's samples and ``render_json`` in the frontend's.
+"""Run the real demo shop (``profile-bridge demo``: two processes, stock OpenTelemetry and Pyroscope SDKs) against the
+recording double and check what arrived: traces whose local roots carry ``pyroscope.profile.id``, CPU profiles whose
+samples carry the matching ``span_id`` labels, ``count_primes`` in the backend's samples and ``render_json`` in the
+frontend's.
 
 pyroscope-io uploads on 10 s windows aligned to the wall clock, and flushes the current window when it shuts down.
 The tests wait for no timer of the SDKs: they drive a fixed number of request rounds (enough CPU for 100 Hz sampling
 to see both hot functions), then stop the app with SIGTERM, which flushes every span and the last profile window, and
 check what arrived. So they take the same few seconds whatever the wall clock says, also under libfaketime (which
 leaves the SDKs' timed waits on the real clock, so nothing is sent before shutdown).
+
+``profile-bridge serve --demo`` runs the same way: a real process on a free loopback port, driven a fixed number of
+rounds through the demo's frontend (whose address it logs), stopped with SIGTERM — the demo's services flush into the
+still-running bridge before it exits — and its store then read back.
 """
 
 from __future__ import annotations
@@ -114,23 +119,22 @@ def demo_log(tmp_path: Path) -> Iterator[Path]:
         print(path.read_text(errors="replace")[-4000:])
 
 
+def _demo_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYROSCOPE_", "PROFILE_BRIDGE_"))}
+    env.update(OTEL_BSP_SCHEDULE_DELAY="200")
+    return env
+
+
 @contextlib.asynccontextmanager
-async def run_demo(sink: str, log_path: Path) -> AsyncIterator[tuple[list[str], asyncio.subprocess.Process]]:
-    """Run ``python -m examples.demo_app`` sending to ``sink``; yields the [frontend, backend] URLs and the process,
-    and always stops it (SIGTERM, then SIGKILL of its process group)."""
+async def run_demo(sink_args: list[str], log_path: Path) -> AsyncIterator[tuple[list[str], asyncio.subprocess.Process]]:
+    """Run ``profile-bridge demo SINK_ARGS --no-load``; yields the [frontend, backend] URLs and the process, and always
+    stops it (SIGTERM, then SIGKILL of its process group)."""
     frontend_port, backend_port = _free_port(), _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYROSCOPE_"))}
-    env.update(
-        OTEL_EXPORTER_OTLP_ENDPOINT=sink,
-        PYROSCOPE_SERVER_ADDRESS=sink,
-        OTEL_BSP_SCHEDULE_DELAY="200",
-        PYTHONPATH=str(ROOT),
-    )
     with log_path.open("wb") as log:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "examples.demo_app",
+            sys.executable, "-m", "bridge", "demo", *sink_args, "--no-load",
             "--frontend-port", str(frontend_port), "--backend-port", str(backend_port),
-            cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True,
+            cwd=ROOT, env=_demo_env(), stdout=log, stderr=log, start_new_session=True,
         )
         try:
             yield [f"http://127.0.0.1:{frontend_port}", f"http://127.0.0.1:{backend_port}"], proc
@@ -160,7 +164,8 @@ async def test_demo_app_sends_linked_traces_and_profiles(aiohttp_server: Any, de
     async def linked_count_primes() -> bool:
         return _linked_count_primes(recorder)
 
-    async with run_demo(str(server.make_url("")).rstrip("/"), demo_log) as (urls, proc):
+    sink = str(server.make_url("")).rstrip("/")
+    async with run_demo(["--traces-to", sink, "--profiles-to", sink], demo_log) as (urls, proc):
         async with ClientSession(timeout=ClientTimeout(total=10, connect=2)) as session:
             await _drive_rounds(session, urls)
     assert proc.returncode == 0  # stopped: the SDKs flushed their last spans and profile window
@@ -248,6 +253,29 @@ async def _span_answers(client: ClientSession, bridge: str, name: str) -> list[t
     return answers
 
 
+# span name: (modes allowed, mode that must show up at least once, function in its flame graph)
+EXPECTED_MODES: dict[str, tuple[set[str], str, str]] = {
+    "GET /price": ({"linked", "time-window"}, "linked", "count_primes"),
+    "countPrimes": ({"local-root", "time-window"}, "local-root", "count_primes"),
+    "GET /checkout": ({"linked", "time-window"}, "linked", "render_json"),
+    "renderCart": ({"local-root", "time-window"}, "local-root", "render_json"),
+    "GET /health": ({"linked", "time-window", "none"}, "time-window", ""),
+    "waitForInventory": ({"local-root", "time-window", "none"}, "time-window", ""),
+}
+
+
+async def _assert_every_mode(client: ClientSession, bridge: str) -> None:
+    """Each kind of demo span resolves as README's table says: roots linked, in-process children local-root, a short
+    or sleeping span time-window (or none)."""
+    for name, (allowed, required, function) in EXPECTED_MODES.items():
+        answers = await _span_answers(client, bridge, name)
+        modes = {mode for mode, _ in answers}
+        assert modes <= allowed, (name, modes)
+        assert required in modes or (required == "time-window" and "none" in modes), (name, modes)
+        if function:  # samples are sparse (100 Hz): some, not every, answer of that mode holds the function
+            assert any(mode == required and function in stacks for mode, stacks in answers), (name, answers[:3])
+
+
 async def test_demo_app_through_the_standalone_bridge_shows_every_mode(
     aiohttp_server: Any, tmp_path: Path, demo_log: Path
 ) -> None:
@@ -261,38 +289,23 @@ async def test_demo_app_through_the_standalone_bridge_shows_every_mode(
         async def both_services_pushed() -> bool:
             return await _ingested(client, bridge, "profiles") >= 2
 
-        async with run_demo(bridge, demo_log) as (urls, proc):
+        async with run_demo(["--to", bridge], demo_log) as (urls, proc):
             await _drive_rounds(client, urls)
         assert proc.returncode == 0  # stopped: the SDKs flushed their last spans and profile window
         await _eventually(both_services_pushed, "profiles of both services")
 
-        expectations = {
-            # span name: (modes allowed, mode that must show up at least once, function in its flame graph)
-            "GET /price": ({"linked", "time-window"}, "linked", "count_primes"),
-            "countPrimes": ({"local-root", "time-window"}, "local-root", "count_primes"),
-            "GET /checkout": ({"linked", "time-window"}, "linked", "render_json"),
-            "renderCart": ({"local-root", "time-window"}, "local-root", "render_json"),
-            "GET /health": ({"linked", "time-window", "none"}, "time-window", ""),
-            "waitForInventory": ({"local-root", "time-window", "none"}, "time-window", ""),
-        }
-        for name, (allowed, required, function) in expectations.items():
-            answers = await _span_answers(client, bridge, name)
-            modes = {mode for mode, _ in answers}
-            assert modes <= allowed, (name, modes)
-            assert required in modes or (required == "time-window" and "none" in modes), (name, modes)
-            if function:  # samples are sparse (100 Hz): some, not every, answer of that mode holds the function
-                assert any(mode == required and function in stacks for mode, stacks in answers), (name, answers[:3])
+        await _assert_every_mode(client, bridge)
 
 
 def test_count_primes_counts_primes() -> None:
-    from examples.demo_app.service import count_primes
+    from bridge.demo.service import count_primes
 
     assert [count_primes(n) for n in (2, 3, 10, 100, 1000)] == [0, 1, 4, 25, 168]
 
 
 async def test_frontend_answers_502_when_the_backend_is_down(aiohttp_client: Any) -> None:
     """In-process (no SDK configured: OpenTelemetry's default no-op tracer)."""
-    from examples.demo_app.service import FRONTEND, build_app
+    from bridge.demo.service import FRONTEND, build_app
 
     client = await aiohttp_client(build_app(FRONTEND, f"http://127.0.0.1:{_free_port()}"))
     resp = await client.get("/checkout", params={"rounds": "1"})
@@ -303,8 +316,8 @@ async def test_frontend_answers_502_when_the_backend_is_down(aiohttp_client: Any
 
 async def test_load_loop_drives_every_endpoint(aiohttp_server: Any) -> None:
     """The load loop in-process against both services (no SDK configured: OpenTelemetry's no-op tracer)."""
-    from examples.demo_app.load import ROUND, run_load
-    from examples.demo_app.service import BACKEND, FRONTEND, build_app
+    from bridge.demo.load import ROUND, run_load
+    from bridge.demo.service import BACKEND, FRONTEND, build_app
 
     backend = await aiohttp_server(build_app(BACKEND))
     backend_url = str(backend.make_url("")).rstrip("/")
@@ -321,3 +334,133 @@ async def test_load_loop_drives_every_endpoint(aiohttp_server: Any) -> None:
 
 async def _record(seen: list[str], path: str) -> None:
     seen.append(path)
+
+
+# --------------------------------------------------------------------------------------------- serve --demo
+
+
+class _Lines:
+    """A subprocess's merged output, read as it comes (so its pipe never fills), kept for the failure report."""
+
+    def __init__(self, stream: asyncio.StreamReader, log_path: Path) -> None:
+        self.lines: list[str] = []
+        self._changed = asyncio.Event()
+        self._task = asyncio.create_task(self._read(stream, log_path))
+
+    async def _read(self, stream: asyncio.StreamReader, log_path: Path) -> None:
+        with log_path.open("w") as log:
+            async for raw in stream:
+                line = raw.decode(errors="replace").rstrip("\n")
+                self.lines.append(line)
+                log.write(line + "\n")
+                log.flush()
+                self._changed.set()
+
+    async def wait_for(self, pattern: str, proc: asyncio.subprocess.Process) -> re.Match[str]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + STARTUP_SECONDS
+        while True:
+            for line in self.lines:
+                if match := re.search(pattern, line):
+                    return match
+            assert proc.returncode is None, f"the bridge exited ({proc.returncode}) before logging {pattern!r}"
+            assert loop.time() < deadline, f"no log line matching {pattern!r}"
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), 0.5)
+            except TimeoutError:
+                pass
+
+    async def closed(self) -> None:
+        await self._task
+
+
+async def test_serve_demo_runs_the_shop_against_itself_and_stops_cleanly(
+    aiohttp_server: Any, tmp_path: Path, demo_log: Path
+) -> None:
+    """`profile-bridge serve --demo` on a free loopback port: the bridge logs where the shop listens and where to look;
+    the test drives fixed rounds through the shop's frontend, stops the bridge with SIGTERM (the shop flushes into the
+    still-running bridge first, exit code 0), then reads the store back: every resolution mode is there, and the
+    span page the bridge pointed to shows the profile."""
+    port, data_dir = _free_port(), tmp_path / "data"
+    env = _demo_env() | {"PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bridge", "serve", "--demo", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir),
+        cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    output = _Lines(proc.stdout, demo_log)
+    try:
+        frontend = (await output.wait_for(r"shop-frontend (http://127\.0\.0\.1:\d+)", proc)).group(1)
+        backend = (await output.wait_for(r"shop-backend (http://127\.0\.0\.1:\d+)", proc)).group(1)
+        await output.wait_for(rf"sends traces to http://127\.0\.0\.1:{port}/v1/traces", proc)
+        await output.wait_for(rf"look: http://localhost:{port}/ ", proc)
+        span_page = (await output.wait_for(rf"look: http://localhost:{port}(/spans/[0-9a-f]{{32}}/[0-9a-f]{{16}})",
+                                           proc)).group(1)
+        async with ClientSession(timeout=ClientTimeout(total=10, connect=2)) as session:
+            await _drive_rounds(session, [frontend, backend])
+    finally:
+        await _stop(proc)
+        await output.closed()
+    assert proc.returncode == 0, "\n".join(output.lines[-20:])
+    assert "Traceback" not in "\n".join(output.lines)
+
+    # the store the bridge wrote, read by a bridge of our own on the same directory
+    server = await aiohttp_server(create_app(Settings.for_tests(mode="standalone", data_dir=str(data_dir))))
+    bridge = str(server.make_url("")).rstrip("/")
+    async with ClientSession(timeout=ClientTimeout(total=10, connect=2)) as client:
+        await _assert_every_mode(client, bridge)
+        async with client.get(bridge + span_page) as resp:
+            page = await resp.text()
+            assert resp.status == 200, page
+        assert "GET /checkout" in page and "shop-frontend" in page
+        assert re.search(r'class="badge mode-(linked|time-window)"', page), page[:2000]
+        async with client.get(bridge + "/") as resp:
+            index = await resp.text()
+        assert "shop-frontend" in index and "shop-backend" in index
+
+
+def test_serve_demo_refuses_proxy_mode_in_one_line() -> None:
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "bridge", "serve", "--demo", "--tempo-url", "http://127.0.0.1:9"],
+        capture_output=True, text=True, timeout=60, check=False, env=_demo_env(),
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "--demo" in proc.stderr and "PROFILE_BRIDGE_TEMPO_URL set selects proxy mode" in proc.stderr
+
+
+async def test_demo_without_a_bridge_says_to_start_one(tmp_path: Path) -> None:
+    port = _free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bridge", "demo", "--to", f"http://127.0.0.1:{port}", cwd=tmp_path, env=_demo_env(),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), STARTUP_SECONDS)
+    assert proc.returncode == 1
+    text = err.decode()
+    assert text.count("\n") == 1 and f"no bridge answers at http://127.0.0.1:{port}" in text
+    assert "profile-bridge serve --demo" in text
+
+
+def test_the_demo_reports_missing_sdks_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wheel installed without the demo extra: `serve --demo` says which extra to install."""
+    from bridge.demo import shop
+
+    monkeypatch.setattr(shop, "SDK_MODULES", ("pyroscope", "no_such_sdk_module.sub"))
+    assert shop.missing_sdks() == ["no_such_sdk_module.sub"]
+    with pytest.raises(shop.DemoUnavailable, match=r"pip install 'profile-bridge\[demo\]'"):
+        shop.check_sdks()
+
+
+def test_traceresponse_parses_only_w3c_values() -> None:
+    from bridge.demo.load import parse_traceresponse
+
+    value = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert parse_traceresponse(value) == ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")
+    assert parse_traceresponse(value.upper()) == ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")
+    for bad in (None, "", "00-xyz-b7ad6b7169203331-01", "00-0af7651916cd43dd8448eb211c80319c-b7ad-01"):
+        assert parse_traceresponse(bad) is None

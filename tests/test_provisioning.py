@@ -49,8 +49,9 @@ CUSTOM_ENV = {
 }
 
 
-def _render_env(environ: dict[str, str]) -> dict[str, str]:
-    return render(ProvisionSettings.from_env(environ, Settings.from_env(environ)))
+def _render_env(environ: dict[str, str], compose: bool = True) -> dict[str, str]:
+    """The render of ``provision --compose`` (``compose=False``: of ``provision`` without it)."""
+    return render(ProvisionSettings.from_env(environ, Settings.from_env(environ), compose=compose))
 
 
 def _read_tree(root: Path) -> dict[str, str]:
@@ -124,8 +125,8 @@ def test_golden(name: str, environ: dict[str, str], update_golden: bool) -> None
 
 def test_committed_provisioning_is_a_fresh_default_render() -> None:
     assert _read_tree(REPO_PROVISIONING) == _render_env({}), (
-        "provisioning/ differs from a fresh render: run `profile-bridge provision --out provisioning` with no "
-        "PROFILE_BRIDGE_* settings in the environment"
+        "provisioning/ differs from a fresh render: run `profile-bridge provision --compose --out provisioning` with "
+        "no PROFILE_BRIDGE_* settings in the environment"
     )
 
 
@@ -206,7 +207,7 @@ def test_cli_render_is_deterministic_and_matches_render(tmp_path: Path, capsys: 
     out = capsys.readouterr().out
     assert f"wrote {first / 'datasources' / 'profile-bridge.yaml'}" in out
     # rendering over an existing render replaces the files, leaves nothing else behind
-    assert main(["provision", "--out", str(first)], environ={}) == 0
+    assert main(["provision", "--compose", "--out", str(first)], environ={}) == 0
     assert _read_tree(first) == _render_env({})
 
 
@@ -234,7 +235,7 @@ def test_bad_setting_is_one_line_exit_2_and_writes_nothing(
     environ: dict[str, str], key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out_dir = tmp_path / "out"
-    assert main(["provision", "--out", str(out_dir)], environ=environ) == 2
+    assert main(["provision", "--compose", "--out", str(out_dir)], environ=environ) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"profile-bridge: {key} has value ")
     assert "Traceback" not in err
@@ -244,16 +245,64 @@ def test_bad_setting_is_one_line_exit_2_and_writes_nothing(
 def test_unwritable_out_dir_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    assert main(["provision", "--out", str(blocker)], environ={}) == 2
+    assert main(["provision", "--compose", "--out", str(blocker)], environ={}) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("profile-bridge: --out has value ")
 
 
 def test_run_provision_writes_to_the_given_stream(tmp_path: Path) -> None:
     out = io.StringIO()
-    assert run_provision(Settings(), tmp_path, {}, out) == 0
-    assert out.getvalue().splitlines() == [f"wrote {tmp_path / rel}" for rel in _render_env({})]
+    assert run_provision(Settings(), tmp_path, {}, out, compose=True) == 0
+    lines = out.getvalue().splitlines()
+    wrote = [f"wrote {tmp_path / rel}" for rel in _render_env({})]
+    assert lines[: len(wrote)] == wrote
+    assert lines[len(wrote):] == [
+        "rendered for the docker compose stack (--compose): unset URLs are its service names",
+        "Tempo data source 'Tempo' → http://bridge:4041/tempo",
+        "Profiles data source 'Profiles' → http://bridge:4041/pyroscope",
+        "'Tempo (direct)' → http://tempo:3200",
+        "'Pyroscope (direct)' → http://pyroscope:4040",
+        "'Prometheus (profile-bridge)' → http://prometheus:9090",
+        "dashboards in folder 'profile-bridge', read by Grafana from /etc/grafana/provisioning/dashboards/json",
+    ]
     assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_without_a_bridge_url_or_compose_nothing_is_assumed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Run with no settings, provision does not quietly write compose host names: it asks for the bridge URL (one
+    line, exit 2, nothing written)."""
+    out_dir = tmp_path / "out"
+    assert main(["provision", "--out", str(out_dir)], environ={}) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("profile-bridge: PROFILE_BRIDGE_PROVISION_BRIDGE_URL is not set: give --bridge-url URL")
+    assert "--compose" in err
+    assert not out_dir.exists()
+
+
+def test_a_render_for_your_own_grafana_has_no_compose_host_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_dir = tmp_path / "out"
+    environ = {"PROFILE_BRIDGE_PROVISION_BRIDGE_URL": "http://from-env:4041"}
+    assert main(["provision", "--bridge-url", "http://profile-bridge.internal:4041", "--out", str(out_dir)],
+                environ=environ) == 0
+    files = _read_tree(out_dir)
+    datasources = _datasources(files)
+    assert [(ds["name"], ds["url"]) for ds in datasources] == [
+        ("Tempo", "http://profile-bridge.internal:4041/tempo"),  # --bridge-url beats the environment
+        ("Profiles", "http://profile-bridge.internal:4041/pyroscope"),
+    ]
+    text = "\n".join(files.values())
+    for compose_host in ("bridge:4041", "tempo:3200", "pyroscope:4040", "prometheus:9090", "from-env"):
+        assert compose_host not in text.replace("profile-bridge.internal:4041", "")
+    out = capsys.readouterr().out
+    assert "'Tempo (direct)' left out (PROFILE_BRIDGE_PROVISION_TEMPO_DIRECT_URL not set)" in out
+    assert "'Prometheus (profile-bridge)' left out (PROFILE_BRIDGE_PROVISION_PROMETHEUS_URL not set)" in out
+    assert "--compose" not in out
+    # the metrics dashboard's Prometheus variable has no default then: Grafana picks the user's own
+    metrics = json.loads(files[f"{DASHBOARDS_OUT}/profile-bridge.json"])
+    assert _datasource_variables(metrics)["prometheus"]["current"] == {}
 
 
 def test_readme_documents_every_provision_setting() -> None:
@@ -319,7 +368,7 @@ def test_rendered_tree_is_self_contained(environ: dict[str, str], provisioning_d
     render's dashboards/json/, which holds every shipped dashboard, and their data source variables default to data
     sources of the same render."""
     out = tmp_path / "provisioning"
-    assert main(["provision", "--out", str(out)], environ=environ) == 0
+    assert main(["provision", "--compose", "--out", str(out)], environ=environ) == 0
     loaded = _grafana_dashboards(out, provisioning_dir)
     assert sorted(loaded) == [f"{provisioning_dir}/dashboards/json/{name}" for name in dashboard_sources()]
     assert sorted(doc["uid"] for doc in loaded.values()) == ["profile-bridge-metrics", "profile-bridge-span-profiles"]
@@ -364,7 +413,7 @@ def test_a_built_wheel_renders_the_dashboards_without_the_repository(tmp_path: P
     cwd.mkdir()
     done = subprocess.run(
         [sys.executable, "-c", "import bridge, runpy; print(bridge.__file__); runpy.run_module('bridge', "
-         "run_name='__main__')", "provision", "--out", str(out)],
+         "run_name='__main__')", "provision", "--compose", "--out", str(out)],
         cwd=cwd, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 0, done.stderr

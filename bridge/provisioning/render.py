@@ -1,12 +1,12 @@
 """``profile-bridge provision``: Grafana provisioning files for this bridge, rendered with jinja2.
 
-Pure core: ``ProvisionSettings.from_env(environ, settings)`` parses and checks the ``PROFILE_BRIDGE_PROVISION_*``
-settings, ``render(p)`` returns ``{relative path: text}`` (same input, same bytes): data sources, a dashboards
-provider, and the dashboards themselves (``dashboards/json/*.json``, from the package's ``dashboards/`` — their one
-source), so the rendered tree is complete without this repository. Thin shell: ``write_files`` and
-``run_provision``. The bridge's own data sources take their uids from ``PROFILE_BRIDGE_GRAFANA_TEMPO_UID`` and
-``PROFILE_BRIDGE_GRAFANA_PROFILES_UID``, the settings the span pages use for their Explore links, so the two always
-agree.
+Pure core: ``ProvisionSettings.from_env(environ, settings, compose=…)`` parses and checks the
+``PROFILE_BRIDGE_PROVISION_*`` settings, ``render(p)`` returns ``{relative path: text}`` (same input, same bytes):
+data sources, a dashboards provider, and the dashboards themselves (``dashboards/json/*.json``, from the package's
+``dashboards/`` — their one source), so the rendered tree is complete without this repository. Thin shell:
+``write_files`` and ``run_provision``. The bridge's own data sources take their uids from
+``PROFILE_BRIDGE_GRAFANA_TEMPO_UID`` and ``PROFILE_BRIDGE_GRAFANA_PROFILES_UID``, the settings the span pages use for
+their Explore links, so the two always agree.
 """
 
 from __future__ import annotations
@@ -139,11 +139,18 @@ def write_files(files: Mapping[str, str], out_dir: Path) -> list[Path]:
     return written
 
 
-def run_provision(settings: Settings, out_dir: Path, environ: Mapping[str, str], out: TextIO | None = None) -> int:
-    """``profile-bridge provision --out DIR``. A bad setting raises ``ConfigError`` (the CLI prints it, exit 2)."""
-    provision = ProvisionSettings.from_env(environ, settings)
+def run_provision(settings: Settings, out_dir: Path, environ: Mapping[str, str], out: TextIO | None = None, *,
+                  bridge_url: str | None = None, compose: bool = False) -> int:
+    """``profile-bridge provision --out DIR [--bridge-url URL] [--compose]``: writes the files, then says what they
+    wire and what they leave out. A bad or missing setting raises ``ConfigError`` (the CLI prints it, exit 2) before
+    anything is written."""
+    provision = ProvisionSettings.from_env(environ, settings, compose=compose, bridge_url=bridge_url)
     files = render(provision)
     stream = sys.stdout if out is None else out
     for path in write_files(files, out_dir):
         print(f"wrote {path}", file=stream)
+    if compose:
+        print("rendered for the docker compose stack (--compose): unset URLs are its service names", file=stream)
+    for line in provision.summary():
+        print(line, file=stream)
     return 0

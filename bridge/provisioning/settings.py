@@ -69,17 +69,31 @@ class ProvisionField:
     parse: Callable[[str], Any]
     default: str  # as a user would write it; "" means "unset: left out"
     help: str
+    compose: str | None = None  # the default with --compose (the docker compose stack's service names)
 
 
-def _p(name: str, attr: str, parse: Callable[[str], Any], default: str, help: str) -> ProvisionField:
-    return ProvisionField(PROVISION_PREFIX + name, attr, parse, default, help)
+def _p(name: str, attr: str, parse: Callable[[str], Any], default: str, help: str,
+       compose: str | None = None) -> ProvisionField:
+    return ProvisionField(PROVISION_PREFIX + name, attr, parse, default, help, compose)
+
+
+REQUIRED: Final = "(required)"
+
+
+class MissingSetting(ConfigError):
+    """A setting that has no default is not set. ``str()`` is the one line the CLI prints."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(key, "", reason)
+        self.args = (f"{key} is not set: {reason}",)
 
 
 DEFAULT_TAGS: Final = "service.name=service_name,service.namespace=service_namespace"
 
 PROVISION_FIELDS: Final[tuple[ProvisionField, ...]] = (
-    _p("BRIDGE_URL", "bridge_url", parse_url, "http://bridge:4041",
-       "the bridge's base URL as Grafana's server reaches it; data sources use its /tempo and /pyroscope"),
+    _p("BRIDGE_URL", "bridge_url", parse_url, REQUIRED,
+       "the bridge's base URL as Grafana's server reaches it; data sources use its /tempo and /pyroscope "
+       "(also --bridge-url)", "http://bridge:4041"),
     _p("TEMPO_NAME", "tempo_name", parse_name, "Tempo", "name of the Tempo data source that goes through the bridge"),
     _p("PROFILES_NAME", "profiles_name", parse_name, "Profiles",
        "name of the Pyroscope data source that goes through the bridge (its uid: PROFILE_BRIDGE_GRAFANA_PROFILES_UID)"),
@@ -87,16 +101,18 @@ PROVISION_FIELDS: Final[tuple[ProvisionField, ...]] = (
        "profile type of \"Profiles for this span\" (tracesToProfiles.profileTypeId)"),
     _p("TAGS", "tags", parse_label_map, DEFAULT_TAGS,
        "span attributes → profile labels of \"Profiles for this span\" (tracesToProfiles.tags)"),
-    _p("TEMPO_DIRECT_URL", "tempo_direct_url", parse_optional_url, "http://tempo:3200",
-       "Tempo as Grafana reaches it, for a \"Tempo (direct)\" data source; empty leaves it out"),
+    _p("TEMPO_DIRECT_URL", "tempo_direct_url", parse_optional_url, "",
+       "Tempo as Grafana reaches it, for a \"Tempo (direct)\" data source; empty leaves it out", "http://tempo:3200"),
     _p("TEMPO_DIRECT_NAME", "tempo_direct_name", parse_name, "Tempo (direct)", "name of that data source"),
     _p("TEMPO_DIRECT_UID", "tempo_direct_uid", parse_uid, "tempo-direct", "uid of that data source"),
-    _p("PYROSCOPE_DIRECT_URL", "pyroscope_direct_url", parse_optional_url, "http://pyroscope:4040",
-       "Pyroscope as Grafana reaches it, for a \"Pyroscope (direct)\" data source; empty leaves it out"),
+    _p("PYROSCOPE_DIRECT_URL", "pyroscope_direct_url", parse_optional_url, "",
+       "Pyroscope as Grafana reaches it, for a \"Pyroscope (direct)\" data source; empty leaves it out",
+       "http://pyroscope:4040"),
     _p("PYROSCOPE_DIRECT_NAME", "pyroscope_direct_name", parse_name, "Pyroscope (direct)", "name of that data source"),
     _p("PYROSCOPE_DIRECT_UID", "pyroscope_direct_uid", parse_uid, "pyroscope-direct", "uid of that data source"),
-    _p("PROMETHEUS_URL", "prometheus_url", parse_optional_url, "http://prometheus:9090",
-       "a Prometheus that scrapes the bridge's /metrics, for the \"profile-bridge\" dashboard; empty leaves it out"),
+    _p("PROMETHEUS_URL", "prometheus_url", parse_optional_url, "",
+       "a Prometheus that scrapes the bridge's /metrics, for the \"profile-bridge\" dashboard; empty leaves it out",
+       "http://prometheus:9090"),
     _p("PROMETHEUS_NAME", "prometheus_name", parse_name, "Prometheus (profile-bridge)", "name of that data source"),
     _p("PROMETHEUS_UID", "prometheus_uid", parse_uid, "profile-bridge-prometheus", "uid of that data source"),
     _p("DASHBOARDS_PATH", "dashboards_path", parse_path, "/etc/grafana/provisioning/dashboards/json",
@@ -133,23 +149,43 @@ class ProvisionSettings:
     dashboards_folder_uid: str = "profile-bridge"
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str], settings: Settings) -> ProvisionSettings:
-        """Parse ``PROFILE_BRIDGE_PROVISION_*``; raises ``ConfigError`` naming the first bad or unknown key."""
+    def from_env(cls, environ: Mapping[str, str], settings: Settings, *, compose: bool = True,
+                 bridge_url: str | None = None) -> ProvisionSettings:
+        """Parse ``PROFILE_BRIDGE_PROVISION_*``; raises ``ConfigError`` naming the first bad or unknown key.
+
+        ``compose``: what is not set takes the docker compose stack's service names (``bridge:4041``, ``tempo:3200``,
+        ``pyroscope:4040``, ``prometheus:9090``) — the committed ``provisioning/``. Without it the bridge URL must be
+        given (``bridge_url``, the ``--bridge-url`` flag, beats the environment) and the direct and Prometheus data
+        sources are left out unless their URLs are set: a render for someone's own Grafana never points at host
+        names that only exist inside the compose network."""
         for key in sorted(environ):
             if key.startswith(PROVISION_PREFIX) and key not in PROVISION_FIELDS_BY_KEY:
-                raise ConfigError(key, environ[key], "unknown setting (see README: wire your own Grafana)")
+                raise ConfigError(key, environ[key], "unknown setting (see docs/grafana.md)")
         values: dict[str, Any] = {}
         for spec in PROVISION_FIELDS:
-            if spec.key in environ:
+            if spec.attr == "bridge_url" and bridge_url is not None:
+                text = bridge_url
+            elif spec.key in environ:
                 text = environ[spec.key]
             elif spec.attr == "profile_type":
                 text = settings.profile_type
+            elif compose and spec.compose is not None:
+                text = spec.compose
+            elif spec.default == REQUIRED:
+                raise MissingSetting(spec.key, "give --bridge-url URL (the bridge as Grafana's server reaches it, "
+                                               "e.g. http://profile-bridge.internal:4041), or --compose to render "
+                                               "for docker-compose.yaml's stack")
             else:
                 text = spec.default
             try:
                 values[spec.attr] = spec.parse(text)
             except ValueError as exc:
-                source = spec.key if spec.key in environ else PREFIX + "PROFILE_TYPE"
+                if spec.attr == "bridge_url" and bridge_url is not None:
+                    source = "--bridge-url"
+                elif spec.key not in environ and spec.attr == "profile_type":
+                    source = PREFIX + "PROFILE_TYPE"
+                else:
+                    source = spec.key
                 raise ConfigError(source, text, str(exc)) from None
         for attr, key in (("tempo_uid", "GRAFANA_TEMPO_UID"), ("profiles_uid", "GRAFANA_PROFILES_UID")):
             text = getattr(settings, "grafana_" + attr)
@@ -195,20 +231,39 @@ class ProvisionSettings:
             uids.add(uid)
 
 
+    def summary(self) -> list[str]:
+        """What the render wires, one line per data source, and what it left out (for the user to check)."""
+        lines = [f"Tempo data source {self.tempo_name!r} → {self.bridge_url}/tempo",
+                 f"Profiles data source {self.profiles_name!r} → {self.bridge_url}/pyroscope"]
+        for name, url, key in (
+            (self.tempo_direct_name, self.tempo_direct_url, "TEMPO_DIRECT_URL"),
+            (self.pyroscope_direct_name, self.pyroscope_direct_url, "PYROSCOPE_DIRECT_URL"),
+            (self.prometheus_name, self.prometheus_url, "PROMETHEUS_URL"),
+        ):
+            lines.append(f"{name!r} → {url}" if url else f"{name!r} left out ({PROVISION_PREFIX}{key} not set)")
+        lines.append(f"dashboards in folder {self.dashboards_folder!r}, read by Grafana from {self.dashboards_path}")
+        return lines
+
+
+def _default_text(spec: ProvisionField) -> str:
+    return "unset" if not spec.default else spec.default if spec.default == REQUIRED else f"`{spec.default}`"
+
+
 def provision_markdown() -> str:
-    """The PROFILE_BRIDGE_PROVISION_* table for README.md (a test keeps README in step)."""
-    rows = ["| setting | default | what it does |", "|---|---|---|"]
+    """The PROFILE_BRIDGE_PROVISION_* table for the docs (a test keeps them in step)."""
+    rows = ["| setting | default | with `--compose` | what it does |", "|---|---|---|---|"]
     for spec in PROVISION_FIELDS:
-        default = f"`{spec.default}`" if spec.default else "unset"
-        rows.append(f"| `{spec.key}` | {default} | {spec.help} |")
+        compose = f"`{spec.compose}`" if spec.compose is not None else ""
+        rows.append(f"| `{spec.key}` | {_default_text(spec)} | {compose} | {spec.help} |")
     return "\n".join(rows)
 
 
 def provision_help() -> str:
     """The settings list for ``provision --help``."""
-    lines = ["settings (environment only):"]
+    lines = ["settings (environment only; --bridge-url beats PROFILE_BRIDGE_PROVISION_BRIDGE_URL):"]
     for spec in PROVISION_FIELDS:
-        lines.append(f"  {spec.key}\n      {spec.help} (default: {spec.default or 'unset'})")
+        compose = f"; with --compose: {spec.compose}" if spec.compose is not None else ""
+        lines.append(f"  {spec.key}\n      {spec.help} (default: {spec.default or 'unset'}{compose})")
     lines.append("  PROFILE_BRIDGE_GRAFANA_TEMPO_UID, PROFILE_BRIDGE_GRAFANA_PROFILES_UID\n"
                  "      uids of the Tempo and Profiles data sources (the bridge's span pages use the same)")
     return "\n".join(lines)

@@ -1,7 +1,12 @@
-"""One service of the demo shop, ``shop-frontend`` or ``shop-backend``, in its own process.
+"""One service of the demo shop, ``shop-frontend`` or ``shop-backend``, in its own process (``python -m bridge.demo``,
+started by ``bridge.demo.shop``).
 
 SERVER spans come from a small middleware (W3C ``traceparent`` extracted with OpenTelemetry's propagator API); the
-frontend's call to the backend injects it by hand, so no instrumentation packages beyond the SDK are needed.
+frontend's call to the backend injects it by hand, so no instrumentation packages beyond the SDK are needed. Every
+answer carries W3C's ``traceresponse`` header (trace id and the SERVER span's id), so a caller knows which span page
+to open.
+
+This module imports the SDKs (the ``demo`` extra): only the service processes import it.
 """
 
 from __future__ import annotations
@@ -9,7 +14,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+import os
+import signal
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Final
 
 import pyroscope
@@ -32,7 +40,7 @@ DEFAULT_CART_ROUNDS: Final = 40
 SLOW_IO_SECONDS: Final = 0.3
 
 log = logging.getLogger("demo")
-tracer = trace.get_tracer("examples.demo_app")
+tracer = trace.get_tracer("bridge.demo")
 
 SESSION = web.AppKey("session", ClientSession)
 BACKEND_URL = web.AppKey("backend_url", str)
@@ -85,6 +93,8 @@ async def server_spans(
     ) as span:
         response = await handler(request)
         span.set_attribute("http.response.status_code", response.status)
+        context = span.get_span_context()
+        response.headers["traceresponse"] = f"00-{context.trace_id:032x}-{context.span_id:016x}-01"
         return response
 
 
@@ -151,17 +161,18 @@ async def _client_session(app: web.Application) -> AsyncIterator[None]:
 # --------------------------------------------------------------------------------------------- telemetry
 
 
-def setup_telemetry(service: str, environ: Mapping[str, str]) -> TracerProvider:
-    """Traces to ``OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT`` (the exporter reads them), CPU profiles to
-    ``PYROSCOPE_SERVER_ADDRESS``; root spans and their samples linked by ``PyroscopeSpanProcessor``."""
+def setup_telemetry(service: str, traces_endpoint: str, profiles_url: str) -> TracerProvider:
+    """Traces over OTLP/HTTP to ``traces_endpoint`` (a full ``…/v1/traces`` URL; other ``OTEL_*`` exporter variables
+    apply as usual), CPU profiles to the Pyroscope push API at ``profiles_url``; root spans and their samples linked
+    by ``PyroscopeSpanProcessor``."""
     resource = Resource.create({"service.name": service, "service.namespace": NAMESPACE})
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(PyroscopeSpanProcessor())
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_endpoint)))
     trace.set_tracer_provider(provider)
     pyroscope.configure(
         application_name=service,
-        server_address=environ.get("PYROSCOPE_SERVER_ADDRESS", "http://localhost:4040"),
+        server_address=profiles_url,
         # the label Grafana's tracesToProfiles adds for service.namespace
         tags={"service_namespace": NAMESPACE},
         sample_rate=100,
@@ -169,13 +180,34 @@ def setup_telemetry(service: str, environ: Mapping[str, str]) -> TracerProvider:
     return provider
 
 
-def run_service(service: str, host: str, port: int, backend_url: str, environ: Mapping[str, str]) -> None:
-    """Serve until SIGTERM/SIGINT, then flush spans and the last profile window."""
-    provider = setup_telemetry(service, environ)
+PARENT_CHECK_SECONDS: Final = 1.0
+
+
+async def _exit_with_parent(parent_pid: int) -> None:
+    """Stop (SIGTERM to ourselves: aiohttp's graceful exit, then the SDKs flush) once the process that started us is
+    gone, so a killed supervisor leaves no demo service behind."""
+    while os.getppid() == parent_pid:
+        await asyncio.sleep(PARENT_CHECK_SECONDS)
+    log.info("the demo's supervisor (pid %d) is gone; stopping", parent_pid)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def run_service(service: str, sock: socket.socket, backend_url: str, traces_endpoint: str, profiles_url: str,
+                parent_pid: int = 0) -> None:
+    """Serve on ``sock`` until SIGTERM/SIGINT, then flush spans and the last profile window."""
+    provider = setup_telemetry(service, traces_endpoint, profiles_url)
+    app = build_app(service, backend_url)
+    if parent_pid:
+        async def watch_parent(app: web.Application) -> AsyncIterator[None]:
+            task = asyncio.create_task(_exit_with_parent(parent_pid))
+            yield
+            task.cancel()
+
+        app.cleanup_ctx.append(watch_parent)
     try:
+        host, port = sock.getsockname()[:2]
         log.info("%s listening on http://%s:%d", service, host, port)
-        web.run_app(build_app(service, backend_url), host=host, port=port, print=None, shutdown_timeout=2.0,
-                    access_log=None)
+        web.run_app(app, sock=sock, print=None, shutdown_timeout=2.0, access_log=None)
     finally:
         provider.shutdown()
         pyroscope.shutdown()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+from collections.abc import Callable
 from typing import Final
 
 from aiohttp import ClientError, ClientSession, ClientTimeout
@@ -12,6 +14,15 @@ log = logging.getLogger("demo.load")
 
 # one round: two checkouts (CPU in both services), a very short span, an I/O-bound span
 ROUND: Final = ("/checkout", "/checkout", "/health", "/slow-io")
+_TRACERESPONSE: Final = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
+
+SpanSeen = Callable[[str, str, str], None]  # (path, trace id, span id) of an answered request
+
+
+def parse_traceresponse(value: str | None) -> tuple[str, str] | None:
+    """W3C ``traceresponse: 00-<trace id>-<span id>-<flags>`` → (trace id, span id); None when absent or malformed."""
+    match = _TRACERESPONSE.match((value or "").strip().lower())
+    return (match.group(1), match.group(2)) if match else None
 
 
 async def wait_ready(session: ClientSession, urls: list[str], stop: asyncio.Event, timeout: float = 60.0) -> bool:
@@ -32,9 +43,11 @@ async def wait_ready(session: ClientSession, urls: list[str], stop: asyncio.Even
 
 
 async def run_load(
-    frontend_url: str, backend_url: str, interval: float, stop: asyncio.Event, rounds: int | None = None
+    frontend_url: str, backend_url: str, interval: float, stop: asyncio.Event, rounds: int | None = None,
+    on_span: SpanSeen | None = None,
 ) -> int:
-    """Request ``ROUND`` until ``stop`` is set (or ``rounds`` rounds are done); returns the requests sent."""
+    """Request ``ROUND`` until ``stop`` is set (or ``rounds`` rounds are done); returns the requests sent.
+    ``on_span`` hears of every answered request's SERVER span (from its ``traceresponse`` header)."""
     sent = 0
     async with ClientSession(timeout=ClientTimeout(total=10, connect=2)) as session:
         if not await wait_ready(session, [backend_url, frontend_url], stop):
@@ -48,6 +61,9 @@ async def run_load(
                         await resp.read()
                         if resp.status != 200:
                             log.warning("GET %s: HTTP %d", path, resp.status)
+                        ids = parse_traceresponse(resp.headers.get("traceresponse"))
+                        if on_span is not None and ids is not None:
+                            on_span(path, *ids)
                 except (ClientError, TimeoutError) as exc:
                     log.warning("GET %s failed: %s", path, exc)
                 sent += 1

@@ -14,7 +14,8 @@ What each request produces, and what profile-bridge answers for its spans:
 - frontend ``GET /health``: one very short span (time-window: too short for a 10 ms sample);
 - frontend ``GET /slow-io``: SERVER root → ``waitForInventory``, sleeps 300 ms (time-window or none: no CPU).
 
-Run: ``python -m examples.demo_app --frontend-port 8080 --backend-port 8081 [--load]``; endpoints from the
-environment: ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) and
-``PYROSCOPE_SERVER_ADDRESS``.
+Run it with ``profile-bridge demo`` (sends to a running bridge, or ``--traces-to``/``--profiles-to`` elsewhere) or
+``profile-bridge serve --demo`` (a standalone bridge and the shop in one command). ``shop.DemoShop`` supervises the two
+service processes (``python -m bridge.demo``, one per service) and drives them with the load loop (``load``). The
+SDKs are the ``demo`` extra (``pip install 'profile-bridge[demo]'``; ``[dev]`` has them too).
 """

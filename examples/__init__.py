@@ -1,1 +1,0 @@
-"""Runnable examples for profile-bridge (not part of the installed package)."""
