@@ -415,10 +415,25 @@ async def index_page(request: web.Request) -> web.Response:
         traces = await recent_traces(appmod.traces_of(app), app[appmod.CLOCK].now(), since, ctx)
     except BridgeError as exc:
         return error_page(exc)
+    settings = app[appmod.SETTINGS]
     return render_page(
         "index.html", services=slowest_local_roots(traces), since=since_text,
-        traces=len(traces), mode=app[appmod.SETTINGS].mode, choices=("15m", "1h", "6h", "24h"),
+        traces=len(traces), mode=settings.mode, choices=("15m", "1h", "6h", "24h"),
+        send=send_data_hints(settings, str(request.url.origin()), request.url.host or "localhost",
+                             getattr(app[appmod.BACKENDS].extras.get("otlp_grpc"), "port", None)),
     )
+
+
+def send_data_hints(settings: Settings, origin: str, host: str, grpc_port: int | None) -> dict[str, str]:
+    """Where applications send to this bridge, as the browser reached it (the index page says it when there is no
+    data yet): OTLP/HTTP and gRPC (``grpc_port``: the receiver's bound port, None when off) traces and the Pyroscope
+    server address in standalone mode; Tempo and Pyroscope in proxy mode."""
+    if not settings.is_standalone:
+        return {"tempo": settings.tempo_url, "pyroscope": settings.pyroscope_url}
+    hints = {"otlp_http": f"{origin}/v1/traces", "pyroscope": origin, "otlp_http_base": origin}
+    if grpc_port is not None:
+        hints["otlp_grpc"] = f"[{host}]:{grpc_port}" if ":" in host else f"{host}:{grpc_port}"
+    return hints
 
 
 def setup(app: web.Application) -> None:
