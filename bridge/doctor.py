@@ -10,7 +10,13 @@ Checks, in order (a check whose input a failed check should have given is skippe
 8. the expected function in the answer (``--expect-function``)
 
 Without ``--trace-id``/``--span-id`` it picks a recent root span itself: the slowest one with linked samples, else
-the slowest (``--trace-id`` alone: that trace's root span; ``--span-id`` alone: found by Tempo's search).
+the slowest (``--trace-id`` alone: that trace's root span; ``--span-id`` alone: found by Tempo's search). It only
+picks spans that ended at least a capture window plus the upload lag ago (``settle_seconds``): a profile is uploaded
+when its capture window closes, so a younger span may simply not have its samples yet.
+
+A span without linked samples is not by itself a broken pipeline: short and waiting spans burn too little CPU to be
+sampled. Before recommending a span processor, check 7 asks about other recent spans of the same service; if any of
+them is linked, linking works and the time-window answer is the expected one for this span.
 
 How it reaches the data:
 
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -47,7 +54,7 @@ from bridge.errors import BridgeError, InvalidArgument
 from bridge.profiletype import ProfileType
 from bridge.report import EXIT_FAILED, EXIT_OK, EXIT_USAGE, bridge_url, client_timeout, fetch_from_bridge
 from bridge.request_scope import Scope
-from bridge.spans import PROFILE_ID_ATTR, Span, Trace
+from bridge.spans import PROFILE_ID_ATTR, SearchHit, Span, Trace
 from bridge.upstream.base import CallContext, ProfileSource, TraceSource
 
 OK: Final = "✓"
@@ -58,6 +65,17 @@ SPAN_SEARCH_S: Final = 24 * 3600  # how far back --span-id alone is searched
 PICK_LIMIT: Final = 50  # traces the search for "a recent root span" asks for
 PICK_TRACES: Final = 20  # of those, fetched to find the slowest root span
 PICK_PROBES: Final = 5  # endpoints whose slowest root span is asked whether it has linked samples
+SERVICE_PROBE_LIMIT: Final = 20  # traces searched for other spans of a service (does the service link at all?)
+# Seconds from the end of a capture window to its samples being queryable: the SDK uploads when the window closes
+# (pyroscope-io, the Go and Java SDKs: at the window boundary), then one HTTP request and the ingester's or the store's
+# write. A few seconds on a healthy pipeline; 5 s leaves room for a busy one.
+UPLOAD_LAG_S: Final = 5.0
+
+
+def settle_seconds(settings: Settings) -> float:
+    """How long after a span ends its CPU samples can be expected: the capture window that holds its end closes at
+    most ``PROFILE_BRIDGE_CAPTURE_WINDOW`` later, and its upload takes ``UPLOAD_LAG_S`` more."""
+    return settings.capture_window + UPLOAD_LAG_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +134,7 @@ async def _pick_span(hops: Hops, settings: Settings, trace_id: str | None, span_
                                     f"{SPAN_SEARCH_S // 3600} h (search lags ingest by 15-30 s; give --trace-id too)")
         trace_id = hit.trace_id
     if trace_id is None:
-        return await _pick_recent(hops, ctx, now, profile_type)
+        return await _pick_recent(hops, ctx, now, profile_type, settle_seconds(settings))
     trace = await hops.traces.trace_by_id(trace_id, ctx)
     if trace is None or not len(trace):
         return Missing("trace", f"trace {trace_id} not found")
@@ -129,10 +147,12 @@ async def _pick_span(hops: Hops, settings: Settings, trace_id: str | None, span_
     return Picked(span, trace)
 
 
-async def _pick_recent(hops: Hops, ctx: CallContext, now: float, profile_type: str) -> Picked | Missing:
+async def _pick_recent(hops: Hops, ctx: CallContext, now: float, profile_type: str, settle: float) -> Picked | Missing:
     """The slowest recent root span with linked samples (the one a healthy pipeline answers best), probing the
     slowest span of each endpoint (service, span name), slowest first; when none of those has any, the slowest root
-    span (the checks then say why)."""
+    span (the checks then say why). Only root spans that ended ``settle`` seconds ago or earlier are candidates:
+    younger ones may not have their profile uploaded yet. When there are only younger ones, the slowest of them, and
+    the note says so."""
     hits = await hops.traces.search("{ }", int(now) - RECENT_S, int(now) + 1, PICK_LIMIT, ctx, spss=1)
     if not hits:
         return Missing("trace", f"no traces in the last {RECENT_S // 60} minutes")
@@ -144,8 +164,14 @@ async def _pick_recent(hops: Hops, ctx: CallContext, now: float, profile_type: s
     if not roots:
         return Missing("trace", "the recent traces Tempo's search found could not be fetched by ID")
     roots.sort(key=lambda st: (-st[0].duration_ns, st[0].span_id))
+    settled = [(span, trace) for span, trace in roots if _settled(span, now, settle)]
+    if not settled:
+        span, trace = roots[0]
+        return Picked(span, trace, f" (picked: the slowest recent root span; every recent root span ended less than "
+                                   f"{settle:g} s ago — a capture window plus upload lag — so their profiles may not "
+                                   "have arrived yet)")
     endpoints: dict[tuple[str, str], tuple[Span, Trace]] = {}  # the slowest span of each endpoint, slowest first
-    for span, trace in roots:
+    for span, trace in settled:
         endpoints.setdefault((span.service, span.name), (span, trace))
     probes = list(endpoints.values())[:PICK_PROBES]
     for span, trace in probes:
@@ -155,8 +181,53 @@ async def _pick_recent(hops: Hops, ctx: CallContext, now: float, profile_type: s
             break  # the checks below name the failing hop
         if doc.get("mode") == "linked":
             return Picked(span, trace, " (picked: the slowest recent root span with linked samples)")
-    return Picked(*roots[0], f" (picked: the slowest recent root span; none of the {len(probes)} slowest endpoints "
-                             "has linked samples)")
+    return Picked(*settled[0], f" (picked: the slowest recent root span; none of the {len(probes)} slowest endpoints "
+                               "has linked samples)")
+
+
+def _settled(span: Span, now: float, settle: float) -> bool:
+    """Did ``span`` end long enough ago for its profile to have arrived?"""
+    return span.end_ns <= (now - settle) * 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceLinks:
+    """Whether other recent spans of a service have linked samples: how many were asked, and one that has."""
+
+    probed: int
+    example: tuple[str, str, str] | None = None  # (span name, span id, mode)
+
+
+async def service_links(hops: Hops, ctx: CallContext, span: Span, now: float, settle: float,
+                        profile_type: str) -> ServiceLinks:
+    """Ask the resolver about other spans of ``span``'s service around its time (one per span name, slowest first,
+    ``PICK_PROBES`` at most, only settled ones): a ``linked`` or ``local-root`` answer for any of them means the
+    service's profiles are linked to its spans."""
+    if not span.service:
+        return ServiceLinks(0)
+    start = span.start_ns // 1_000_000_000 - RECENT_S
+    end = min(int(now - settle), span.end_ns // 1_000_000_000 + RECENT_S)
+    if end <= start:
+        return ServiceLinks(0)
+    query = f"{{ resource.service.name = {json.dumps(span.service)} }} | select(span:name)"
+    try:
+        hits = await hops.traces.search(query, start, end, SERVICE_PROBE_LIMIT, ctx, spss=3)
+    except BridgeError:
+        return ServiceLinks(0)
+    names: dict[str, SearchHit] = {}
+    for hit in sorted(hits, key=lambda h: (-h.duration_ns, h.span_id)):
+        if hit.span_id != span.span_id and (hit.start_ns + hit.duration_ns) <= (now - settle) * 1e9:
+            names.setdefault(hit.name, hit)
+    probes = list(names.values())[:PICK_PROBES]
+    for hit in probes:
+        try:
+            doc = await hops.answer(hit.trace_id, hit.span_id, "span", profile_type)
+        except BridgeError:
+            continue
+        mode = str(doc.get("mode"))
+        if mode in ("linked", "local-root"):
+            return ServiceLinks(len(probes), (hit.name, hit.span_id, mode))
+    return ServiceLinks(len(probes))
 
 
 async def diagnose(
@@ -256,7 +327,7 @@ async def diagnose(
     else:
         try:
             doc = await hops.answer(span.trace_id, span.span_id, "span", profile_type)
-            checks.append(_linked_check(doc, span))
+            checks.append(await _linked_check(hops, ctx, doc, span, now, settle_seconds(settings), profile_type))
         except BridgeError as exc:
             checks.append(Check("samples linked to the span", False, exc.message,
                                 "the resolver could not answer: fix the hop it names above"))
@@ -307,23 +378,48 @@ async def _profile_id_check(hops: Hops, settings: Settings, span: Span, ctx: Cal
                  "PyroscopeSpanProcessor / otel-profiling-go to the service")
 
 
-def _linked_check(doc: dict[str, Any], span: Span) -> Check:
+LINK_FIX: Final = ("link profiles to spans: pyroscope-otel's PyroscopeSpanProcessor (Python), otel-profiling-go (Go) "
+                   "or the Java agent's OTel extension in the service, with the same service.name as the profiler's "
+                   "application name; pull/eBPF profiling cannot link (time-window is the best answer)")
+NO_SAMPLES_FIX: Final = ("no samples in the span's window either: is the profiler running in this service, and does "
+                         "its service_name label match the span's service.name (see PROFILE_BRIDGE_LABEL_MAP)?")
+
+
+async def _linked_check(hops: Hops, ctx: CallContext, doc: dict[str, Any], span: Span, now: float, settle: float,
+                        profile_type: str) -> Check:
     name = "samples linked to the span"
     mode, reason = str(doc["mode"]), str(doc["reason"])
     if mode == "linked":
         return Check(name, True, f"linked: {reason}")
     if mode == "local-root":
         return Check(name, True, f"local-root: {reason} (expected for a child span: SDKs label only the local root)")
+    answer = (f"the time-window fallback would answer ({reason.removeprefix('time-window fallback: ')})"
+              if mode == "time-window" else f"no answer at all: {reason}")
+    if not _settled(span, now, settle):
+        age = max(0.0, now - span.end_ns / 1e9)
+        wait = max(1, round(settle - age))
+        return Check(name, False, f"no linked samples yet: the span ended {age:.0f} s ago, less than a capture window "
+                                  f"plus upload lag ({settle:g} s), so its profile may not have arrived; {answer}",
+                     f"rerun in {wait} s (or check an older span: without --trace-id/--span-id doctor picks one)")
+    links = await service_links(hops, ctx, span, now, settle, profile_type)
+    service = span.service or "an unnamed service"
+    if links.example is not None:
+        other, other_id, other_mode = links.example
+        why = ("ran too little CPU to be sampled (a 100 Hz profiler takes one sample per 10 ms of CPU)"
+               if mode == "time-window" else "had nothing on CPU in its window")
+        return Check(name, True, f"no samples of its own — {span.name!r} ({_ms(span)}) {why} — but {service} links "
+                                 f"its spans ({other!r} {other_id}: {other_mode}), so nothing is missing; {answer}")
+    compared = (f"and none of {links.probed} other recent span{_plural(links.probed)} of {service} is linked either"
+                if links.probed else f"and there is no other recent span of {service} to compare with")
     if mode == "time-window":
-        why = reason.removeprefix("time-window fallback: ")
-        return Check(name, False, f"no samples carry span_id {span.span_id} or its local root's id; the "
-                                  f"time-window fallback would answer ({why})",
-                     "link profiles to spans: pyroscope-otel's PyroscopeSpanProcessor (Python), otel-profiling-go "
-                     "(Go) or the Java agent's OTel extension in the service, with the same service.name as the "
-                     "profiler's application name; pull/eBPF profiling cannot link (time-window is the best answer)")
-    return Check(name, False, f"no answer at all: {reason}",
-                 "no samples in the span's window either: is the profiler running in this service, and does its "
-                 "service_name label match the span's service.name (see PROFILE_BRIDGE_LABEL_MAP)?")
+        detail = f"no samples carry span_id {span.span_id} or its local root's id, {compared}; {answer}"
+        fix = LINK_FIX if links.probed else f"if {service} does not link profiles to spans yet, {LINK_FIX}"
+        return Check(name, False, detail, fix)
+    return Check(name, False, f"{answer}, {compared}", NO_SAMPLES_FIX)
+
+
+def _ms(span: Span) -> str:
+    return f"{span.duration_ns / 1e6:.1f} ms"
 
 
 async def _function_check(hops: Hops, doc: dict[str, Any], span: Span, function: str, profile_type: str) -> Check:

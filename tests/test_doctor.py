@@ -3,6 +3,7 @@ output names that hop with a fix, the exit code is 1, and checks that depend on 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 from collections.abc import Callable
@@ -30,11 +31,12 @@ def linked_total(span_id: str) -> int:
                for _, v, labels in p.samples if labels.get("span_id") == span_id)
 
 
-async def run(stack: Stack, settings: Settings | None = None, **kwargs: Any) -> tuple[int, str, str]:
+async def run(stack: Stack, settings: Settings | None = None, clock: Callable[[], float] | None = None,
+              **kwargs: Any) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     args: dict[str, Any] = {"trace_id": None, "span_id": None, "expect_function": None, "profile_type": CPU}
     args.update(kwargs)
-    code = await doctor(settings or stack.settings, out=out, err=err, clock=stack.capture_clock, **args)
+    code = await doctor(settings or stack.settings, out=out, err=err, clock=clock or stack.capture_clock, **args)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -222,15 +224,92 @@ async def test_a_profile_type_without_data_fails_and_lists_the_ones_there(stack:
     assert CPU in out and "--profile-type" in fix_after(out, "profile type present")
 
 
-async def test_an_unlinked_span_fails_and_says_which_fallback_would_answer(stack: Stack) -> None:
+def without_span_ids(stack: Stack, service: str) -> None:
+    """The double's profiles of ``service`` as a profiler that does not link spans would send them."""
+    stack.pyroscope.profiles = [
+        dataclasses.replace(p, samples=[(frames, value, {k: v for k, v in labels.items()
+                                                         if k not in ("span_id", "trace_id")})
+                                        for frames, value, labels in p.samples])
+        if p.labels.get("service_name") == service else p
+        for p in stack.pyroscope.profiles
+    ]
+
+
+async def test_an_unlinked_span_of_a_service_that_links_is_explained_not_fixed(stack: Stack) -> None:
+    """GET /slow-io sleeps: no samples of its own. Other shop-frontend spans are linked, so the doctor says why and
+    recommends nothing (it once told the demo, which uses PyroscopeSpanProcessor, to install it)."""
+    io_span = stack.shop.pick("frontend-io")
+    code, out, _ = await run(stack, trace_id=io_span.trace_id, span_id=io_span.span_id)
+    assert code == 0, out
+    line = next(x for x in out.splitlines() if x.startswith("✓ samples linked"))
+    assert "no samples of its own — 'GET /slow-io'" in line and "ran too little CPU to be sampled" in line
+    assert "but shop-frontend links its spans ('GET /checkout'" in line and ": linked)" in line
+    assert "the time-window fallback would answer" in line
+    assert "fix:" not in out and "PyroscopeSpanProcessor" not in out
+    queries = [call.query.get("q", "") for call in stack.tempo.search_calls]
+    assert any('resource.service.name = "shop-frontend"' in q for q in queries), queries
+
+
+async def test_an_unlinked_span_of_a_service_that_links_nothing_gets_the_fix(stack: Stack) -> None:
+    without_span_ids(stack, "shop-frontend")
     io_span = stack.shop.pick("frontend-io")
     code, out, _ = await run(stack, trace_id=io_span.trace_id, span_id=io_span.span_id)
     assert code == 1
     assert [n for n, m in marks(out).items() if m == "✗"] == ["samples linked to the span"]
     line = next(x for x in out.splitlines() if x.startswith("✗ samples linked"))
-    assert "time-window" in line or "no answer at all" in line
-    assert "PyroscopeSpanProcessor" in fix_after(out, "samples linked to the span") or \
-        "profiler running" in fix_after(out, "samples linked to the span")
+    assert re.search(r"and none of \d+ other recent spans? of shop-frontend is linked either", line), line
+    assert "time-window" in line
+    assert fix_after(out, "samples linked to the span").startswith("    fix: link profiles to spans: pyroscope-otel's "
+                                                                  "PyroscopeSpanProcessor")
+
+
+async def test_a_span_too_young_for_its_profile_says_to_wait_not_to_fix(stack: Stack) -> None:
+    """A span that ended 3 s ago: its capture window may not even be closed. The doctor says when to look again."""
+    without_span_ids(stack, "shop-frontend")  # no linked samples to find, as before the upload
+    io_span = stack.shop.pick("frontend-io")
+    span = stack.shop.trace(io_span.trace_id).get(io_span.span_id)
+    assert span is not None
+    code, out, _ = await run(stack, trace_id=io_span.trace_id, span_id=io_span.span_id,
+                             clock=lambda: span.end_ns / 1e9 + 3)
+    assert code == 1
+    line = next(x for x in out.splitlines() if x.startswith("✗ samples linked"))
+    assert "no linked samples yet: the span ended 3 s ago, less than a capture window plus upload lag (20 s)" in line
+    assert fix_after(out, "samples linked to the span") == (
+        "    fix: rerun in 17 s (or check an older span: without --trace-id/--span-id doctor picks one)")
+    assert "PyroscopeSpanProcessor" not in out
+
+
+def _checked_span_id(out: str) -> str:
+    match = re.search(r"^✓ span found: ([0-9a-f]{16}) ", out, re.MULTILINE)
+    assert match, out
+    return match.group(1)
+
+
+async def test_without_ids_it_picks_only_spans_whose_profile_had_time_to_arrive(stack: Stack) -> None:
+    """No span is linked, so the slowest root span is checked — but only among those that ended a capture window
+    (15 s) plus the upload lag (5 s) ago: 'now' is 21 s after the first root span ended, and the slowest root span
+    of the capture ended later than that."""
+    without_span_ids(stack, "shop-frontend")
+    without_span_ids(stack, "shop-backend")
+    roots = [s for s in stack.shop.all_spans() if not s.parent_span_id]
+    now = min(s.end_ns for s in roots) / 1e9 + 21
+    slowest = min(roots, key=lambda s: (-s.duration_ns, s.span_id))
+    assert slowest.end_ns / 1e9 > now - 20  # the test needs the overall slowest to be too young
+    code, out, _ = await run(stack, clock=lambda: now)
+    picked = next(s for s in roots if s.span_id == _checked_span_id(out))
+    assert picked.end_ns / 1e9 <= now - 20
+    settled = [s for s in roots if s.end_ns / 1e9 <= now - 20]
+    assert picked == min(settled, key=lambda s: (-s.duration_ns, s.span_id))
+    assert "none of the" in out and "slowest endpoints has linked samples" in out
+    assert code == 1
+
+
+async def test_without_ids_and_only_young_spans_it_says_their_profiles_may_be_missing(stack: Stack) -> None:
+    first_end = min(s.end_ns for s in stack.shop.all_spans() if not s.parent_span_id) / 1e9
+    code, out, _ = await run(stack, clock=lambda: first_end + 1)
+    assert ("(picked: the slowest recent root span; every recent root span ended less than 20 s ago — a capture "
+            "window plus upload lag — so their profiles may not have arrived yet)") in out
+    assert "PyroscopeSpanProcessor" not in out
 
 
 async def test_a_missing_expected_function_fails_the_last_check(stack: Stack) -> None:
