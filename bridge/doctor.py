@@ -153,7 +153,10 @@ async def _pick_recent(hops: Hops, ctx: CallContext, now: float, profile_type: s
     span (the checks then say why). Only root spans that ended ``settle`` seconds ago or earlier are candidates:
     younger ones may not have their profile uploaded yet. When there are only younger ones, the slowest of them, and
     the note says so."""
-    hits = await hops.traces.search("{ }", int(now) - RECENT_S, int(now) + 1, PICK_LIMIT, ctx, spss=1)
+    # searches answer the newest traces first: ask for settled ones, or a busy service's last seconds fill the limit
+    hits = await hops.traces.search("{ }", int(now) - RECENT_S, int(now - settle), PICK_LIMIT, ctx, spss=1)
+    if not hits:
+        hits = await hops.traces.search("{ }", int(now - settle), int(now) + 1, PICK_LIMIT, ctx, spss=1)
     if not hits:
         return Missing("trace", f"no traces in the last {RECENT_S // 60} minutes")
     roots: list[tuple[Span, Trace]] = []

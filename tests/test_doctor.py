@@ -304,6 +304,16 @@ async def test_without_ids_it_picks_only_spans_whose_profile_had_time_to_arrive(
     assert code == 1
 
 
+async def test_without_ids_it_searches_spans_old_enough_first(stack: Stack) -> None:
+    """Tempo (and the store) answer a search with the newest traces first: on a busy service the last seconds alone
+    fill the limit. So the search that picks a span ends a capture window plus the upload lag before 'now'."""
+    now = stack.capture_clock()
+    code, out, _ = await run(stack)
+    first = stack.tempo.search_calls[0].query
+    assert int(first["end"]) <= now - 20 and int(first["start"]) <= now - 3600
+    assert code == 0, out
+
+
 async def test_without_ids_and_only_young_spans_it_says_their_profiles_may_be_missing(stack: Stack) -> None:
     first_end = min(s.end_ns for s in stack.shop.all_spans() if not s.parent_span_id) / 1e9
     code, out, _ = await run(stack, clock=lambda: first_end + 1)
