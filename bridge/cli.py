@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -76,6 +77,11 @@ def _seconds(value: str) -> float:
     return seconds
 
 
+def _wrap(text: str) -> str:
+    """A description for a parser whose epilog keeps its own line breaks (RawDescriptionHelpFormatter)."""
+    return textwrap.fill(text, 100)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     # SUPPRESS: without --config after the command, the one given before it (if any) stays
@@ -93,10 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         parents=[common],
         help="run the bridge",
-        description="Run the bridge: Grafana's Tempo and Pyroscope data sources point at it, SDKs send to it, its "
-        "pages show each span's profile. Proxy mode when a backend URL is configured (Tempo and Pyroscope hold "
+        description=_wrap("Run the bridge: Grafana's Tempo and Pyroscope data sources point at it, SDKs send to it, "
+        "its pages show each span's profile. Proxy mode when a backend URL is configured (Tempo and Pyroscope hold "
         "the data), standalone otherwise (an embedded store fed by OTLP and Pyroscope SDK ingest). Flags beat "
-        "the environment, which beats the --config file.",
+        "the environment, which beats the --config file."),
         epilog=settings_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -117,10 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
         "provision",
         parents=[common],
         help="render Grafana provisioning files",
-        description="Render Grafana provisioning for this bridge into a directory: data sources (Tempo and "
+        description=_wrap("Render Grafana provisioning for this bridge into a directory: data sources (Tempo and "
         "Profiles through the bridge), the dashboards provider and the dashboards. Grafana must reach the bridge "
         "at --bridge-url (or PROFILE_BRIDGE_PROVISION_BRIDGE_URL); --compose renders for docker-compose.yaml's "
-        "service names instead.",
+        "service names instead."),
         epilog=provision_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
