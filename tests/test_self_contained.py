@@ -8,7 +8,7 @@ from tests.paths import FIXTURES, ROOT
 
 # a path that climbs out of the repository: ROOT.parent, "../shared", parents[N] past the root, …
 _ESCAPES = re.compile(r"ROOT\.parent|\.\./shared/(fixtures|schemas)|\bSHARED\b")
-_CHECKED = ("bridge", "tests", "bench", "scripts", "examples")
+_CHECKED = ("bridge", "tests", "bench", "scripts")
 
 
 def test_no_code_reads_outside_the_repository() -> None:
