@@ -1,4 +1,4 @@
-"""The bridge's own JSON API: one span's profile, in the scope and format asked for.
+"""The bridge's own JSON API: one span's profile, in the scope and format asked for; the slowest recent requests.
 
 ``GET /api/v1/spans/{trace_id}/{span_id}/profile``
 
@@ -14,11 +14,17 @@ Every answer carries ``X-Profile-Bridge-Resolution`` (the mode), ``X-Profile-Bri
 ``X-Profile-Bridge-Measure`` (that in words), all ASCII. Errors are
 ``{"error": {"code", "message"}}`` (the middleware): bad ids or parameters 400, unknown span 404, upstream failures
 503/504.
+
+``GET /api/v1/requests/slowest``: the index page's list as JSON (the Grafana app plugin's page reads it), each request
+with its resolution mode. Parameters: ``since`` (``15m``, ``1h``, …; default 1h, at most 7 days), ``per_service``
+(1..50, default 10), ``profile_type`` (default: the setting). A request whose resolution failed carries
+``resolution: null`` and ``error {code, message}``; the list itself fails only when the trace search does.
 """
 
 from __future__ import annotations
 
 import gzip
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -27,14 +33,26 @@ from google.protobuf import json_format
 
 from bridge import app as appmod
 from bridge import flamegraph, ids
+from bridge.config import parse_seconds
 from bridge.errors import InvalidArgument
 from bridge.profiletype import ProfileType
+from bridge.recent import (
+    INDEX_PER_SERVICE,
+    IndexRow,
+    RowResolution,
+    recent_traces,
+    resolve_rows,
+    slowest_local_roots,
+    span_path,
+)
 from bridge.request_scope import SCOPES, Answer, Part, Scope, answer
 from bridge.resolve import REQUEST_MODES, answer_headers, resolver_of
 from bridge.upstream.base import CallContext
 
 FORMATS: Final = ("json", "pprof", "collapsed")
 MAX_NODES_LIMIT: Final = 1_000_000
+MAX_SINCE_S: Final = 7 * 86400.0
+MAX_PER_SERVICE: Final = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,5 +187,82 @@ async def span_profile(request: web.Request) -> web.Response:
     return render(await answer_for(request, params), params.format)
 
 
+# --------------------------------------------------------------------------------------------- slowest requests
+
+
+@dataclass(frozen=True, slots=True)
+class SlowestParams:
+    since: str
+    since_s: float
+    per_service: int
+    profile_type: str
+
+
+def parse_slowest_params(query: Mapping[str, str], default_profile_type: str) -> SlowestParams:
+    """Pure: ``since``, ``per_service`` and ``profile_type``, validated; ``InvalidArgument`` naming the bad one."""
+    since = query.get("since", "") or "1h"
+    try:
+        since_s = parse_seconds(since)
+    except ValueError as exc:
+        raise InvalidArgument(f"since {since[:40]!r}: {exc}") from exc
+    if since_s > MAX_SINCE_S:
+        raise InvalidArgument(f"since {since[:40]!r} is longer than 7 days (Tempo searches at most 168 h)")
+    text = query.get("per_service", "") or str(INDEX_PER_SERVICE)
+    per_service = int(text) if text.isdigit() else 0
+    if not 0 < per_service <= MAX_PER_SERVICE:
+        raise InvalidArgument(f"per_service {text[:40]!r} is not a whole number in 1..{MAX_PER_SERVICE}")
+    profile_type = query.get("profile_type", "") or default_profile_type
+    try:
+        ProfileType.parse(profile_type)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from exc
+    return SlowestParams(since, since_s, per_service, profile_type)
+
+
+def request_json(row: IndexRow, res: RowResolution) -> dict[str, Any]:
+    span = row.span
+    doc: dict[str, Any] = {
+        "traceId": span.trace_id,
+        "spanId": span.span_id,
+        "name": span.name,
+        "service": span.service,
+        "startTimeUnixNano": str(span.start_ns),
+        "durationNanos": str(span.duration_ns),
+        "duration": row.duration,
+        "spansBelow": row.children,
+        "resource": dict(span.resource),
+        "links": {"span": row.href, "request": span_path(span, scope="request")},
+        "resolution": None if res.mode is None else {"mode": res.mode.value, "reason": res.reason,
+                                                     "total": res.total},
+    }
+    if res.mode is None:
+        doc["error"] = {"code": res.error_code, "message": res.reason}
+    return doc
+
+
+async def slowest_requests(request: web.Request) -> web.Response:
+    app = request.app
+    settings = app[appmod.SETTINGS]
+    params = parse_slowest_params(request.query, settings.profile_type)
+    ctx = appmod.call_context(request)
+    traces = await recent_traces(appmod.traces_of(app), app[appmod.CLOCK].now(), params.since_s, ctx)
+    services = slowest_local_roots(traces, per_service=params.per_service)
+    rows = [row for _, service_rows in services for row in service_rows]
+    resolutions = iter(await resolve_rows(resolver_of(app), traces, [r.span for r in rows],
+                                          profile_type=params.profile_type, settings=settings, ctx=ctx))
+    return web.json_response({
+        "mode": settings.mode,
+        "since": params.since,
+        "sinceSeconds": params.since_s,
+        "profileType": params.profile_type,
+        "traces": len(traces),
+        "services": [
+            {"service": service, "requests": [request_json(row, next(resolutions)) for row in service_rows]}
+            for service, service_rows in services
+        ],
+    })
+
+
 def setup(app: web.Application) -> None:
     app.router.add_get("/api/v1/spans/{trace_id}/{span_id}/profile", span_profile)
+    app.router.add_get("/api/v1/requests/slowest", slowest_requests)

@@ -1,7 +1,7 @@
 """The bridge's own pages (jinja2, rendered on the server, no front-end build).
 
 - ``GET /``: the slowest recent local-root spans per service (from the trace source's search: Tempo in proxy mode,
-  the store in standalone mode), each linking to its page.
+  the store in standalone mode; ``bridge.recent``), each linking to its page.
 - ``GET /spans/{trace_id}/{span_id}``: the span's header (service, name, duration, a badge for the resolution mode and
   its reason), its flame graph as server-rendered SVG (search and click-to-zoom in a few lines of plain JavaScript;
   ``?q=`` highlights on the server too), the trace's span tree with each local root's linked samples, the
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import jinja2
 from aiohttp import web
@@ -33,11 +33,12 @@ from bridge.config import Settings, parse_seconds
 from bridge.errors import CODE_TO_HTTP, BridgeError, InvalidArgument
 from bridge.grafana import PYROSCOPE_DS_TYPE, TEMPO_DS_TYPE, explore_url, span_window
 from bridge.profiletype import ProfileType
+from bridge.recent import recent_traces, slowest_local_roots, span_path
 from bridge.request_scope import Answer, selector_for
 from bridge.routes.api import ProfileParams, answer_for, parse_params
 from bridge.spans import Span, Trace
 from bridge.units import format_duration_ns, format_value, share
-from bridge.upstream.base import CallContext, ProfileSource, TraceSource
+from bridge.upstream.base import CallContext, ProfileSource
 
 TEMPLATES: Final = Path(__file__).resolve().parent.parent / "templates"
 SVG_WIDTH: Final = 1200
@@ -47,12 +48,6 @@ MIN_FRAME_PX: Final = 2.0
 MAX_RECTS: Final = 2500  # the size budget: ~300 bytes a frame → under 1 MB of SVG whatever the profile
 MAX_TREE_QUERIES: Final = 64  # local roots whose linked samples the span tree shows
 MAX_TREE_ROWS: Final = 1000  # spans listed in the span tree (a 10,000-span trace stays a readable page)
-INDEX_SEARCH_LIMIT: Final = 200  # traces the index page's search asks for
-INDEX_LIMIT: Final = 60  # of those, the slowest-looking ones per service it fetches
-INDEX_PER_SERVICE: Final = 10
-INDEX_PER_NAME: Final = 3  # per service and span name, so one slow endpoint does not hide the others
-INDEX_QUERY: Final = "{ } | select(resource.service.name, span:name)"
-INDEX_SPSS: Final = 10
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -197,12 +192,6 @@ def utc_text(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
 
 
-def span_path(span: Span, **query: str) -> str:
-    path = f"/spans/{quote(span.trace_id)}/{quote(span.span_id)}"
-    query = {k: v for k, v in query.items() if v}
-    return path + ("?" + urlencode(query) if query else "")
-
-
 # --------------------------------------------------------------------------------------------- span tree
 
 
@@ -338,68 +327,6 @@ def span_context(ans: Answer, params: ProfileParams, settings: Settings, values:
 
 
 # --------------------------------------------------------------------------------------------- index
-
-
-@dataclass(frozen=True, slots=True)
-class IndexRow:
-    span: Span
-    duration: str
-    href: str
-    children: int
-
-
-def slowest_local_roots(traces: Iterable[Trace], per_service: int = INDEX_PER_SERVICE,
-                        per_name: int = INDEX_PER_NAME) -> list[tuple[str, list[IndexRow]]]:
-    """Pure: the local roots of the traces (the requests each service served), slowest first per service, at most
-    ``per_name`` of one span name so every endpoint shows."""
-    by_service: dict[str, list[tuple[Span, int]]] = {}
-    for trace in traces:
-        for span in trace.spans.values():
-            if trace.is_local_root(span):
-                children = sum(1 for _ in trace.descendants(span.span_id))
-                by_service.setdefault(span.service, []).append((span, children))
-    out = []
-    for service in sorted(by_service):
-        ranked = sorted(by_service[service], key=lambda sc: (-sc[0].duration_ns, sc[0].span_id))
-        per: dict[str, int] = {}
-        rows: list[IndexRow] = []
-        for span, children in ranked:
-            if per.get(span.name, 0) >= per_name:
-                continue
-            per[span.name] = per.get(span.name, 0) + 1
-            rows.append(IndexRow(span, format_duration_ns(span.duration_ns), span_path(span), children))
-            if len(rows) >= per_service:
-                break
-        out.append((service, rows))
-    return out
-
-
-async def recent_traces(source: TraceSource, now_s: float, since_s: float, ctx: CallContext) -> list[Trace]:
-    """Recent traces, the slowest-looking per service first: one search (its hits carry each matched span's service
-    and duration), then, per service, the traces with its longest hits, fetched by ID (their trees give every local
-    root), ``INDEX_LIMIT`` at most."""
-    start, end = int(now_s - since_s), int(now_s) + 1
-    hits = await source.search(INDEX_QUERY, start, end, INDEX_SEARCH_LIMIT, ctx, spss=INDEX_SPSS)
-    longest: dict[tuple[str, str], dict[str, int]] = {}  # (service, span name) → trace id → its longest such span
-    for hit in hits:
-        per = longest.setdefault((hit.service, hit.name), {})
-        per[hit.trace_id] = max(per.get(hit.trace_id, 0), hit.duration_ns)
-    ranked = [sorted(per.items(), key=lambda kv: (-kv[1], kv[0])) for _, per in sorted(longest.items())]
-    trace_ids: dict[str, None] = {}
-    for rank in range(INDEX_PER_NAME):
-        for per_service in ranked:
-            if rank < len(per_service) and len(trace_ids) < INDEX_LIMIT:
-                trace_ids.setdefault(per_service[rank][0], None)
-    limit = asyncio.Semaphore(8)
-
-    async def one(trace_id: str) -> Trace | None:
-        async with limit:
-            try:
-                return await source.trace_by_id(trace_id, ctx, start, end)
-            except BridgeError:
-                return None
-
-    return [t for t in await asyncio.gather(*(one(t) for t in trace_ids)) if t is not None]
 
 
 async def index_page(request: web.Request) -> web.Response:
