@@ -5,6 +5,7 @@ requests), on the capture's clock; parameter errors; a failing backend; the reso
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from typing import Any
 
@@ -22,6 +23,7 @@ from tests.doubles.pyroscope import Faults as PyroscopeFaults
 from tests.doubles.pyroscope import load_push_profiles
 from tests.doubles.shop import load_shop
 from tests.doubles.tempo import Faults as TempoFaults
+from tests.paths import ROOT
 from tests.span_stack import CPU, Stack, start_stack, start_standalone
 
 URL = "/api/v1/requests/slowest"
@@ -205,3 +207,28 @@ def test_the_page_and_the_api_share_one_list() -> None:
     from bridge.routes import pages
 
     assert pages.slowest_local_roots is recent.slowest_local_roots and pages.recent_traces is recent.recent_traces
+
+
+# --------------------------------------------------------------------------------------------- the plugin's fixtures
+
+PLUGIN_FIXTURES = ROOT / "grafana" / "profile-bridge-app" / "tests" / "fixtures"
+
+
+@pytest.mark.parametrize("name", ["slowest.json", "readyz.json"])
+async def test_the_plugins_fixtures_are_what_the_bridge_serves(aiohttp_client: Any, tmp_path: Any, name: str,
+                                                               update_golden: bool) -> None:
+    """The Grafana app plugin's jsdom tests render the bridge's answers from ``tests/fixtures``: they are this
+    bridge's own answers (standalone mode, the shop capture, the capture's clock), so the plugin is tested against
+    what the bridge really sends. ``--update-golden`` rewrites them."""
+    client, _ = await start_standalone(aiohttp_client, str(tmp_path / "data"))
+    resp = await client.get(URL if name == "slowest.json" else "/readyz")
+    assert resp.status == 200
+    served = await resp.json()
+    if name == "readyz.json":
+        for upstream in served["upstreams"].values():
+            upstream["detail"] = re.sub(r"/\S+", "/…", upstream["detail"])  # the store's path is the test's tmp dir
+    path = PLUGIN_FIXTURES / name
+    if update_golden:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(served, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert json.loads(path.read_text(encoding="utf-8")) == served

@@ -1,0 +1,100 @@
+import React, { useEffect, useMemo } from 'react';
+import { useLocation } from 'react-router-dom';
+import { locationService, PluginPage } from '@grafana/runtime';
+import { Alert } from '@grafana/ui';
+import { bridgeSpanUrl, cleanSpanId, cleanTraceId, exploreUrl, spanRefFromSearch } from '../links';
+import { Link } from '../components/Link';
+import { testIds } from '../testIds';
+import { AppSettings, PLUGIN_ID } from '../types';
+
+type Props = {
+  settings?: AppSettings;
+  /** Leaves Grafana for the bridge's page (tests pass their own). */
+  go?: (url: string) => void;
+  /** Now in ms (tests pass their own). */
+  now?: () => number;
+};
+
+const CONFIG_PATH = `/plugins/${PLUGIN_ID}`;
+
+function Missing({ title, children }: { title: string; children: React.ReactNode }) {
+  return (
+    <PluginPage>
+      <div data-testid={testIds.open.container}>
+        <Alert severity="warning" title={title}>
+          {children}
+        </Alert>
+      </div>
+    </PluginPage>
+  );
+}
+
+/** Where "Related profiles" and "Request profile" land: goes on to the bridge's span page
+ * (`<bridgeUrl>/spans/<trace>/<span>[?scope=request]`). */
+export function OpenSpan({ settings, go = (url) => window.location.assign(url) }: Props) {
+  const { search } = useLocation();
+  const params = useMemo(() => new URLSearchParams(search), [search]);
+  const traceId = cleanTraceId(params.get('trace'));
+  const spanId = cleanSpanId(params.get('span'));
+  const scope = params.get('scope') === 'request' ? 'request' : 'span';
+  const url = traceId && spanId ? bridgeSpanUrl(settings, traceId, spanId, scope) : undefined;
+
+  useEffect(() => {
+    if (url) {
+      go(url);
+    }
+  }, [url, go]);
+
+  if (!traceId || !spanId) {
+    return (
+      <Missing title="No span to open">
+        This page opens the bridge&apos;s page of a span: it needs a trace id (hex) and a 16-hex-character span id.
+      </Missing>
+    );
+  }
+  if (!url) {
+    return (
+      <Missing title="The bridge URL is not set">
+        Set the bridge&apos;s URL as your browser reaches it on the <Link href={CONFIG_PATH}>configuration page</Link>{' '}
+        (or provision <code>jsonData.bridgeUrl</code>).
+      </Missing>
+    );
+  }
+  return (
+    <PluginPage>
+      <div data-testid={testIds.open.container}>
+        Opening{' '}
+        <Link href={url} external>
+          {url}
+        </Link>
+        …
+      </div>
+    </PluginPage>
+  );
+}
+
+/** Where "Related profiles in Explore" lands: goes on to Explore, split between the trace and the span's profile. */
+export function OpenExplore({ settings, now = Date.now }: Props) {
+  const { search } = useLocation();
+  const ref = useMemo(() => spanRefFromSearch(new URLSearchParams(search)), [search]);
+  const url = ref ? exploreUrl(settings, ref, now()) : undefined;
+
+  useEffect(() => {
+    if (url) {
+      locationService.replace(url);
+    }
+  }, [url]);
+
+  if (!url) {
+    return (
+      <Missing title="No span to open">
+        This page opens Explore for a span: it needs a trace id (hex) and a 16-hex-character span id.
+      </Missing>
+    );
+  }
+  return (
+    <PluginPage>
+      <div data-testid={testIds.open.container}>Opening Explore…</div>
+    </PluginPage>
+  );
+}
