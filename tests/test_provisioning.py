@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from bridge.cli import main
 from bridge.config import Settings
 from bridge.provisioning.render import (
     DASHBOARDS_OUT,
+    PLUGIN_OUT,
     PROVISION_FIELDS,
     ProvisionSettings,
     dashboard_sources,
@@ -34,6 +36,7 @@ REPO_PROVISIONING = ROOT / "provisioning"
 
 CUSTOM_ENV = {
     "PROFILE_BRIDGE_PROVISION_BRIDGE_URL": "https://bridge.example.com:8443/",
+    "PROFILE_BRIDGE_PROVISION_BROWSER_URL": "https://profiles.example.com/$team/",
     "PROFILE_BRIDGE_PROVISION_TEMPO_NAME": "Traces $team (bridge)",
     "PROFILE_BRIDGE_PROVISION_PROFILES_NAME": "Profiles: \"bridge\" ${HOME}",
     "PROFILE_BRIDGE_GRAFANA_TEMPO_UID": "tempo-1",
@@ -321,7 +324,8 @@ def test_templates_are_package_data() -> None:
 
     templates = Path(bridge.provisioning.__file__).parent / "templates"
     shipped = sorted(p.relative_to(templates).as_posix() for p in templates.rglob("*.j2"))
-    assert shipped == sorted(["datasources/profile-bridge.yaml.j2", "dashboards/profile-bridge.yaml.j2"])
+    assert shipped == sorted(["datasources/profile-bridge.yaml.j2", "dashboards/profile-bridge.yaml.j2",
+                              "plugins/profile-bridge-app.yaml.j2"])
 
 
 def test_default_render_ships_the_packaged_dashboards_byte_for_byte() -> None:
@@ -432,3 +436,59 @@ def test_provision_help_lists_every_setting(capsys: pytest.CaptureFixture[str]) 
     for spec in PROVISION_FIELDS:
         assert spec.key in out
     assert "PROFILE_BRIDGE_GRAFANA_PROFILES_UID" in out
+
+
+# --------------------------------------------------------------------------------------------- the app plugin
+
+
+def _app(files: dict[str, str]) -> dict[str, Any]:
+    doc = yaml.safe_load(files[PLUGIN_OUT])
+    assert doc["apiVersion"] == 1
+    (app,) = doc["apps"]
+    return dict(app)
+
+
+def _plugin_settings_keys() -> set[str]:
+    """The keys of the plugin's ``AppSettings`` (its jsonData), read from its TypeScript source."""
+    source = (ROOT / "grafana" / "profile-bridge-app" / "src" / "types.ts").read_text(encoding="utf-8")
+    block = source[source.index("export type AppSettings = {"):]
+    block = block[: block.index("\n};")]
+    return set(re.findall(r"^  (\w+)\?:", block, re.MULTILINE))
+
+
+def test_the_app_plugin_is_enabled_with_the_bridges_urls() -> None:
+    app = _app(_render_env({}))
+    plugin = json.loads((ROOT / "grafana" / "profile-bridge-app" / "src" / "plugin.json").read_text("utf-8"))
+    assert app["type"] == plugin["id"] == "profile-bridge-app"
+    assert app["disabled"] is False and app["org_id"] == 1
+    data = app["jsonData"]
+    assert set(data) == _plugin_settings_keys()  # every setting the plugin reads, nothing it does not
+    assert data["bridgeUrl"] == "http://localhost:4041"  # the browser's (compose publishes 4041)
+    assert data["bridgeServerUrl"] == "http://bridge:4041"  # Grafana's server's, the same as the data sources'
+    through_bridge = [ds for ds in _datasources(_render_env({})) if ds["url"].startswith(data["bridgeServerUrl"])]
+    datasources = {ds["type"]: ds for ds in through_bridge}
+    assert data["tracesUid"] == datasources["tempo"]["uid"]
+    assert data["profilesUid"] == datasources["grafana-pyroscope-datasource"]["uid"]
+    assert data["profileTypeId"] == datasources["tempo"]["jsonData"]["tracesToProfiles"]["profileTypeId"]
+    assert data["tags"] == datasources["tempo"]["jsonData"]["tracesToProfiles"]["tags"]
+
+
+def test_the_app_plugins_values_are_escaped_for_grafana() -> None:
+    data = _app(_render_env(CUSTOM_ENV))["jsonData"]
+    assert _grafana_unescape(data["bridgeUrl"]) == "https://profiles.example.com/$team"
+    assert data["bridgeServerUrl"] == "https://bridge.example.com:8443"
+    assert data["profilesUid"] == "prof_1" and data["profileTypeId"] == "memory:alloc_space:bytes:space:bytes"
+
+
+def test_an_empty_browser_url_leaves_the_app_plugin_out() -> None:
+    """Grafana refuses to start when a provisioned app is not installed: a Grafana without the plugin renders
+    without it."""
+    files = _render_env({"PROFILE_BRIDGE_PROVISION_BROWSER_URL": ""})
+    assert PLUGIN_OUT not in files and "datasources/profile-bridge.yaml" in files
+
+
+def test_a_bad_browser_url_is_a_one_line_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code = main(["provision", "--out", str(tmp_path)], environ={"PROFILE_BRIDGE_PROVISION_BROWSER_URL": "localhost"})
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "PROFILE_BRIDGE_PROVISION_BROWSER_URL" in err and "'localhost'" in err

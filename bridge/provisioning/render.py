@@ -3,7 +3,8 @@
 Pure core: ``ProvisionSettings.from_env(environ, settings, compose=…)`` parses and checks the
 ``PROFILE_BRIDGE_PROVISION_*`` settings, ``render(p)`` returns ``{relative path: text}`` (same input, same bytes):
 data sources, a dashboards provider, and the dashboards themselves (``dashboards/json/*.json``, from the package's
-``dashboards/`` — their one source), so the rendered tree is complete without this repository. Thin shell:
+``dashboards/`` — their one source), so the rendered tree is complete without this repository, and the Grafana app
+plugin's settings (``plugins/profile-bridge-app.yaml``). Thin shell:
 ``write_files`` and ``run_provision``. The bridge's own data sources take their uids from
 ``PROFILE_BRIDGE_GRAFANA_TEMPO_UID`` and ``PROFILE_BRIDGE_GRAFANA_PROFILES_UID``, the settings the span pages use for
 their Explore links, so the two always agree.
@@ -31,14 +32,19 @@ from bridge.provisioning.settings import (
 )
 
 __all__ = [
-    "DASHBOARDS_OUT", "PROVISION_FIELDS", "PROVISION_PREFIX", "TEMPLATES", "ProvisionSettings", "dashboard_sources",
-    "provision_help", "provision_markdown", "render", "render_dashboard", "run_provision", "write_files", "yaml_str",
+    "DASHBOARDS_OUT", "PLUGIN_OUT", "PROVISION_FIELDS", "PROVISION_PREFIX", "TEMPLATES", "ProvisionSettings",
+    "dashboard_sources", "provision_help", "provision_markdown", "render", "render_dashboard", "run_provision",
+    "write_files", "yaml_str",
 ]
+
+# the Grafana app plugin (grafana/profile-bridge-app) enabled with the bridge's URLs (apps provisioning)
+PLUGIN_OUT: Final = "plugins/profile-bridge-app.yaml"
 
 # output path (relative, POSIX) -> template name
 TEMPLATES: Final[dict[str, str]] = {
     "datasources/profile-bridge.yaml": "datasources/profile-bridge.yaml.j2",
     "dashboards/profile-bridge.yaml": "dashboards/profile-bridge.yaml.j2",
+    PLUGIN_OUT: "plugins/profile-bridge-app.yaml.j2",
 }
 
 # where the dashboards go in the output: beside the provider, in a folder Grafana's provider scan skips (it reads only
@@ -110,10 +116,11 @@ def render_dashboard(text: str, provision: ProvisionSettings) -> str:
 
 
 def render(provision: ProvisionSettings) -> dict[str, str]:
-    """``{relative POSIX path: file text}``, in a fixed order: the YAML files, then ``dashboards/json/<name>.json``
-    for every shipped dashboard."""
+    """``{relative POSIX path: file text}``, in a fixed order: the YAML files (the app plugin's only with a browser
+    URL), then ``dashboards/json/<name>.json`` for every shipped dashboard."""
     env = _environment()
-    files = {path: env.get_template(name).render(p=provision) for path, name in TEMPLATES.items()}
+    files = {path: env.get_template(name).render(p=provision) for path, name in TEMPLATES.items()
+             if path != PLUGIN_OUT or provision.browser_url}
     for name, text in dashboard_sources().items():
         files[f"{DASHBOARDS_OUT}/{name}"] = render_dashboard(text, provision)
     return files

@@ -78,6 +78,7 @@ def _p(name: str, attr: str, parse: Callable[[str], Any], default: str, help: st
 
 
 REQUIRED: Final = "(required)"
+SAME_AS_BRIDGE: Final = "(the bridge URL)"
 
 
 class MissingSetting(ConfigError):
@@ -94,6 +95,10 @@ PROVISION_FIELDS: Final[tuple[ProvisionField, ...]] = (
     _p("BRIDGE_URL", "bridge_url", parse_url, REQUIRED,
        "the bridge's base URL as Grafana's server reaches it; data sources use its /tempo and /pyroscope "
        "(also --bridge-url)", "http://bridge:4041"),
+    _p("BROWSER_URL", "browser_url", parse_optional_url, SAME_AS_BRIDGE,
+       "the bridge's base URL as the browser reaches it, for the Grafana app plugin's links "
+       "(plugins/profile-bridge-app.yaml); empty leaves that file out: Grafana refuses to start when a provisioned "
+       "app is not installed", "http://localhost:4041"),
     _p("TEMPO_NAME", "tempo_name", parse_name, "Tempo", "name of the Tempo data source that goes through the bridge"),
     _p("PROFILES_NAME", "profiles_name", parse_name, "Profiles",
        "name of the Pyroscope data source that goes through the bridge (its uid: PROFILE_BRIDGE_GRAFANA_PROFILES_UID)"),
@@ -129,6 +134,7 @@ class ProvisionSettings:
     """What the provisioning files say. Build with ``from_env``; every value is already checked."""
 
     bridge_url: str
+    browser_url: str
     tempo_name: str
     tempo_uid: str
     profiles_name: str
@@ -147,6 +153,7 @@ class ProvisionSettings:
     dashboards_path: str
     dashboards_folder: str
     dashboards_folder_uid: str = "profile-bridge"
+    plugin_id: str = "profile-bridge-app"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], settings: Settings, *, compose: bool = True,
@@ -171,6 +178,8 @@ class ProvisionSettings:
                 text = settings.profile_type
             elif compose and spec.compose is not None:
                 text = spec.compose
+            elif spec.default == SAME_AS_BRIDGE:
+                text = values["bridge_url"]  # parsed already: the table lists the bridge URL first
             elif spec.default == REQUIRED:
                 raise MissingSetting(spec.key, "give --bridge-url URL (the bridge as Grafana's server reaches it, "
                                                "e.g. http://profile-bridge.internal:4041), or --compose to render "
