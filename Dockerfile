@@ -1,6 +1,8 @@
-# profile-bridge, and (target "demo") the same image with the demo shop's SDKs: `profile-bridge demo`.
+# profile-bridge, (target "demo") the same image with the demo shop's SDKs (`profile-bridge demo`), and (target
+# "grafana") Grafana with the profile-bridge app plugin (grafana/profile-bridge-app) built in.
 #   docker build -t profile-bridge .                 # the bridge: `profile-bridge serve`
 #   docker build --target demo -t profile-bridge-demo .
+#   docker build --target grafana -t profile-bridge-grafana .
 # The package is installed the way README's quick start does it: pip install of this repository.
 FROM python:3.11-slim-bookworm AS bridge
 
@@ -40,3 +42,18 @@ WORKDIR /data
 EXPOSE 8080 8081
 # where it sends comes from --to (a standalone bridge) or --traces-to/--profiles-to (Tempo, Pyroscope): see compose
 CMD ["demo", "--host", "0.0.0.0", "--frontend-port", "8080", "--backend-port", "8081"]
+
+# The Grafana app plugin, built from its lock file with the Node.js its CI uses; dist/ is the plugin directory.
+FROM node:20.19.5-bookworm-slim AS plugin
+
+WORKDIR /src
+COPY grafana/profile-bridge-app/package.json grafana/profile-bridge-app/package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY grafana/profile-bridge-app/ ./
+RUN npm run build
+
+# Grafana with the plugin in its plugins directory. The plugin is not signed: compose allows exactly this id
+# (GF_PLUGINS_ALLOW_LOADING_UNSIGNED_PLUGINS=profile-bridge-app); docs/grafana-plugin.md says how to sign it instead.
+FROM grafana/grafana:13.2.1 AS grafana
+
+COPY --from=plugin /src/dist /var/lib/grafana/plugins/profile-bridge-app

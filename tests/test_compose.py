@@ -481,3 +481,70 @@ def test_docs_describe_the_stack_as_composed() -> None:
         cells = [c.strip() for c in row.split("|")]
         host_ports = {str(p).split(":")[0] for p in service.get("ports", [])}
         assert host_ports == {p.strip() for p in cells[3].split(",")}, name
+
+
+# --------------------------------------------------------------------------------------------- the Grafana app plugin
+
+PLUGIN_SRC = ROOT / "grafana" / "profile-bridge-app"
+GRAFANA_PLUGINS_DIR = "/var/lib/grafana/plugins"  # GF_PATHS_PLUGINS' default in Grafana's image
+
+
+def _plugin_id() -> str:
+    plugin_id = json.loads((PLUGIN_SRC / "src" / "plugin.json").read_text(encoding="utf-8"))["id"]
+    assert isinstance(plugin_id, str)
+    return plugin_id
+
+
+def test_the_plugin_stage_builds_the_plugin_from_its_lock_file() -> None:
+    stages = _dockerfile_stages()
+    plugin = stages["plugin"]
+    image = plugin[0].split()[1]
+    assert image.startswith("node:20.") and _image_is_pinned(image), image
+    runs = [line.removeprefix("RUN ").strip() for line in plugin if line.startswith("RUN ")]
+    assert runs == ["npm ci --no-audit --no-fund", "npm run build"]
+    copies = [line.split()[1:] for line in plugin if line.startswith("COPY ")]
+    # the manifest and the lock file first (npm ci needs both), then the sources; each is in the repository
+    assert copies[0][:-1] == ["grafana/profile-bridge-app/package.json", "grafana/profile-bridge-app/package-lock.json"]
+    for sources in copies:
+        for source in sources[:-1]:
+            assert (ROOT / source).exists(), source
+    ignored = (ROOT / ".dockerignore").read_text(encoding="utf-8").split()
+    assert "**/node_modules" in ignored  # the build context never carries a local node_modules
+
+
+def test_grafanas_image_carries_the_built_plugin_and_compose_loads_it_unsigned() -> None:
+    plugin_id = _plugin_id()
+    stages = _dockerfile_stages()
+    grafana_stage = stages["grafana"]
+    assert grafana_stage[0].split()[1] == "grafana/grafana:13.2.1"
+    copies = [line.split() for line in grafana_stage if line.startswith("COPY ")]
+    # the plugin stage's build output (webpack's dist/: module.js, plugin.json) is the plugin's directory in Grafana
+    assert copies == [["COPY", "--from=plugin", "/src/dist", f"{GRAFANA_PLUGINS_DIR}/{plugin_id}"]]
+    assert "WORKDIR /src" in stages["plugin"]
+    dist_dir = json.loads((PLUGIN_SRC / "package.json").read_text(encoding="utf-8"))["scripts"]["build"]
+    assert "webpack" in dist_dir and "--env production" in dist_dir
+    constants = (PLUGIN_SRC / ".config" / "bundler" / "constants.ts").read_text(encoding="utf-8")
+    assert re.search(r"DIST_DIR\s*=\s*'dist'", constants)
+
+    grafana = _services()["grafana"]
+    assert grafana["build"] == {"context": ".", "dockerfile": "Dockerfile", "target": "grafana"}
+    assert grafana["environment"]["GF_PLUGINS_ALLOW_LOADING_UNSIGNED_PLUGINS"] == plugin_id  # exactly this one
+
+
+def test_grafana_provisions_the_plugin_with_urls_that_reach_the_bridge() -> None:
+    plugin_id = _plugin_id()
+    services = _services()
+    grafana = services["grafana"]
+    mounts = dict(tuple(v.split(":")[:2]) for v in grafana["volumes"])
+    provisioned = _host_path(mounts, "/etc/grafana/provisioning/plugins/profile-bridge-app.yaml")
+    (app,) = yaml.safe_load(provisioned.read_text(encoding="utf-8"))["apps"]
+    assert app["type"] == plugin_id and app["disabled"] is False
+    data = app["jsonData"]
+    # Grafana's server reaches the bridge by its service name; the browser by the port compose publishes
+    server = urlsplit(data["bridgeServerUrl"])
+    assert server.hostname == "bridge" and server.port in _container_ports(services["bridge"])
+    browser = urlsplit(data["bridgeUrl"])
+    published = {str(p).split(":")[0]: int(str(p).split(":")[-1]) for p in services["bridge"]["ports"]}
+    assert browser.hostname == "localhost" and published[str(browser.port)] == server.port
+    # the span pages the links open are the ones the bridge's Explore links point back from
+    assert services["bridge"]["environment"]["PROFILE_BRIDGE_GRAFANA_URL"] == "http://localhost:3000"
