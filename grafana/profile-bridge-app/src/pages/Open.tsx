@@ -17,6 +17,9 @@ type Props = {
 
 const CONFIG_PATH = `/plugins/${PLUGIN_ID}`;
 
+/** Leaves Grafana for the bridge (one function, so the effect below runs once per URL). */
+const leave = (url: string) => window.location.assign(url);
+
 function Missing({ title, children }: { title: string; children: React.ReactNode }) {
   return (
     <PluginPage>
@@ -31,7 +34,7 @@ function Missing({ title, children }: { title: string; children: React.ReactNode
 
 /** Where "Related profiles" and "Request profile" land: goes on to the bridge's span page
  * (`<bridgeUrl>/spans/<trace>/<span>[?scope=request]`). */
-export function OpenSpan({ settings, go = (url) => window.location.assign(url) }: Props) {
+export function OpenSpan({ settings, go = leave }: Props) {
   const { search } = useLocation();
   const params = useMemo(() => new URLSearchParams(search), [search]);
   const traceId = cleanTraceId(params.get('trace'));
