@@ -92,7 +92,14 @@ def _resolve_uid(ref: dict[str, Any], variables: dict[str, dict[str, Any]]) -> t
 
 def _compose_grafana_major() -> str:
     compose = yaml.safe_load((ROOT / "docker-compose.yaml").read_text(encoding="utf-8"))
-    image = compose["services"]["grafana"]["image"]
+    service = compose["services"]["grafana"]
+    image = service["image"]
+    if "build" in service:  # Grafana with the app plugin built in: its Dockerfile stage says which Grafana
+        dockerfile = (ROOT / service["build"]["context"] / service["build"]["dockerfile"]).read_text("utf-8")
+        target = service["build"]["target"]
+        stage = re.search(rf"^FROM\s+(\S+)\s+AS\s+{re.escape(target)}\s*$", dockerfile, re.M | re.I)
+        assert stage, f"no Dockerfile stage {target}"
+        image = stage.group(1)
     name, _, tag = image.partition(":")
     assert name == "grafana/grafana", image
     return tag.split(".")[0]
