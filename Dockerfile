@@ -57,3 +57,6 @@ RUN npm run build
 FROM grafana/grafana:13.2.1 AS grafana
 
 COPY --from=plugin /src/dist /var/lib/grafana/plugins/profile-bridge-app
+
+# What `docker build .` builds with no --target: the bridge itself (stages above are picked by name).
+FROM bridge

@@ -188,7 +188,7 @@ def _built_image(target: str) -> ImageFacts:
     stages = _dockerfile_stages()
     lines = stages[target]
     base = lines[0].split()[1]
-    facts = _built_image(base) if base in stages else BASE_IMAGES[base]
+    facts = _built_image(base) if base in stages else {**PULLED_IMAGES, **BASE_IMAGES}[base]
     for line in lines[1:]:
         if line.startswith("RUN ") and re.search(r"\bpip install \.(\[\w+\])?", line.replace('"', "")):
             scripts = [f"/usr/local/bin/{name}" for name in _console_scripts()]
@@ -548,3 +548,10 @@ def test_grafana_provisions_the_plugin_with_urls_that_reach_the_bridge() -> None
     assert browser.hostname == "localhost" and published[str(browser.port)] == server.port
     # the span pages the links open are the ones the bridge's Explore links point back from
     assert services["bridge"]["environment"]["PROFILE_BRIDGE_GRAFANA_URL"] == "http://localhost:3000"
+
+
+def test_a_plain_docker_build_builds_the_bridge() -> None:
+    """``docker build .`` builds the last stage: it must be the bridge, as the Dockerfile's header promises."""
+    froms = [line.split() for line in DOCKERFILE.read_text(encoding="utf-8").splitlines()
+             if line.upper().startswith("FROM ")]
+    assert froms[-1][1] == "bridge", froms[-1]

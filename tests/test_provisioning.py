@@ -480,6 +480,16 @@ def test_the_app_plugins_values_are_escaped_for_grafana() -> None:
     assert data["profilesUid"] == "prof_1" and data["profileTypeId"] == "memory:alloc_space:bytes:space:bytes"
 
 
+def test_without_compose_the_browser_reaches_the_bridge_where_grafana_does_unless_told() -> None:
+    settings = Settings.for_tests()
+    own = ProvisionSettings.from_env({}, settings, compose=False, bridge_url="http://bridge.internal:4041")
+    assert own.browser_url == "http://bridge.internal:4041"
+    told = ProvisionSettings.from_env({"PROFILE_BRIDGE_PROVISION_BROWSER_URL": "https://bridge.example.com"}, settings,
+                                      compose=False, bridge_url="http://bridge.internal:4041")
+    assert told.browser_url == "https://bridge.example.com"
+    assert ProvisionSettings.from_env({}, settings).browser_url == "http://localhost:4041"  # the compose stack
+
+
 def test_an_empty_browser_url_leaves_the_app_plugin_out() -> None:
     """Grafana refuses to start when a provisioned app is not installed: a Grafana without the plugin renders
     without it."""
@@ -488,7 +498,8 @@ def test_an_empty_browser_url_leaves_the_app_plugin_out() -> None:
 
 
 def test_a_bad_browser_url_is_a_one_line_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code = main(["provision", "--out", str(tmp_path)], environ={"PROFILE_BRIDGE_PROVISION_BROWSER_URL": "localhost"})
+    code = main(["provision", "--compose", "--out", str(tmp_path)],
+                environ={"PROFILE_BRIDGE_PROVISION_BROWSER_URL": "localhost"})
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "PROFILE_BRIDGE_PROVISION_BROWSER_URL" in err and "'localhost'" in err
