@@ -59,3 +59,20 @@ def _weight(params: str) -> float:
             except ValueError:
                 return 1.0
     return 1.0
+
+
+class EncodingError(ValueError):
+    """A ``Content-Encoding`` that cannot be undone (unknown coding, corrupt or oversized gzip)."""
+
+
+def undo_content_encoding(body: bytes, encoding: str, max_bytes: int) -> bytes:
+    """An HTTP body in its ``Content-Encoding`` (identity or gzip) → the plain body, at most ``max_bytes``."""
+    coding = encoding.strip().lower()
+    if coding in ("", "identity"):
+        return body
+    if coding not in ("gzip", "x-gzip"):
+        raise EncodingError(f"Content-Encoding {encoding!r} is not one the bridge decodes")
+    try:
+        return gunzip(body, max_bytes)
+    except GzipError as exc:
+        raise EncodingError(f"answer is {exc}") from exc

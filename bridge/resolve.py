@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
-from aiohttp import web
 from cachetools import TTLCache
 
 from bridge import flamegraph, ids
@@ -752,19 +751,6 @@ class Resolver:
         return now - DEFAULT_SEARCH_SPAN_S, now + 60
 
 
-def resolver_of(app: web.Application) -> Resolver:
-    """The app's resolver, built on first use from its backends (they exist only once the app has started)."""
-    from bridge.app import BACKENDS, CLOCK, METRICS, SETTINGS, SPAN_CACHE, profiles_of, traces_of
-
-    backends = app[BACKENDS]
-    resolver = backends.extras.get("resolver")
-    if not isinstance(resolver, Resolver):
-        resolver = Resolver(traces_of(app), profiles_of(app), app[SPAN_CACHE], app[SETTINGS], app[METRICS],
-                            clock=app[CLOCK].now)
-        backends.extras["resolver"] = resolver
-    return resolver
-
-
 __all__: Final = [
     "ATTRIBUTION_HEADER",
     "MEASURE_HEADER",
@@ -787,6 +773,5 @@ __all__: Final = [
     "covered_by",
     "labels_of",
     "measure_of",
-    "resolver_of",
     "window_of",
 ]

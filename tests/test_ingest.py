@@ -23,8 +23,9 @@ from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 from bridge._proto import push_pb2
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
-from bridge.app import BACKENDS, create_app
+from bridge.app import create_app
 from bridge.config import Settings
+from bridge.state import RUNTIME
 from bridge.store import Store
 from tests.paths import GO_CPU_PPROF, SHOP_CAPTURE
 from tests.test_store import ALL_MS, CAPTURE_END_S, CPU, ctx
@@ -38,7 +39,7 @@ def make_app(tmp_path: Path, **changes: Any) -> web.Application:
 
 
 def store_of(client: TestClient[Any, Any]) -> Store:
-    store = client.app[BACKENDS].extras["store"]  # type: ignore[index]
+    store = client.app[RUNTIME].backends.ingest  # type: ignore[union-attr]
     assert isinstance(store, Store)
     return store
 

@@ -29,8 +29,9 @@ import aiohttp
 from aiohttp.test_utils import TestClient, TestServer
 
 from bridge._proto import querier_pb2 as qpb
-from bridge.app import BACKENDS, create_app
+from bridge.app import create_app
 from bridge.config import DEFAULT_PROFILE_TYPE, Settings
+from bridge.state import RUNTIME
 from bridge.store import Store
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.tempo import TempoDouble
@@ -148,7 +149,7 @@ async def test_live_node_sdks_against_a_standalone_bridge(aiohttp_server: Server
     node = require_node()
     client = await standalone(aiohttp_server, aiohttp_client, tmp_path)
     spans = await run_service(node, str(client.make_url("")).rstrip("/"), "proto")
-    store = client.server.app[BACKENDS].extras["store"]
+    store = client.server.app[RUNTIME].backends.ingest
     assert isinstance(store, Store)
     types = {t.ID for t in (await store.profile_types(qpb.ProfileTypesRequest(), _ctx())).profile_types}
     assert types == {NODE_CPU, "wall:wall:nanoseconds:wall:nanoseconds", "wall:samples:count:wall:nanoseconds"}

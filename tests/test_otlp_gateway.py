@@ -23,12 +23,13 @@ from opentelemetry.proto.collector.profiles.v1development import profiles_servic
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as tsvc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as tsvc_grpc
 
-from bridge.app import BACKENDS, create_app
+from bridge.app import create_app
 from bridge.config import Settings
 from bridge.metrics import Metrics
 from bridge.otlp.gateway import Gateway
 from bridge.otlp.grpc_server import start_grpc_server
 from bridge.otlp.pull import Puller, service_name
+from bridge.state import RUNTIME
 from tests.doubles.otlp_sink import (
     OTLP_RECORDER,
     OtlpRecorder,
@@ -104,7 +105,7 @@ def bridge(aiohttp_client: Any) -> BridgeFactory:
 
 
 def grpc_port(client: TestClient[web.Request, web.Application]) -> int:
-    return int(client.server.app[BACKENDS].extras["otlp_grpc"].port)
+    return int(client.server.app[RUNTIME].backends.grpc.port)
 
 
 async def grpc_export(port: int, req: svc.ExportProfilesServiceRequest, metadata: tuple[tuple[str, str], ...] = (),
@@ -421,11 +422,11 @@ async def test_pull_scrapes_converts_links_and_forwards_and_survives_a_failing_t
     await server.start_server()
     try:
         for _ in range(400):
-            puller = server.app[BACKENDS].extras["pprof_pull"]
+            puller = server.app[RUNTIME].backends.puller
             if len(rec.received) >= 2 and puller.state[bad].failures >= 2:
                 break
             await asyncio.sleep(0.025)
-        metrics = server.app[BACKENDS].extras["otlp_gateway"].metrics.render().decode()
+        metrics = server.app[RUNTIME].backends.gateway.metrics.render().decode()
     finally:
         await server.close()
 
@@ -506,7 +507,7 @@ async def test_standalone_bridge_stores_linked_samples_received_over_grpc(
                                metadata=(("x-scope-orgid", "team-d"),))
 
     assert not answer.HasField("partial_success")
-    store = client.server.app[BACKENDS].extras["store"]
+    store = client.server.app[RUNTIME].backends.ingest
     ctx = CallContext(deadline=Deadline.start(None, 10.0), tenant="team-d")
     start_ms, end_ms = int(now * 1000) - 60_000, int(now * 1000) + 60_000
     [ptype] = (await store.profile_types(qpb.ProfileTypesRequest(start=start_ms, end=end_ms), ctx)).profile_types
@@ -522,7 +523,7 @@ async def test_grpc_forwarding_without_a_target_stops_startup_with_a_config_erro
 
     settings = Settings.for_tests(mode="proxy", profiles_forward="grpc", pyroscope_grpc_target="")
     with pytest.raises(ConfigError, match="PROFILE_BRIDGE_PYROSCOPE_GRPC_TARGET has value ''"):
-        async with open_gateway(settings, Metrics(), {}):
+        async with open_gateway(settings, Metrics()):
             pass
 
 

@@ -21,10 +21,11 @@ from google.protobuf.message import Message
 from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
-from bridge.app import METRICS, create_app
+from bridge.app import create_app
 from bridge.config import DEFAULT_PROFILE_TYPE, Settings
 from bridge.errors import Code
 from bridge.spans import Span
+from bridge.state import METRICS
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.shop import load_shop
 from tests.doubles.tempo import TempoDouble, refused_url
@@ -243,7 +244,7 @@ async def test_span_unknown_to_tempo_answers_a_placeholder_that_grafana_draws_sa
 
 
 async def test_span_cache_answers_before_tempo_search(stack: Stack) -> None:
-    from bridge.app import SPAN_CACHE
+    from bridge.state import SPAN_CACHE
 
     shop = load_shop()
     linked = stack.linked_ids()

@@ -21,9 +21,10 @@ from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import tempo_pb2
-from bridge.app import BACKENDS, create_app
+from bridge.app import create_app
 from bridge.config import Settings
 from bridge.spans import spans_from_otlp
+from bridge.state import RUNTIME
 from bridge.store import Store
 from bridge.wire.tempo import parse_search_response
 
@@ -132,7 +133,7 @@ async def test_real_sdks_to_span_flame_graph_and_back_after_restart(tmp_path: Pa
     try:
         spans = await run_program(url, tmp_path)
         assert spans, "the instrumented program made no requests"
-        store = runner.app[BACKENDS].extras["store"]
+        store = runner.app[RUNTIME].backends.ingest
         assert isinstance(store, Store)
         counts = await store.counts()
         assert counts.spans >= 2 * len(spans) and counts.samples > 0

@@ -20,12 +20,13 @@ from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 from yarl import URL
 
 from bridge._proto import tempo_pb2
-from bridge.app import BACKENDS, METRICS, SPAN_CACHE, create_app
+from bridge.app import create_app
 from bridge.config import Settings
 from bridge.connect import Deadline
 from bridge.errors import Code
-from bridge.routes.tempo import KnownServices
+from bridge.services import ProfiledServices
 from bridge.spans import PROFILE_ID_ATTR
+from bridge.state import METRICS, RUNTIME, SPAN_CACHE, backends_of
 from bridge.upstream.base import CallContext
 from bridge.wire.tempo import is_protobuf_answer, trace_request
 from tests.doubles.pyroscope import PyroscopeDouble
@@ -343,18 +344,19 @@ async def test_policy_profiled_services_without_pyroscope_enriches_everything(ai
 
 async def test_known_services_expire_after_their_ttl_and_survive_a_pyroscope_outage(stack: Stack) -> None:
     now = [1000.0]
-    known = KnownServices(ttl=60.0, clock=lambda: now[0])
+    profiles = backends_of(stack.app).profiles
+    known = ProfiledServices(profiles, "service_name", 60.0, wall_clock=lambda: CAPTURE_NOW, monotonic=lambda: now[0])
     ctx = CallContext(deadline=Deadline.start(None, 5.0), tenant="team-a")
-    assert await known.get(stack.app, ctx) == frozenset({"shop-frontend", "shop-backend"})
+    assert await known.get(ctx) == frozenset({"shop-frontend", "shop-backend"})
     now[0] += 59.0
-    assert await known.get(stack.app, ctx) == frozenset({"shop-frontend", "shop-backend"})
+    assert await known.get(ctx) == frozenset({"shop-frontend", "shop-backend"})
     assert len(stack.pyroscope.calls("LabelValues")) == 1
     now[0] += 2.0  # expired: asked again, Pyroscope is down now → the last known set
     stack.pyroscope.faults.code = Code.UNAVAILABLE
-    assert await known.get(stack.app, ctx) == frozenset({"shop-frontend", "shop-backend"})
+    assert await known.get(ctx) == frozenset({"shop-frontend", "shop-backend"})
     assert len(stack.pyroscope.calls("LabelValues")) == 2
     other = CallContext(deadline=Deadline.start(None, 5.0), tenant="team-b")
-    assert await known.get(stack.app, other) is None  # nothing known for team-b: the mount enriches every span
+    assert await known.get(other) is None  # nothing known for team-b: the mount enriches every span
 
 
 async def test_policy_off_relays_tempos_bytes(aiohttp_server: Server, aiohttp_client: Client) -> None:
@@ -473,7 +475,7 @@ async def test_standalone_mode_enriches_the_stores_answers(aiohttp_server: Serve
     app = create_app(settings, wall_clock=lambda: CAPTURE_NOW)
     client = await aiohttp_client(await aiohttp_server(app))
     shop = load_shop()
-    sink = app[BACKENDS].extras["trace_sink"]
+    sink = app[RUNTIME].backends.ingest
     for req in shop.requests:
         await sink.ingest_otlp_traces(req, "team-a")
     child = shop.pick("frontend-child")

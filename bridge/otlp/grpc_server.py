@@ -1,7 +1,7 @@
 """The OTLP gRPC receiver (grpc.aio, on ``settings.otlp_grpc_listen``, default ``0.0.0.0:4317``).
 
 - ``opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export`` → the link gateway.
-- ``opentelemetry.proto.collector.trace.v1.TraceService/Export`` → ``extras["trace_sink"]``, registered only when
+- ``opentelemetry.proto.collector.trace.v1.TraceService/Export`` → the trace sink (the store), registered only when
   the standalone store provides one.
 
 Requests arrive as bytes and are decoded here, so a malformed body is ``INVALID_ARGUMENT`` with a message (grpc's

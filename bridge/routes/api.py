@@ -31,7 +31,6 @@ from typing import Any, Final
 from aiohttp import web
 from google.protobuf import json_format
 
-from bridge import app as appmod
 from bridge import flamegraph, ids
 from bridge.config import parse_seconds
 from bridge.errors import InvalidArgument
@@ -46,7 +45,8 @@ from bridge.recent import (
     span_path,
 )
 from bridge.request_scope import SCOPES, Answer, Part, Scope, answer
-from bridge.resolve import REQUEST_MODES, answer_headers, resolver_of
+from bridge.resolve import REQUEST_MODES, answer_headers
+from bridge.state import CLOCK, SETTINGS, backends_of, call_context
 from bridge.upstream.base import CallContext
 
 FORMATS: Final = ("json", "pprof", "collapsed")
@@ -100,10 +100,10 @@ def parse_params(request: web.Request, default_profile_type: str) -> ProfilePara
 
 
 async def answer_for(request: web.Request, params: ProfileParams, ctx: CallContext | None = None) -> Answer:
-    settings = request.app[appmod.SETTINGS]
+    settings = request.app[SETTINGS]
     return await answer(
-        resolver_of(request.app), params.trace_id, params.span_id, scope=params.scope,
-        profile_type=params.profile_type, settings=settings, ctx=ctx or appmod.call_context(request),
+        backends_of(request.app).resolver, params.trace_id, params.span_id, scope=params.scope,
+        profile_type=params.profile_type, settings=settings, ctx=ctx or call_context(request),
         max_nodes=params.max_nodes,
     )
 
@@ -183,7 +183,7 @@ def render(ans: Answer, fmt: str) -> web.Response:
 
 
 async def span_profile(request: web.Request) -> web.Response:
-    params = parse_params(request, request.app[appmod.SETTINGS].profile_type)
+    params = parse_params(request, request.app[SETTINGS].profile_type)
     return render(await answer_for(request, params), params.format)
 
 
@@ -242,13 +242,14 @@ def request_json(row: IndexRow, res: RowResolution) -> dict[str, Any]:
 
 async def slowest_requests(request: web.Request) -> web.Response:
     app = request.app
-    settings = app[appmod.SETTINGS]
+    settings = app[SETTINGS]
     params = parse_slowest_params(request.query, settings.profile_type)
-    ctx = appmod.call_context(request)
-    traces = await recent_traces(appmod.traces_of(app), app[appmod.CLOCK].now(), params.since_s, ctx)
+    ctx = call_context(request)
+    backends = backends_of(app)
+    traces = await recent_traces(backends.traces, app[CLOCK].now(), params.since_s, ctx)
     services = slowest_local_roots(traces, per_service=params.per_service)
     rows = [row for _, service_rows in services for row in service_rows]
-    resolutions = iter(await resolve_rows(resolver_of(app), traces, [r.span for r in rows],
+    resolutions = iter(await resolve_rows(backends.resolver, traces, [r.span for r in rows],
                                           profile_type=params.profile_type, settings=settings, ctx=ctx))
     return web.json_response({
         "mode": settings.mode,

@@ -6,8 +6,8 @@ import asyncio
 
 from aiohttp import web
 
-from bridge import app as appmod
 from bridge.errors import BridgeError
+from bridge.state import METRICS, SETTINGS, SPAN_CACHE, backends_of, call_context
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -16,9 +16,10 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     app = request.app
-    settings = app[appmod.SETTINGS]
-    ctx = appmod.call_context(request, cap=min(settings.upstream_timeout, 5.0))
-    sources = {"tempo": appmod.traces_of(app), "pyroscope": appmod.profiles_of(app)}
+    settings = app[SETTINGS]
+    backends = backends_of(app)
+    ctx = call_context(request, cap=min(settings.upstream_timeout, 5.0))
+    sources = {"tempo": backends.traces, "pyroscope": backends.profiles}
 
     async def check(source: object) -> dict[str, str]:
         try:
@@ -30,13 +31,13 @@ async def readyz(request: web.Request) -> web.Response:
     results = await asyncio.gather(*(check(s) for s in sources.values()))
     detail = dict(zip(sources, results, strict=True))
     ok = all(r["status"] == "ready" for r in results)
-    body = {"status": "ready" if ok else "unavailable", "mode": settings.mode, "upstreams": detail}
+    body = {"status": "ready" if ok else "unavailable", "mode": backends.name, "upstreams": detail}
     return web.json_response(body, status=200 if ok else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:
-    m = request.app[appmod.METRICS]
-    m.cache_entries.labels("spans").set(len(request.app[appmod.SPAN_CACHE]))
+    m = request.app[METRICS]
+    m.cache_entries.labels("spans").set(len(request.app[SPAN_CACHE]))
     return web.Response(body=m.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 

@@ -29,14 +29,13 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
 
-from bridge import app as appmod
 from bridge._proto import push_pb2
 from bridge.connect import Codec, decode_request, decompress, encode_response
-from bridge.errors import BridgeError, Code, InvalidArgument, ResourceExhausted
+from bridge.errors import BridgeError, Code, InvalidArgument, ResourceExhausted, Unimplemented
 from bridge.middleware import ROUTE_LABEL
 from bridge.routes.otlp import status_response
+from bridge.state import CLOCK, METRICS, SETTINGS, IngestSink, backends_of
 from bridge.store import model
-from bridge.store.db import Store
 from bridge.upstream.proxy import read_body
 
 T = TypeVar("T")
@@ -45,7 +44,6 @@ OTLP_PROTOBUF: Final = ("application/x-protobuf", "application/protobuf")
 OTLP_JSON: Final = "application/json"
 # google.rpc.Code numbers for the OTLP/HTTP error body
 OFFLOAD_BYTES: Final = 256 * 1024
-EMPTY_GZIP_BYTES: Final = 20  # gzip.compress(b"") with no file name
 INGEST_FORMATS: Final = ("pprof", "folded", "lines")
 
 
@@ -57,26 +55,17 @@ async def off_loop(size: int, fn: Callable[..., T], *args: Any) -> T:
     return fn(*args)
 
 
-def _store(request: web.Request) -> Store:
-    store = request.app[appmod.BACKENDS].extras.get("store")
-    if not isinstance(store, Store):
-        raise RuntimeError("standalone store is not open")
-    return store
+def _sink(request: web.Request) -> IngestSink:
+    sink = backends_of(request.app).ingest
+    if sink is None:
+        raise Unimplemented("this bridge keeps no data (proxy mode): send traces to Tempo and profiles to Pyroscope")
+    return sink
 
 
 async def _body(request: web.Request, max_bytes: int) -> bytes:
-    """The whole body, bounded by ``max_bytes`` also after gzip (whether aiohttp or ``decompress`` undoes it)."""
+    """The whole body, bounded by ``max_bytes`` also after gzip."""
     raw, encoding = await read_body(request, max_bytes)
-    _check_not_swallowed(request, raw)
     return decompress(raw, encoding, max_bytes)
-
-
-def _check_not_swallowed(request: web.Request, raw: bytes) -> None:
-    """aiohttp's server undoes gzip itself and turns a truncated stream into an empty body; a gzip body longer than
-    an empty gzip member that decodes to nothing is refused instead of acknowledged."""
-    gzipped = request.headers.get("Content-Encoding", "").strip().lower() == "gzip"
-    if gzipped and not raw and (request.content_length or 0) > EMPTY_GZIP_BYTES:
-        raise InvalidArgument("request body is not valid gzip (it decompresses to nothing)")
 
 
 def _tenant(request: web.Request) -> str | None:
@@ -84,7 +73,7 @@ def _tenant(request: web.Request) -> str | None:
 
 
 def _now_ns(request: web.Request) -> int:
-    return int(request.app[appmod.CLOCK].now() * 1_000_000_000)
+    return int(request.app[CLOCK].now() * 1_000_000_000)
 
 
 # --------------------------------------------------------------------------------------------- OTLP traces
@@ -104,8 +93,8 @@ def decode_traces(body: bytes, as_json: bool) -> model.SpanBatch:
 
 async def v1_traces(request: web.Request) -> web.Response:
     request[ROUTE_LABEL] = "/v1/traces"
-    settings = request.app[appmod.SETTINGS]
-    metrics = request.app[appmod.METRICS]
+    settings = request.app[SETTINGS]
+    metrics = request.app[METRICS]
     content_type = request.content_type.lower()
     as_json = content_type == OTLP_JSON
     if content_type not in OTLP_PROTOBUF and not as_json:
@@ -119,7 +108,7 @@ async def v1_traces(request: web.Request) -> web.Response:
     try:
         body = await _body(request, settings.max_body_bytes)
         batch = await off_loop(len(body), decode_traces, body, as_json)
-        await _store(request).ingest_spans(batch, _tenant(request))
+        await _sink(request).ingest_spans(batch, _tenant(request))
     except BridgeError as exc:
         metrics.ingest_rejected.labels("/v1/traces").inc()
         status = 413 if isinstance(exc, ResourceExhausted) else exc.http_status
@@ -144,17 +133,16 @@ def decode_push(raw: bytes, content_type: str | None, encoding: str | None, max_
 
 async def push(request: web.Request) -> web.Response:
     request[ROUTE_LABEL] = "/push.v1.PusherService/Push"
-    settings = request.app[appmod.SETTINGS]
+    settings = request.app[SETTINGS]
     try:
         raw, encoding = await read_body(request, settings.max_body_bytes)
-        _check_not_swallowed(request, raw)
         codec, records = await off_loop(
             len(raw), decode_push, raw, request.headers.get("Content-Type"), encoding, settings.max_body_bytes,
             _now_ns(request),
         )
-        await _store(request).ingest_profiles(records, _tenant(request))
+        await _sink(request).ingest_profiles(records, _tenant(request))
     except BridgeError:
-        request.app[appmod.METRICS].ingest_rejected.labels("/push.v1.PusherService/Push").inc()
+        request.app[METRICS].ingest_rejected.labels("/push.v1.PusherService/Push").inc()
         raise
     body, headers = encode_response(push_pb2.PushResponse(), codec, request.headers.get("Accept-Encoding"))
     return web.Response(body=body, headers=headers)
@@ -229,16 +217,16 @@ async def ingest(request: web.Request) -> web.Response:
     request[ROUTE_LABEL] = "/ingest"
     try:
         records = await _decode_ingest(request)
-        await _store(request).ingest_profiles(records, _tenant(request))
+        await _sink(request).ingest_profiles(records, _tenant(request))
     except BridgeError as exc:
-        request.app[appmod.METRICS].ingest_rejected.labels("/ingest").inc()
+        request.app[METRICS].ingest_rejected.labels("/ingest").inc()
         status = 413 if isinstance(exc, ResourceExhausted) else exc.http_status
         return web.Response(status=status, text=exc.message + "\n")
     return web.Response(status=200)
 
 
 async def _decode_ingest(request: web.Request) -> list[model.ProfileRecord]:
-    settings = request.app[appmod.SETTINGS]
+    settings = request.app[SETTINGS]
     name_param = request.query.get("name", "")
     if not name_param.strip():
         raise InvalidArgument("query parameter 'name' is required (e.g. name=myapp.cpu{env=prod})")
@@ -277,9 +265,7 @@ async def _decode_ingest(request: web.Request) -> list[model.ProfileRecord]:
 
 
 def setup(app: web.Application) -> None:
-    """Register the ingest routes; only standalone mode ingests."""
-    if not app[appmod.SETTINGS].is_standalone:
-        return
+    """Register the ingest routes (``create_app`` does when the mode keeps data)."""
     app.router.add_post("/v1/traces", v1_traces)
     app.router.add_post("/push.v1.PusherService/Push", push)
     app.router.add_post("/ingest", ingest)

@@ -21,27 +21,17 @@ from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as svc
 
-from bridge import app as appmod
 from bridge.connect import decompress
-from bridge.errors import CODE_TO_HTTP, BridgeError, Code, InvalidArgument, UpstreamUnavailable
+from bridge.errors import CODE_TO_HTTP, BridgeError, Code, InvalidArgument
 from bridge.middleware import ROUTE_LABEL
-from bridge.otlp.gateway import Gateway
+from bridge.state import SETTINGS, backends_of, call_context
 from bridge.upstream.otlp_forward import CODE_TO_GRPC
 from bridge.upstream.proxy import read_body
 
 PATH: Final = "/v1development/profiles"
 PROTOBUF_TYPES: Final = ("application/x-protobuf", "application/protobuf", "application/proto")
 JSON_TYPE: Final = "application/json"
-EMPTY_GZIP_BYTES: Final = 20  # an empty gzip member
 ID_SIZES: Final = {"traceId": 16, "trace_id": 16, "spanId": 8, "span_id": 8, "profileId": 16, "profile_id": 16}
-
-
-def gateway_of(app: web.Application) -> Gateway:
-    gateway = app[appmod.BACKENDS].extras.get("otlp_gateway")
-    if gateway is None:
-        raise UpstreamUnavailable("pyroscope", "the OTLP profile gateway is not running")
-    assert isinstance(gateway, Gateway)
-    return gateway
 
 
 def decode_protobuf(data: bytes) -> svc.ExportProfilesServiceRequest:
@@ -114,17 +104,14 @@ async def export_profiles(request: web.Request) -> web.Response:
         message = f"unsupported Content-Type {ctype or '(none)'!r}: send application/x-protobuf or application/json"
         return status_response(Code.INVALID_ARGUMENT, message, False, http_status=415)
     app = request.app
-    settings = app[appmod.SETTINGS]
+    settings = app[SETTINGS]
     try:
         raw, encoding = await read_body(request, settings.max_body_bytes)
-        if not raw and request.headers.get("Content-Encoding", "").strip().lower() == "gzip" \
-                and (request.content_length or 0) > EMPTY_GZIP_BYTES:
-            # aiohttp's server undoes gzip itself and turns a broken stream into an empty body
-            raise InvalidArgument("request body is not valid gzip (it decompresses to nothing)")
         data = decompress(raw, encoding, settings.max_body_bytes)
         req = decode_json(data) if as_json else decode_protobuf(data)
-        ctx = appmod.call_context(request)
-        resp = await gateway_of(app).export(req, ctx, route="otlp_http_profiles", wire=None if as_json else data)
+        ctx = call_context(request)
+        gateway = backends_of(app).gateway
+        resp = await gateway.export(req, ctx, route="otlp_http_profiles", wire=None if as_json else data)
     except BridgeError as exc:
         return status_response(exc.code, exc.message, as_json)
     if as_json:

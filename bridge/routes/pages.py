@@ -26,7 +26,6 @@ from urllib.parse import urlencode
 import jinja2
 from aiohttp import web
 
-from bridge import app as appmod
 from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
 from bridge.config import Settings, parse_seconds
@@ -37,6 +36,7 @@ from bridge.recent import recent_traces, slowest_local_roots, span_path
 from bridge.request_scope import Answer, selector_for
 from bridge.routes.api import ProfileParams, answer_for, parse_params
 from bridge.spans import Span, Trace
+from bridge.state import CLOCK, SETTINGS, Backends, backends_of, call_context
 from bridge.units import format_duration_ns, format_value, share
 from bridge.upstream.base import CallContext, ProfileSource
 
@@ -270,15 +270,15 @@ def error_page(exc: BridgeError) -> web.Response:
 
 
 async def span_page(request: web.Request) -> web.Response:
-    settings = request.app[appmod.SETTINGS]
+    settings = request.app[SETTINGS]
     query = request.query.get("q", "")[:200]
     try:
         params = parse_params(request, settings.profile_type)
         if params.format != "json":
             raise InvalidArgument("the page has no format parameter; download pprof or collapsed from the API")
-        ctx = appmod.call_context(request)  # one budget for the whole page
+        ctx = call_context(request)  # one budget for the whole page
         ans = await answer_for(request, params, ctx)
-        values = await linked_values(appmod.profiles_of(request.app), ans.trace, ans.span.span_id,
+        values = await linked_values(backends_of(request.app).profiles, ans.trace, ans.span.span_id,
                                      params.profile_type, settings, ctx)
     except BridgeError as exc:
         return error_page(exc)
@@ -338,28 +338,29 @@ async def index_page(request: web.Request) -> web.Response:
         except ValueError as exc:
             raise InvalidArgument(f"since {since_text[:40]!r}: {exc}") from exc
         since = min(since, 7 * 86400.0)
-        ctx = appmod.call_context(request)
-        traces = await recent_traces(appmod.traces_of(app), app[appmod.CLOCK].now(), since, ctx)
+        ctx = call_context(request)
+        traces = await recent_traces(backends_of(app).traces, app[CLOCK].now(), since, ctx)
     except BridgeError as exc:
         return error_page(exc)
-    settings = app[appmod.SETTINGS]
+    settings = app[SETTINGS]
+    backends = backends_of(app)
     return render_page(
         "index.html", services=slowest_local_roots(traces), since=since_text,
-        traces=len(traces), mode=settings.mode, choices=("15m", "1h", "6h", "24h"),
-        send=send_data_hints(settings, str(request.url.origin()), request.url.host or "localhost",
-                             getattr(app[appmod.BACKENDS].extras.get("otlp_grpc"), "port", None)),
+        traces=len(traces), mode=backends.name, choices=("15m", "1h", "6h", "24h"),
+        send=send_data_hints(settings, backends, str(request.url.origin()), request.url.host or "localhost"),
     )
 
 
-def send_data_hints(settings: Settings, origin: str, host: str, grpc_port: int | None) -> dict[str, str]:
-    """Where applications send to this bridge, as the browser reached it (the index page says it when there is no
-    data yet): OTLP/HTTP and gRPC (``grpc_port``: the receiver's bound port, None when off) traces and the Pyroscope
-    server address in standalone mode; Tempo and Pyroscope in proxy mode."""
-    if not settings.is_standalone:
+def send_data_hints(settings: Settings, backends: Backends, origin: str, host: str) -> dict[str, str]:
+    """Where applications send their data, as the browser reached the bridge (the index page says it when there is
+    no data yet): to this bridge when it keeps data — OTLP/HTTP and gRPC (the receiver's bound port, when it runs)
+    traces and the Pyroscope server address — else to Tempo and Pyroscope."""
+    if backends.ingest is None:
         return {"tempo": settings.tempo_url, "pyroscope": settings.pyroscope_url}
     hints = {"otlp_http": f"{origin}/v1/traces", "pyroscope": origin, "otlp_http_base": origin}
-    if grpc_port is not None:
-        hints["otlp_grpc"] = f"[{host}]:{grpc_port}" if ":" in host else f"{host}:{grpc_port}"
+    if backends.grpc is not None:
+        port = backends.grpc.port
+        hints["otlp_grpc"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return hints
 
 

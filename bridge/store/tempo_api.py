@@ -1,5 +1,5 @@
-"""The ``tempo_local`` handler: Tempo's query API answered from the store, in Tempo's own encodings
-(../shared/contracts/tempo.md). The ``/tempo`` mount calls it with the path after ``/tempo/``.
+"""Standalone mode's side of the ``/tempo`` mount: Tempo's query API answered from the store, in Tempo's own
+encodings (``bridge.wire.tempo``). The mount hands it the path after ``/tempo/``.
 
 Served: trace by ID (v2 ``api/v2/traces/<id>``, v1 ``api/traces/<id>``; protobuf when ``Accept`` names
 ``application/protobuf``, JSON otherwise; v1 404 / v2 200 with an empty trace when unknown), ``api/search`` (the
@@ -14,7 +14,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from aiohttp import web
 from google.protobuf import json_format
+from multidict import CIMultiDict
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
 from bridge._proto import tempo_pb2
@@ -23,10 +25,11 @@ from bridge.errors import BridgeError, InvalidArgument
 from bridge.store import traceql
 from bridge.store.db import Store
 from bridge.upstream.base import CallContext
+from bridge.upstream.proxy import HOP_BY_HOP, end_to_end
+from bridge.wire.tempo import PROTOBUF, TempoAnswer, wants_protobuf
 
 Answer = tuple[int, dict[str, str], bytes]
 
-PROTOBUF: Final = "application/protobuf"
 INTRINSIC_TAGS: Final = ("duration", "kind", "name", "status", "statusMessage", "span:id", "trace:id")
 _V2_TRACE = re.compile(r"^api/v2/traces/([^/]+)$")
 _V1_TRACE = re.compile(r"^api/traces/([^/]+)$")
@@ -57,21 +60,37 @@ def _resource_spans_json(rs: otlp_trace.ResourceSpans) -> dict[str, Any]:
     return doc
 
 
-def make_handler(store: Store) -> Any:
-    async def tempo_local(
-        method: str, subpath: str, query: Mapping[str, str], headers: Mapping[str, str], ctx: CallContext
-    ) -> Answer:
-        path = subpath.strip("/")
-        if method not in ("GET", "HEAD"):
-            return _text(f"standalone mode does not serve {method} /tempo/{path}", 501)
-        try:
-            return await _route(store, path, query, headers, ctx)
-        except InvalidArgument as exc:
-            return _text(exc.message, 400)
-        except BridgeError as exc:
-            return _text(exc.message, exc.http_status)
+class StoreTempo:
+    """The ``/tempo`` mount's backend in standalone mode."""
 
-    return tempo_local
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def trace_by_id(self, request: web.Request, path: str, ctx: CallContext) -> TempoAnswer:
+        return await self._answer(request, path, ctx)
+
+    async def pass_on(self, request: web.Request, path: str, ctx: CallContext) -> web.StreamResponse:
+        answer = await self._answer(request, path, ctx)
+        headers = end_to_end(answer.headers, HOP_BY_HOP | {"content-length"})
+        return web.Response(status=answer.status, body=answer.body, headers=headers)
+
+    async def _answer(self, request: web.Request, path: str, ctx: CallContext) -> TempoAnswer:
+        status, headers, body = await answer(self.store, request.method, path, request.query, request.headers, ctx)
+        return TempoAnswer(status, CIMultiDict(headers), body)
+
+
+async def answer(store: Store, method: str, subpath: str, query: Mapping[str, str], headers: Mapping[str, str],
+                 ctx: CallContext) -> Answer:
+    """Tempo's answer to ``method /tempo/<subpath>`` from the store."""
+    path = subpath.strip("/")
+    if method not in ("GET", "HEAD"):
+        return _text(f"standalone mode does not serve {method} /tempo/{path}", 501)
+    try:
+        return await _route(store, path, query, headers, ctx)
+    except InvalidArgument as exc:
+        return _text(exc.message, 400)
+    except BridgeError as exc:
+        return _text(exc.message, exc.http_status)
 
 
 async def _route(store: Store, path: str, query: Mapping[str, str], headers: Mapping[str, str],
@@ -83,7 +102,7 @@ async def _route(store: Store, path: str, query: Mapping[str, str], headers: Map
     if path == "api/status/buildinfo":
         return _json({"version": "profile-bridge-standalone", "revision": "", "branch": "", "buildUser": "",
                       "buildDate": "", "goVersion": ""})
-    protobuf = PROTOBUF in (headers_get(headers, "Accept") or "")
+    protobuf = wants_protobuf(headers_get(headers, "Accept") or "")
     if match := _V2_TRACE.match(path):
         return await _trace_by_id(store, match.group(1), ctx, v2=True, protobuf=protobuf)
     if match := _V1_TRACE.match(path):

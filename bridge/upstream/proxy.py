@@ -12,7 +12,6 @@ aborted, so the client sees a truncated answer rather than a silently shortened 
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -51,41 +50,24 @@ _REQUEST_DROP: Final = HOP_BY_HOP | {"host", "expect"}
 _SKIP_AUTO: Final = ("Accept-Encoding", "User-Agent", "Content-Type")
 MIN_TIMEOUT: Final = 0.001  # seconds; less is a spent budget
 CHUNK: Final = 256 * 1024  # read size for callers that stream in fixed chunks (the /tempo mount uses it)
-# Content-Encodings aiohttp's server undoes by itself unless it runs with ``auto_decompress=False``
-SERVER_DECODED: Final = frozenset({"gzip", "deflate", "br", "zstd"})
-
-
-def server_decoded(request: web.Request) -> bool:
-    """Did aiohttp's server already undo the request's ``Content-Encoding``? It does unless the runner was made
-    with ``auto_decompress=False``; the body then arrives decompressed while the header still names the coding."""
-    encoding = request.headers.get("Content-Encoding", "").strip().lower()
-    if encoding not in SERVER_DECODED:
-        return False
-    manager = getattr(request.protocol, "_manager", None)
-    kwargs = getattr(manager, "_kwargs", None)
-    return bool(kwargs.get("auto_decompress", True)) if isinstance(kwargs, dict) else True
-
-
 async def read_body(request: web.Request, max_bytes: int) -> tuple[bytes, str | None]:
-    """The request body, read in chunks and refused (``ResourceExhausted``) as soon as it passes ``max_bytes``;
-    with the ``Content-Encoding`` still to undo (None when there is none, or the server undid it already)."""
+    """The request body as sent (the app's server never undoes its Content-Encoding: ``create_app`` turns aiohttp's
+    ``auto_decompress`` off), read in chunks and refused (``ResourceExhausted``) as soon as it passes ``max_bytes``;
+    with the ``Content-Encoding`` still to undo (None when there is none)."""
     declared = request.content_length
     if declared is not None and declared > max_bytes:
         raise ResourceExhausted(f"request body of {declared} bytes is over the limit of {max_bytes} bytes")
-    decoded = server_decoded(request)
     parts: list[bytes] = []
     size = 0
     try:
         async for chunk in request.content.iter_any():
             size += len(chunk)
             if size > max_bytes:
-                after = " after decompression" if decoded else ""
-                raise ResourceExhausted(f"request body is over the limit of {max_bytes} bytes{after}")
+                raise ResourceExhausted(f"request body is over the limit of {max_bytes} bytes")
             parts.append(chunk)
     except RequestPayloadError as exc:
         raise InvalidArgument(f"request body cannot be read ({str(exc).strip()})") from exc
-    encoding = None if decoded else request.headers.get("Content-Encoding")
-    return b"".join(parts), encoding
+    return b"".join(parts), request.headers.get("Content-Encoding") or None
 
 
 def end_to_end(headers: Mapping[str, str], drop: Iterable[str] = HOP_BY_HOP) -> CIMultiDict[str]:
@@ -135,6 +117,7 @@ async def stream_through(
     timeout: aiohttp.ClientTimeout,
     body: bytes | None = None,
     body_encoding: str | None = None,
+    metrics: Metrics | None = None,
 ) -> web.StreamResponse:
     """Forward ``request`` to ``target_url`` (query included; a ``str`` is taken as already percent-encoded) and
     stream the answer back. Raises ``UpstreamError`` when the upstream fails before answering.
@@ -156,10 +139,6 @@ async def stream_through(
         headers.popall("Content-Length", None)
     else:
         data = request.content
-        if server_decoded(request):
-            # the body arrives already decompressed: forward it as it now is
-            headers.popall("Content-Encoding", None)
-            headers.popall("Content-Length", None)
     started = time.perf_counter()
     outcome = "ok"
     try:
@@ -181,7 +160,8 @@ async def stream_through(
         async with upstream_resp:
             return await _relay(request, upstream_resp, upstream)
     finally:
-        _observe(request, upstream, outcome, time.perf_counter() - started)
+        if metrics is not None:
+            metrics.upstream_seconds.labels(upstream, "passthrough", outcome).observe(time.perf_counter() - started)
 
 
 class _RelayedResponse(web.StreamResponse):
@@ -224,16 +204,3 @@ def _abort(request: web.Request, upstream: str, exc: BaseException) -> None:
     response_transport = request.transport
     if response_transport is not None:
         response_transport.abort()
-
-
-def _observe(request: web.Request, upstream: str, outcome: str, seconds: float) -> None:
-    metrics = request.app.get(_metrics_key())
-    if metrics is not None:
-        metrics.upstream_seconds.labels(upstream, "passthrough", outcome).observe(seconds)
-
-
-@functools.cache
-def _metrics_key() -> web.AppKey[Metrics]:
-    from bridge.app import METRICS  # bridge.app imports the routes that import this module
-
-    return METRICS

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from google.protobuf.message import DecodeError
@@ -25,6 +26,19 @@ JSON: Final = "application/json"
 SEARCH_PATH: Final = "/api/search"
 READY_PATH: Final = "/ready"
 TRACE_PATH: Final = re.compile(r"^api/(?:(?P<v2>v2)/)?traces/(?P<id>[^/]*)$")
+
+
+@dataclass(frozen=True, slots=True)
+class TempoAnswer:
+    """A Tempo answer as received: status, headers, body (still in its Content-Encoding)."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+    @property
+    def encoding(self) -> str:
+        return self.headers.get("Content-Encoding", "")
 
 
 def trace_path(trace_id: str, version: int = 2) -> str:

@@ -1,0 +1,122 @@
+"""Proxy mode's side of the ``/pyroscope`` and ``/tempo`` mounts: Pyroscope and Tempo themselves, reached over the
+same sessions as their clients (``bridge.upstream.http``).
+
+- ``PyroscopeForward``: everything the resolver does not answer goes to Pyroscope as it came, streamed; only span
+  RPCs in a Connect codec the bridge decodes are read first (they may be resolved).
+- ``TempoForward``: trace-by-ID answers are fetched whole (still in their Content-Encoding, bounded) for enrichment;
+  everything else under the mount is streamed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Final
+
+import aiohttp
+from aiohttp import web
+from google.protobuf.message import Message
+from multidict import CIMultiDict
+
+from bridge.config import Settings
+from bridge.connect import Codec, codec_for
+from bridge.errors import InvalidArgument, UpstreamError
+from bridge.metrics import Metrics
+from bridge.upstream.base import CallContext
+from bridge.upstream.faults import map_client_error
+from bridge.upstream.proxy import CHUNK, HOP_BY_HOP, end_to_end, stream_through, target_url
+from bridge.wire.pyroscope import SPAN_RPCS
+from bridge.wire.tempo import TempoAnswer
+
+PYROSCOPE_MOUNT: Final = "/pyroscope"
+TEMPO_MOUNT: Final = "/tempo"
+MAX_TRACE_BYTES: Final = 256 * 1024**2  # a trace-by-ID answer larger than this is refused, not buffered
+# request headers not forwarded when the bridge fetches a trace itself (it asks for gzip on its own)
+_TRACE_REQUEST_DROP: Final = HOP_BY_HOP | {"host", "accept-encoding", "content-length", "expect"}
+
+
+def upstream_timeout(settings: Settings, ctx: CallContext) -> aiohttp.ClientTimeout:
+    """What is left of the request's budget; connect and each read bounded by the settings."""
+    left = max(0.001, ctx.deadline.remaining())
+    return aiohttp.ClientTimeout(
+        total=left, connect=min(settings.connect_timeout, left), sock_read=min(settings.upstream_timeout, left)
+    )
+
+
+def is_connect(content_type: str | None) -> bool:
+    """A Connect unary request the bridge can decode (``application/proto`` or ``application/json``)."""
+    try:
+        codec_for(content_type)
+    except InvalidArgument:
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class PyroscopeForward:
+    session: aiohttp.ClientSession
+    base_url: str
+    settings: Settings
+    metrics: Metrics | None = None
+
+    def must_decode(self, method: str | None, content_type: str | None) -> bool:
+        return method in SPAN_RPCS and is_connect(content_type)
+
+    async def pass_on(self, request: web.Request, ctx: CallContext, body: bytes | None = None,
+                      encoding: str | None = None) -> web.StreamResponse:
+        url = target_url(self.base_url, request, PYROSCOPE_MOUNT)
+        return await stream_through(request, self.session, url, upstream="pyroscope",
+                                    timeout=upstream_timeout(self.settings, ctx), body=body, body_encoding=encoding,
+                                    metrics=self.metrics)
+
+    async def call(self, method: str, data: bytes, codec: Codec, ctx: CallContext) -> Message | None:
+        return None  # Pyroscope answers it: passed on
+
+
+@dataclass(frozen=True, slots=True)
+class TempoForward:
+    session: aiohttp.ClientSession
+    base_url: str
+    settings: Settings
+    metrics: Metrics | None = None
+
+    async def pass_on(self, request: web.Request, path: str, ctx: CallContext) -> web.StreamResponse:
+        url = target_url(self.base_url, request, TEMPO_MOUNT)
+        return await stream_through(request, self.session, url, upstream="tempo",
+                                    timeout=upstream_timeout(self.settings, ctx), metrics=self.metrics)
+
+    async def trace_by_id(self, request: web.Request, path: str, ctx: CallContext) -> TempoAnswer:
+        """The answer from Tempo, whole, still in its Content-Encoding (the bridge asks for gzip)."""
+        url = target_url(self.base_url, request, TEMPO_MOUNT)
+        headers = end_to_end(request.headers, _TRACE_REQUEST_DROP)
+        headers["Accept-Encoding"] = "gzip"
+        timeout = upstream_timeout(self.settings, ctx)
+        started = time.perf_counter()
+        outcome = "ok"
+        try:
+            async with self.session.get(url, headers=headers, timeout=timeout, allow_redirects=False,
+                                        auto_decompress=False) as resp:
+                if resp.content_length is not None and resp.content_length > MAX_TRACE_BYTES:
+                    raise UpstreamError("tempo", f"tempo answered {resp.content_length} bytes, over the bridge's "
+                                                 f"limit of {MAX_TRACE_BYTES}")
+                parts: list[bytes] = []
+                size = 0
+                async for chunk in resp.content.iter_chunked(CHUNK):
+                    size += len(chunk)
+                    if size > MAX_TRACE_BYTES:
+                        raise UpstreamError("tempo", f"tempo answered over the bridge's limit of {MAX_TRACE_BYTES} "
+                                                     "bytes")
+                    parts.append(chunk)
+                outcome = "ok" if resp.status < 400 else str(resp.status)
+                return TempoAnswer(resp.status, CIMultiDict(resp.headers), b"".join(parts))
+        except UpstreamError as exc:
+            outcome = exc.code.value
+            raise
+        except Exception as exc:  # noqa: BLE001 - the one boundary where client failures are mapped
+            err = map_client_error("tempo", exc, timeout.total)
+            outcome = err.code.value
+            raise err from exc
+        finally:
+            if self.metrics is not None:
+                self.metrics.upstream_seconds.labels("tempo", "trace_by_id", outcome).observe(
+                    time.perf_counter() - started)
