@@ -29,11 +29,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bridge import flamegraph  # noqa: E402
+from bridge.answer import Answer, answer_json  # noqa: E402
 from bridge.config import Settings  # noqa: E402
-from bridge.request_scope import Answer  # noqa: E402
 from bridge.resolve import Mode, Resolution  # noqa: E402
 from bridge.routes import pages  # noqa: E402
-from bridge.routes.api import ProfileParams, answer_json  # noqa: E402
+from bridge.routes.api import ProfileParams  # noqa: E402
 from tests.doubles.shop import load_shop  # noqa: E402
 from tests.test_flamegraph_render import random_tree  # noqa: E402
 

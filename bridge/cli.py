@@ -247,14 +247,14 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             return int(run_provision(settings, Path(args.out), env, bridge_url=args.bridge_url,
                                      compose=args.compose))
         if args.command == "resolve":
-            from bridge.report import run_resolve
+            from bridge.commands.resolve import run_resolve
 
             return int(run_resolve(
                 settings, args.trace_id, args.span_id, scope=args.scope, top=args.top,
                 profile_type=args.profile_type or settings.profile_type, out=sys.stdout,
             ))
         if args.command == "doctor":
-            from bridge.doctor import run_doctor
+            from bridge.commands.doctor import run_doctor
 
             return int(run_doctor(
                 settings, trace_id=args.trace_id, span_id=args.span_id, expect_function=args.expect_function,
@@ -421,8 +421,8 @@ async def demo(settings: Settings, args: argparse.Namespace, environ: Mapping[st
     """``profile-bridge demo``: the demo shop until SIGINT/SIGTERM, sending to a bridge or to Tempo and Pyroscope."""
     import aiohttp
 
+    from bridge.commands.resolve import bridge_url
     from bridge.demo.shop import DemoConfig, DemoShop, DemoUnavailable
-    from bridge.report import bridge_url
 
     default = args.to or bridge_url(settings)
     traces_to, profiles_to = args.traces_to or default, args.profiles_to or default

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import quote, urlencode
 
+from bridge.answer import answer
 from bridge.config import Settings
 from bridge.errors import BridgeError
-from bridge.request_scope import answer
 from bridge.resolve import Mode, Resolver
 from bridge.spans import Span, Trace
 from bridge.units import format_duration_ns

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from bridge.commands.doctor import doctor
 from bridge.config import Settings
-from bridge.doctor import doctor
 from bridge.errors import Code
 from tests.doubles.pyroscope import Faults as PyroscopeFaults
 from tests.doubles.pyroscope import load_push_profiles

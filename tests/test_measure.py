@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from bridge import flamegraph
+from bridge.answer import combine
+from bridge.commands.resolve import resolve_report
 from bridge.config import DEFAULT_PROFILE_TYPE
-from bridge.report import resolve_report
-from bridge.request_scope import combine
 from bridge.resolve import Attribution, Mode, Resolution, Stamp, covered_by, measure_of, quantity_of
 from bridge.spans import Span
 from tests.doubles.pyroscope import load_push_profiles
@@ -99,7 +99,7 @@ def test_a_fallback_own_part_is_drawn_under_a_frame_that_says_so_and_kept_out_of
 
 
 def test_a_request_measure_adds_linked_parts_and_names_the_fallback() -> None:
-    from bridge.request_scope import Answer
+    from bridge.answer import Answer
     from bridge.spans import Trace
 
     own = res(Mode.TIME_WINDOW, FRONT, 900, window=(0, 19_000))

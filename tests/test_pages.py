@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from bridge import flamegraph
-from bridge.request_scope import Answer
+from bridge.answer import Answer
 from bridge.resolve import Mode, Resolution
 from bridge.routes import pages
 from bridge.routes.api import ProfileParams

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from aiohttp import web
-from google.protobuf import json_format
 
 from bridge import flamegraph, ids
+from bridge.answer import SCOPES, Answer, Scope, answer, answer_json
 from bridge.config import parse_seconds
 from bridge.errors import InvalidArgument
 from bridge.profiletype import ProfileType
@@ -44,8 +44,7 @@ from bridge.recent import (
     slowest_local_roots,
     span_path,
 )
-from bridge.request_scope import SCOPES, Answer, Part, Scope, answer
-from bridge.resolve import REQUEST_MODES, answer_headers
+from bridge.resolve import answer_headers
 from bridge.state import CLOCK, SETTINGS, backends_of, call_context
 from bridge.upstream.base import CallContext
 
@@ -109,61 +108,6 @@ async def answer_for(request: web.Request, params: ProfileParams, ctx: CallConte
 
 
 # --------------------------------------------------------------------------------------------- JSON shapes
-
-
-def _part_json(part: Part) -> dict[str, Any]:
-    return {
-        "spanId": part.span.span_id,
-        "service": part.span.service,
-        "name": part.span.name,
-        "mode": part.resolution.mode.value,
-        "reason": part.resolution.reason,
-        "total": part.value,
-        "included": part.included,
-        "attributed": part.included and part.resolution.mode in REQUEST_MODES,
-        "note": part.note,
-        "answeredBy": list(part.resolution.span_ids),
-    }
-
-
-def answer_json(ans: Answer) -> dict[str, Any]:
-    """The JSON document of an answer. The flame graph is Pyroscope's own encoding in protojson (int64 as strings),
-    what Grafana's flame graph and Pyroscope's clients read."""
-    res = ans.resolution
-    measure = ans.measure
-    doc: dict[str, Any] = {
-        "scope": ans.scope,
-        "traceId": ans.span.trace_id,
-        "spanId": ans.span.span_id,
-        "profileType": ans.profile_type,
-        "mode": res.mode.value,
-        "reason": res.reason,
-        "reasons": ans.reasons,
-        "span": ans.span.to_json(),
-        "localRoot": res.local_root.to_json() if res.local_root is not None else None,
-        "window": {"startMs": res.window_ms[0], "endMs": res.window_ms[1]} if res.window_ms else None,
-        # the capture windows the samples were taken in (time-window): what the total covers
-        "covered": {"startMs": res.covered_ms[0], "endMs": res.covered_ms[1]} if res.covered_ms else None,
-        "labelSelector": res.label_selector,
-        "answeredBy": list(res.span_ids),
-        "total": ans.tree.total,
-        # what ``total`` is: only attribution "span" is this span's own cost (see README, "Reading an answer")
-        "measure": {"attribution": measure.attribution.value, "own": measure.own, "text": measure.text},
-        "attributedTotal": ans.attributed_total,
-        "fallbackTotal": ans.fallback_total,
-    }
-    if ans.scope == "request":
-        attributed = ans.attributed_total
-        doc["services"] = [
-            {"service": s.service, "frame": s.label, "total": s.value, "spans": s.spans, "attributed": s.attributed,
-             # shares of what the request cost; a fallback part is the whole service's, so it has no share
-             "share": (round(s.value / attributed, 4) if attributed else 0.0) if s.attributed else None}
-            for s in ans.services
-        ]
-        doc["parts"] = [_part_json(p) for p in ans.parts]
-        doc["skippedLocalRoots"] = ans.skipped
-    doc["flamegraph"] = json_format.MessageToDict(ans.flamegraph)
-    return doc
 
 
 def render(ans: Answer, fmt: str) -> web.Response:

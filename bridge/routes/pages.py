@@ -28,12 +28,12 @@ from aiohttp import web
 
 from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
+from bridge.answer import Answer, selector_for
 from bridge.config import Settings, parse_seconds
 from bridge.errors import CODE_TO_HTTP, BridgeError, InvalidArgument
 from bridge.grafana import PYROSCOPE_DS_TYPE, TEMPO_DS_TYPE, explore_url, span_window
 from bridge.profiletype import ProfileType
 from bridge.recent import recent_traces, slowest_local_roots, span_path
-from bridge.request_scope import Answer, selector_for
 from bridge.routes.api import ProfileParams, answer_for, parse_params
 from bridge.spans import Span, Trace
 from bridge.state import CLOCK, SETTINGS, Backends, backends_of, call_context

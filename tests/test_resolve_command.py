@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from bridge import flamegraph
+from bridge.commands.resolve import function_costs, resolve_report, top_table
 from bridge.config import Settings
-from bridge.report import function_costs, resolve_report, top_table
 from tests.doubles.pyroscope import load_push_profiles
 from tests.doubles.tempo import refused_url
 from tests.paths import ROOT

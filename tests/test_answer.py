@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from bridge import flamegraph
+from bridge.answer import combine, query_for, selector_for
 from bridge.config import Settings
 from bridge.grafana import EXPLORE_MARGIN_MS
-from bridge.request_scope import combine, query_for, selector_for
 from bridge.resolve import Mode, Resolution
 from bridge.spans import Span
 

@@ -25,15 +25,17 @@ from google.protobuf import json_format
 
 from bridge import flamegraph, ids
 from bridge._proto import querier_pb2 as qpb
+from bridge.answer import SCOPES, Scope, answer, answer_json
 from bridge.config import Settings
 from bridge.connect import Deadline
 from bridge.errors import BridgeError, InvalidArgument, UpstreamUnavailable
 from bridge.metrics import Metrics
 from bridge.profiletype import ProfileType
-from bridge.request_scope import SCOPES, Scope, answer
+from bridge.resolve import Resolver
 from bridge.spancache import SpanCache
 from bridge.units import format_duration_ns, format_value, share
 from bridge.upstream.base import CallContext
+from bridge.upstream.http import open_clients
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -171,10 +173,6 @@ async def fetch_from_bridge(settings: Settings, trace_id: str, span_id: str, *, 
 async def answer_direct(settings: Settings, trace_id: str, span_id: str, *, scope: Scope,
                         profile_type: str) -> dict[str, Any]:
     """Proxy mode: Tempo and Pyroscope directly, through the service's own resolver."""
-    from bridge.resolve import Resolver
-    from bridge.routes.api import answer_json
-    from bridge.upstream.http import open_clients
-
     metrics = Metrics()
     ctx = CallContext(deadline=Deadline.start(None, settings.max_request_timeout))
     async with open_clients(settings, metrics) as (tempo, pyroscope):

@@ -14,7 +14,8 @@ The span's own answer is always drawn, also when it is a ``time-window`` fallbac
 for it); it is then placed under a frame that says so (``shop-frontend (time-window: whole service)``) and kept out of
 the per-service percentages, which are shares of what is attributed to the request only.
 
-The decisions (``query_for``, ``combine``) are pure; ``answer`` is the one coroutine that asks the resolver.
+The decisions (``query_for``, ``combine``) and the JSON document (``answer_json``) are pure; ``answer`` is the one
+coroutine that asks the resolver.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
+
+from google.protobuf import json_format
 
 from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
@@ -277,3 +280,61 @@ async def answer(
         "request", span, trace, profile_type, own, tree, flamegraph.encode(tree, max_nodes),
         parts=parts, services=services, skipped=skipped,
     )
+
+
+# --------------------------------------------------------------------------------------------- the JSON document
+
+
+def _part_json(part: Part) -> dict[str, Any]:
+    return {
+        "spanId": part.span.span_id,
+        "service": part.span.service,
+        "name": part.span.name,
+        "mode": part.resolution.mode.value,
+        "reason": part.resolution.reason,
+        "total": part.value,
+        "included": part.included,
+        "attributed": part.included and part.resolution.mode in REQUEST_MODES,
+        "note": part.note,
+        "answeredBy": list(part.resolution.span_ids),
+    }
+
+
+def answer_json(ans: Answer) -> dict[str, Any]:
+    """The JSON document of an answer. The flame graph is Pyroscope's own encoding in protojson (int64 as strings),
+    what Grafana's flame graph and Pyroscope's clients read."""
+    res = ans.resolution
+    measure = ans.measure
+    doc: dict[str, Any] = {
+        "scope": ans.scope,
+        "traceId": ans.span.trace_id,
+        "spanId": ans.span.span_id,
+        "profileType": ans.profile_type,
+        "mode": res.mode.value,
+        "reason": res.reason,
+        "reasons": ans.reasons,
+        "span": ans.span.to_json(),
+        "localRoot": res.local_root.to_json() if res.local_root is not None else None,
+        "window": {"startMs": res.window_ms[0], "endMs": res.window_ms[1]} if res.window_ms else None,
+        # the capture windows the samples were taken in (time-window): what the total covers
+        "covered": {"startMs": res.covered_ms[0], "endMs": res.covered_ms[1]} if res.covered_ms else None,
+        "labelSelector": res.label_selector,
+        "answeredBy": list(res.span_ids),
+        "total": ans.tree.total,
+        # what ``total`` is: only attribution "span" is this span's own cost (see README, "Reading an answer")
+        "measure": {"attribution": measure.attribution.value, "own": measure.own, "text": measure.text},
+        "attributedTotal": ans.attributed_total,
+        "fallbackTotal": ans.fallback_total,
+    }
+    if ans.scope == "request":
+        attributed = ans.attributed_total
+        doc["services"] = [
+            {"service": s.service, "frame": s.label, "total": s.value, "spans": s.spans, "attributed": s.attributed,
+             # shares of what the request cost; a fallback part is the whole service's, so it has no share
+             "share": (round(s.value / attributed, 4) if attributed else 0.0) if s.attributed else None}
+            for s in ans.services
+        ]
+        doc["parts"] = [_part_json(p) for p in ans.parts]
+        doc["skippedLocalRoots"] = ans.skipped
+    doc["flamegraph"] = json_format.MessageToDict(ans.flamegraph)
+    return doc

@@ -48,14 +48,24 @@ from google.protobuf import json_format
 from bridge import flamegraph, ids
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
+from bridge.answer import Scope
+from bridge.commands.resolve import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    answer_direct,
+    bridge_url,
+    client_timeout,
+    fetch_from_bridge,
+)
 from bridge.config import Settings
 from bridge.connect import Deadline
-from bridge.errors import BridgeError, InvalidArgument
+from bridge.errors import BridgeError, InvalidArgument, UpstreamUnavailable
+from bridge.metrics import Metrics
 from bridge.profiletype import ProfileType
-from bridge.report import EXIT_FAILED, EXIT_OK, EXIT_USAGE, bridge_url, client_timeout, fetch_from_bridge
-from bridge.request_scope import Scope
 from bridge.spans import PROFILE_ID_ATTR, SearchHit, Span, Trace
 from bridge.upstream.base import CallContext, ProfileSource, TraceSource
+from bridge.upstream.http import open_clients
 
 OK: Final = "✓"
 FAIL: Final = "✗"
@@ -517,9 +527,6 @@ def format_checks(checks: list[Check]) -> str:
 
 @asynccontextmanager
 async def open_hops(settings: Settings) -> AsyncIterator[Hops]:
-    from bridge.metrics import Metrics
-    from bridge.report import answer_direct
-    from bridge.upstream.http import open_clients
 
     if not settings.is_standalone:
         async with open_clients(settings, Metrics()) as (tempo, pyroscope):
@@ -546,8 +553,6 @@ async def open_hops(settings: Settings) -> AsyncIterator[Hops]:
 
 
 async def _bridge_ready(session: aiohttp.ClientSession, base: str, upstream: str) -> str:
-    from bridge.errors import UpstreamUnavailable
-
     try:
         async with session.get(f"{base}/readyz") as resp:
             doc = await resp.json(content_type=None)
