@@ -28,12 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bridge import flamegraph  # noqa: E402
+from bridge import (
+    flamegraph,  # noqa: E402
+    views,  # noqa: E402
+)
 from bridge.answer import Answer, answer_json  # noqa: E402
 from bridge.config import Settings  # noqa: E402
 from bridge.resolve import Mode, Resolution  # noqa: E402
-from bridge.routes import pages  # noqa: E402
-from bridge.routes.api import ProfileParams  # noqa: E402
 from tests.doubles.shop import load_shop  # noqa: E402
 from tests.test_flamegraph_render import random_tree  # noqa: E402
 
@@ -60,15 +61,13 @@ def main() -> int:
     res = Resolution(Mode.LINKED, f"samples linked to span {span.span_id}", fg, span, span, None, "{}",
                      (span.span_id,))
     ans = Answer("span", span, trace, CPU, res, tree, fg)
-    params = ProfileParams(span.trace_id, span.span_id, "span", "json", CPU, None)
     settings = Settings.for_tests(mode="proxy", grafana_url="http://grafana:3000")
-    template = pages._env.get_template("span.html")
-
+    
     def json_answer() -> int:
         return len(json.dumps(answer_json(ans)))
 
     def page() -> int:
-        return len(template.render(**pages.span_context(ans, params, settings, {}, "")))
+        return len(views.render_html("span.html", **views.span_context(ans, settings, {}, "")))
 
     def pprof() -> int:
         return len(gzip.compress(flamegraph.to_pprof(tree, CPU).SerializeToString()))
@@ -95,7 +94,7 @@ def main() -> int:
     for name in ("page", "pprof", "collapsed"):
         print(f"RATIO {name} / json answer: median {statistics.median(times[name]) / base:.2f}x, "
               f"p99 {p99(times[name]) / base99:.2f}x")
-    print(f"page size {sizes['page'] / 1024:.0f} KiB for {tree.count()} nodes (budget: {pages.MAX_RECTS} frames, "
+    print(f"page size {sizes['page'] / 1024:.0f} KiB for {tree.count()} nodes (budget: {views.MAX_RECTS} frames, "
           "< 1 MiB)")
     return 0
 

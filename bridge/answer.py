@@ -30,7 +30,7 @@ from google.protobuf import json_format
 from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
 from bridge.config import Settings
-from bridge.errors import NotFound
+from bridge.errors import BridgeError, NotFound
 from bridge.grafana import span_window
 from bridge.resolve import (
     REQUEST_MODES,
@@ -46,7 +46,7 @@ from bridge.resolve import (
 )
 from bridge.selector import merge_selector
 from bridge.spans import Span, Trace
-from bridge.upstream.base import CallContext
+from bridge.upstream.base import CallContext, ProfileSource
 
 Scope = Literal["span", "request"]
 SCOPES: Final = ("span", "request")
@@ -54,6 +54,7 @@ SCOPES: Final = ("span", "request")
 # descendant local roots asked about per request, and how many at once
 MAX_DESCENDANTS: Final = 64
 CONCURRENCY: Final = 8
+MAX_LINKED_QUERIES: Final = 64  # local roots whose own linked samples a span tree shows
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +281,40 @@ async def answer(
         "request", span, trace, profile_type, own, tree, flamegraph.encode(tree, max_nodes),
         parts=parts, services=services, skipped=skipped,
     )
+
+
+# --------------------------------------------------------------------------------------------- local roots' own samples
+
+
+async def linked_totals(
+    profiles: ProfileSource, trace: Trace, current: str, profile_type: str, settings: Settings, ctx: CallContext
+) -> dict[str, int | None]:
+    """Each local root's own linked samples (``SelectMergeSpanProfile`` with its id alone); None when the backend
+    failed for that span. Children have none of their own: the SDKs record their CPU under the local root. At most
+    ``MAX_LINKED_QUERIES`` are asked: the current span's local root and the local roots below it first."""
+    first = [trace.local_root(current), *trace.descendant_local_roots(current)]
+    ordered = {s.span_id: s for s in first if s is not None}
+    for s in trace.spans.values():
+        if s.span_id not in ordered and trace.is_local_root(s):
+            ordered[s.span_id] = s
+    roots = list(ordered.values())[:MAX_LINKED_QUERIES]
+    limit = asyncio.Semaphore(8)
+
+    async def one(span: Span) -> int | None:
+        start, end = span_window(span)
+        req = qpb.SelectMergeSpanProfileRequest(
+            profile_typeID=profile_type, label_selector=selector_for(span, settings.label_map),
+            span_selector=[span.span_id], start=start, end=end,
+        )
+        async with limit:
+            try:
+                resp = await profiles.select_merge_span_profile(req, ctx)
+            except BridgeError:
+                return None
+        return int(resp.flamegraph.total) if resp.HasField("flamegraph") else 0
+
+    values = await asyncio.gather(*(one(s) for s in roots))
+    return {s.span_id: v for s, v in zip(roots, values, strict=True)}
 
 
 # --------------------------------------------------------------------------------------------- the JSON document

@@ -11,11 +11,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from bridge import flamegraph
+from bridge import flamegraph, views
 from bridge.answer import Answer
 from bridge.resolve import Mode, Resolution
-from bridge.routes import pages
-from bridge.routes.api import ProfileParams
 from bridge.spans import Trace
 from tests.doubles.pyroscope import load_push_profiles
 from tests.span_stack import CPU, Stack, start_stack
@@ -84,10 +82,10 @@ async def test_frames_are_width_proportional(stack: Stack) -> None:
     _, page = await get_page(stack, f"/spans/{root.trace_id}/{root.span_id}")
     widths = {html.unescape(n): float(w) for w, n in re.findall(r'data-w="([\d.]+)" data-d="\d+" data-n="([^"]*)"',
                                                                 page)}
-    assert widths["total"] == pages.SVG_WIDTH
+    assert widths["total"] == views.SVG_WIDTH
     # this request spent 60 ms in render_json, 30 ms of them in json.dumps (see the capture)
-    assert widths["render_json"] == pages.SVG_WIDTH
-    assert widths["dumps"] == pytest.approx(pages.SVG_WIDTH / 2)
+    assert widths["render_json"] == views.SVG_WIDTH
+    assert widths["dumps"] == pytest.approx(views.SVG_WIDTH / 2)
 
 
 async def test_a_child_span_page_badges_local_root_with_its_reason(stack: Stack) -> None:
@@ -201,10 +199,8 @@ def synthetic_answer(tree: flamegraph.Node, trace: Trace, span_id: str) -> Answe
 def test_frame_names_are_escaped_in_the_svg(stack_free_trace: Trace) -> None:
     span_id = next(iter(stack_free_trace.spans))
     tree = flamegraph.build_tree([((EVIL, "<img src=x onerror=alert(1)>"), 100), (("ok",), 50)])
-    ctx = pages.span_context(synthetic_answer(tree, stack_free_trace, span_id),
-                             ProfileParams(stack_free_trace.trace_id, span_id, "span", "json", CPU, None),
-                             stack_settings(), {}, "")
-    page = pages._env.get_template("span.html").render(**ctx)
+    ctx = views.span_context(synthetic_answer(tree, stack_free_trace, span_id), stack_settings(), {}, "")
+    page = views.render_html("span.html", **ctx)
     assert EVIL not in page and "<img src=x" not in page
     assert EVIL in frames_of(page)
 
@@ -230,12 +226,10 @@ def test_a_10000_node_flame_graph_page_stays_within_budget(stack_free_trace: Tra
     tree = random_tree(10_000)
     assert tree.count() >= 10_000
     span_id = next(iter(stack_free_trace.spans))
-    ctx = pages.span_context(synthetic_answer(tree, stack_free_trace, span_id),
-                             ProfileParams(stack_free_trace.trace_id, span_id, "span", "json", CPU, None),
-                             stack_settings(), {}, "")
-    page = pages._env.get_template("span.html").render(**ctx)
+    ctx = views.span_context(synthetic_answer(tree, stack_free_trace, span_id), stack_settings(), {}, "")
+    page = views.render_html("span.html", **ctx)
     drawn = frames_of(page)
-    assert len(drawn) <= pages.MAX_RECTS
+    assert len(drawn) <= views.MAX_RECTS
     assert len(page.encode()) < 1_000_000, len(page.encode())
     assert "frames narrower than" in page  # says what it folded
     assert drawn.count(flamegraph.FOLDED_NAME) >= 1
@@ -305,8 +299,8 @@ def test_the_span_tree_of_a_huge_trace_is_capped_and_keeps_the_current_span() ->
              for i in range(3000)]
     trace = Trace.from_spans(spans, "ab" * 16)
     current = spans[2500].span_id
-    rows, hidden = pages.tree_rows(trace, current, {spans[0].span_id: 5_000_000}, "nanoseconds", "span")
-    assert len(rows) == pages.MAX_TREE_ROWS + 1 and hidden == 3000 - len(rows)
+    rows, hidden = views.tree_rows(trace, current, {spans[0].span_id: 5_000_000}, "nanoseconds", "span")
+    assert len(rows) == views.MAX_TREE_ROWS + 1 and hidden == 3000 - len(rows)
     assert rows[-1].current and rows[-1].span.span_id == current
     assert rows[0].linked == "5.00 ms" and rows[0].local_root
     assert rows[1].linked == ""  # an in-process child: its CPU is in its local root
