@@ -26,7 +26,7 @@ from __future__ import annotations
 import binascii
 import enum
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -35,7 +35,18 @@ from opentelemetry.proto.resource.v1 import resource_pb2
 
 from bridge._proto import spanview_pb2 as svpb
 from bridge._proto import tempo_pb2
-from bridge.spans import PROFILE_ID_ATTR, SERVICE_NAME, Attrs, Span, any_value_to_str, pb_any_value_to_str
+from bridge.spans import (
+    PROFILE_ID_ATTR,
+    SERVICE_NAME,
+    Attrs,
+    Span,
+    json_resource,
+    json_spans_of,
+    pb_any_value_to_str,
+    span_from_json,
+    span_from_pb,
+)
+from bridge.wire.tempo import json_resource_spans
 
 ATTR_KEY: Final = PROFILE_ID_ATTR.encode()
 # Span field 9 (attributes), length 42: KeyValue{key = 1: "pyroscope.profile.id", value = 2: AnyValue{string_value =
@@ -147,19 +158,7 @@ class _ProtoSpans(_SpanSource):
                         continue
                     if len(f.span_id) != 8:
                         continue
-                    yield Span(
-                        trace_id=f.trace_id.hex().rjust(32, "0"),
-                        span_id=f.span_id.hex(),
-                        parent_span_id=f.parent_span_id.hex(),
-                        name=f.name.decode("utf-8", "replace"),
-                        kind=f.kind,
-                        service=service,
-                        start_ns=f.start_time_unix_nano,
-                        end_ns=f.end_time_unix_nano,
-                        resource=attrs,
-                        profile_id=_profile_id_of(raw),
-                        flags=f.flags,
-                    )
+                    yield span_from_pb(f, service, attrs, profile_id=_profile_id_of(raw))
 
 
 def _profile_id_of(raw_span: bytes) -> str:
@@ -271,102 +270,22 @@ def _b64_hex(value: Any) -> str | None:
         return None
 
 
-def json_resource_spans(doc: Any) -> list[Any] | None:
-    """The ResourceSpans list of a Tempo JSON answer (v2 ``trace.resourceSpans``, v1 ``batches``); None for the
-    "not found" shapes. Raises ``UndecodableBody`` when the document is not shaped like a trace answer."""
-    if not isinstance(doc, dict):
-        raise UndecodableBody("json", f"the answer is a JSON {type(doc).__name__}, not an object")
-    holder: Any = doc
-    if "trace" in doc:
-        holder = doc["trace"]
-        if holder is None:
-            return None
-        if not isinstance(holder, dict):
-            raise UndecodableBody("json", "'trace' is not an object")
-    for key in ("resourceSpans", "batches"):
-        if key in holder:
-            found = holder[key]
-            if found is None:
-                return None
-            if not isinstance(found, list):
-                raise UndecodableBody("json", f"'{key}' is not a list")
-            return found
-    return None
-
-
 class _JsonSpans(_SpanSource):
     def __init__(self, resource_spans: list[Any]) -> None:
         self.resource_spans = resource_spans
 
     def spans(self) -> Iterator[Span]:
         for rs in self.resource_spans:
-            resource = rs.get("resource") or {}
-            attrs: Attrs = tuple(
-                (str(kv.get("key", "")), any_value_to_str(kv.get("value") or {}))
-                for kv in resource.get("attributes") or ()
-                if isinstance(kv, dict)
-            )
-            service = _service_of(attrs)
-            for span in _iter_json_spans(rs):
-                sid = _b64_hex(span.get("spanId"))
-                if sid is None or len(sid) != 16:
-                    continue
-                tid = _b64_hex(span.get("traceId")) or ""
-                parent = _b64_hex(span.get("parentSpanId", "")) or ""
-                kind = span.get("kind", 0)
+            if not isinstance(rs, dict):
+                continue
+            service, resource = json_resource(rs)
+            for raw in json_spans_of(rs):
                 try:
-                    yield Span(
-                        trace_id=tid.rjust(32, "0"),
-                        span_id=sid,
-                        parent_span_id=parent,
-                        name=str(span.get("name", "")),
-                        kind=_KIND_BY_NAME.get(kind, 0) if isinstance(kind, str) else int(kind),
-                        service=service,
-                        start_ns=int(span.get("startTimeUnixNano", 0)),
-                        end_ns=int(span.get("endTimeUnixNano", 0)),
-                        resource=attrs,
-                        profile_id=_json_profile_id(span.get("attributes")),
-                        flags=int(span.get("flags", 0)),
-                    )
+                    span = span_from_json(raw, service, resource)
                 except (TypeError, ValueError):
-                    continue
-
-
-def _json_profile_id(attributes: Any) -> str:
-    for kv in attributes or ():
-        if isinstance(kv, dict) and kv.get("key") == PROFILE_ID_ATTR:
-            return any_value_to_str(kv.get("value") or {})
-    return ""
-
-
-_KIND_BY_NAME: Final = {
-    "SPAN_KIND_UNSPECIFIED": 0,
-    "SPAN_KIND_INTERNAL": 1,
-    "SPAN_KIND_SERVER": 2,
-    "SPAN_KIND_CLIENT": 3,
-    "SPAN_KIND_PRODUCER": 4,
-    "SPAN_KIND_CONSUMER": 5,
-}
-
-
-def _iter_json_spans(rs: Any) -> Iterator[dict[str, Any]]:
-    if not isinstance(rs, dict):
-        return
-    for scope in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or ():
-        if isinstance(scope, dict):
-            for span in scope.get("spans") or ():
-                if isinstance(span, dict):
+                    continue  # a malformed span: the cache skips it, the answer went out as it was
+                if len(span.span_id) == 16:
                     yield span
-
-
-def _json_service(rs: Mapping[str, Any]) -> str:
-    resource = rs.get("resource")
-    if not isinstance(resource, dict):
-        return ""
-    for kv in resource.get("attributes") or ():
-        if isinstance(kv, dict) and kv.get("key") == SERVICE_NAME:
-            return any_value_to_str(kv.get("value") or {})
-    return ""
 
 
 def enrich_json(body: bytes, *, policy: EnrichPolicy) -> Enriched:
@@ -374,7 +293,10 @@ def enrich_json(body: bytes, *, policy: EnrichPolicy) -> Enriched:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise UndecodableBody("json", f"not JSON: {exc}") from exc
-    resource_spans = json_resource_spans(doc)
+    try:
+        resource_spans = json_resource_spans(doc)
+    except ValueError as exc:
+        raise UndecodableBody("json", str(exc)) from exc
     if not resource_spans:
         return Enriched(body, 0, 0, _JsonSpans([]))
     added = 0
@@ -383,8 +305,8 @@ def enrich_json(body: bytes, *, policy: EnrichPolicy) -> Enriched:
     for rs in resource_spans:
         if not isinstance(rs, dict):
             raise UndecodableBody("json", "a ResourceSpans entry is not an object")
-        covered = not policy.off and (policy.policy is Policy.ALL or policy.covers(_json_service(rs)))
-        for span in _iter_json_spans(rs):
+        covered = not policy.off and (policy.policy is Policy.ALL or policy.covers(json_resource(rs)[0]))
+        for span in json_spans_of(rs):
             count += 1
             if not covered:
                 continue

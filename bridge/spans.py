@@ -234,6 +234,70 @@ def pb_any_value_to_str(value: Any) -> str:
 # --------------------------------------------------------------------------------------------- parsers
 
 
+def span_from_pb(fields: Any, service: str, resource: Attrs, *, profile_id: str = "", attributes: Attrs = ()) -> Span:
+    """One span from protobuf fields named as OTLP's ``Span`` names them — the full message, or a lean view of it
+    (``bridge._proto.spanview``: the enrichment's, with the name as bytes)."""
+    name = fields.name if isinstance(fields.name, str) else fields.name.decode("utf-8", "replace")
+    return Span(
+        trace_id=fields.trace_id.hex().rjust(32, "0"),
+        span_id=fields.span_id.hex(),
+        parent_span_id=fields.parent_span_id.hex(),
+        name=name,
+        kind=int(fields.kind),
+        service=service,
+        start_ns=int(fields.start_time_unix_nano),
+        end_ns=int(fields.end_time_unix_nano),
+        resource=resource,
+        profile_id=profile_id,
+        flags=int(fields.flags),
+        attributes=attributes,
+    )
+
+
+def span_from_json(s: Mapping[str, Any], service: str, resource: Attrs, *, ids: str = "base64") -> Span:
+    """One span of OTLP-shaped JSON: ``ids="base64"`` for Tempo's answers, ``"hex"`` for OTLP/JSON. ``ValueError``
+    (or ``TypeError``) when a field is malformed."""
+    decode_id = from_base64 if ids == "base64" else from_hex
+    attrs: Attrs = tuple(
+        (str(kv.get("key", "")), any_value_to_str(kv.get("value") or {}))
+        for kv in s.get("attributes") or () if isinstance(kv, Mapping)
+    )
+    kind = s.get("kind", 0)
+    return Span(
+        trace_id=decode_id(s.get("traceId", "")).rjust(32, "0"),
+        span_id=decode_id(s.get("spanId", "")),
+        parent_span_id=decode_id(s.get("parentSpanId", "")),
+        name=str(s.get("name", "")),
+        kind=KIND_BY_NAME.get(kind, 0) if isinstance(kind, str) else int(kind),
+        service=service,
+        start_ns=int(s.get("startTimeUnixNano", 0)),
+        end_ns=int(s.get("endTimeUnixNano", 0)),
+        resource=resource,
+        profile_id=dict(attrs).get(PROFILE_ID_ATTR, ""),
+        flags=int(s.get("flags", 0)),
+        attributes=attrs,
+    )
+
+
+def json_resource(rs: Mapping[str, Any]) -> tuple[str, Attrs]:
+    """A JSON ResourceSpans' service name and resource attributes."""
+    resource: Attrs = tuple(
+        (str(kv.get("key", "")), any_value_to_str(kv.get("value") or {}))
+        for kv in (rs.get("resource") or {}).get("attributes") or () if isinstance(kv, Mapping)
+    )
+    return dict(resource).get(SERVICE_NAME, ""), resource
+
+
+def json_spans_of(rs: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The span objects of a parsed JSON ResourceSpans (``scopeSpans``, or the older ``instrumentationLibrarySpans``),
+    as the parsed document holds them (the enrichment edits them in place)."""
+    for ss in rs.get("scopeSpans", rs.get("instrumentationLibrarySpans")) or ():
+        if isinstance(ss, dict):
+            for span in ss.get("spans") or ():
+                if isinstance(span, dict):
+                    yield span
+
+
 def spans_from_otlp(resource_spans: Iterable[otlp_trace.ResourceSpans]) -> list[Span]:
     """OTLP / Tempo protobuf ResourceSpans → spans."""
     out: list[Span] = []
@@ -243,57 +307,17 @@ def spans_from_otlp(resource_spans: Iterable[otlp_trace.ResourceSpans]) -> list[
         for ss in rs.scope_spans:
             for s in ss.spans:
                 attrs: Attrs = tuple((kv.key, pb_any_value_to_str(kv.value)) for kv in s.attributes)
-                out.append(
-                    Span(
-                        trace_id=s.trace_id.hex().rjust(32, "0"),
-                        span_id=s.span_id.hex(),
-                        parent_span_id=s.parent_span_id.hex(),
-                        name=s.name,
-                        kind=int(s.kind),
-                        service=service,
-                        start_ns=int(s.start_time_unix_nano),
-                        end_ns=int(s.end_time_unix_nano),
-                        resource=resource,
-                        profile_id=dict(attrs).get(PROFILE_ID_ATTR, ""),
-                        flags=int(s.flags),
-                        attributes=attrs,
-                    )
-                )
+                out.append(span_from_pb(s, service, resource, profile_id=dict(attrs).get(PROFILE_ID_ATTR, ""),
+                                        attributes=attrs))
     return out
 
 
 def spans_from_json(resource_spans: Iterable[Mapping[str, Any]], *, ids: str = "base64") -> list[Span]:
     """OTLP-shaped JSON ResourceSpans → spans. ``ids="base64"`` for Tempo's answers, ``"hex"`` for OTLP/JSON."""
-    decode_id = from_base64 if ids == "base64" else from_hex
     out: list[Span] = []
     for rs in resource_spans:
-        resource: Attrs = tuple(
-            (kv.get("key", ""), any_value_to_str(kv.get("value", {})))
-            for kv in rs.get("resource", {}).get("attributes", [])
-        )
-        service = dict(resource).get(SERVICE_NAME, "")
-        for ss in rs.get("scopeSpans", rs.get("instrumentationLibrarySpans", [])):
-            for s in ss.get("spans", []):
-                attrs: Attrs = tuple(
-                    (kv.get("key", ""), any_value_to_str(kv.get("value", {}))) for kv in s.get("attributes", [])
-                )
-                kind = s.get("kind", 0)
-                out.append(
-                    Span(
-                        trace_id=decode_id(s.get("traceId", "")).rjust(32, "0"),
-                        span_id=decode_id(s.get("spanId", "")),
-                        parent_span_id=decode_id(s.get("parentSpanId", "")),
-                        name=s.get("name", ""),
-                        kind=KIND_BY_NAME.get(kind, 0) if isinstance(kind, str) else int(kind),
-                        service=service,
-                        start_ns=int(s.get("startTimeUnixNano", 0)),
-                        end_ns=int(s.get("endTimeUnixNano", 0)),
-                        resource=resource,
-                        profile_id=dict(attrs).get(PROFILE_ID_ATTR, ""),
-                        flags=int(s.get("flags", 0)),
-                        attributes=attrs,
-                    )
-                )
+        service, resource = json_resource(rs)
+        out.extend(span_from_json(s, service, resource, ids=ids) for s in json_spans_of(rs))
     return out
 
 

@@ -76,13 +76,27 @@ def span_by_id_query(span_id: str) -> str:
 # --------------------------------------------------------------------------------------------- decoding answers
 
 
-def json_resource_spans(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def json_resource_spans(doc: Any) -> list[Any]:
     """The ResourceSpans list of a trace-by-ID JSON answer, v2 (``trace.resourceSpans``) or v1 (``batches``); an
-    empty list for the "not found" shapes."""
+    empty list for the "not found" shapes. ``ValueError`` when the document is not shaped like a trace answer."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"the answer is a JSON {type(doc).__name__}, not an object")
+    holder: Any = doc
     if "trace" in doc:
-        trace = doc.get("trace") or {}
-        return list(trace.get("resourceSpans", trace.get("batches", [])))
-    return list(doc.get("batches", doc.get("resourceSpans", [])))
+        holder = doc["trace"]
+        if holder is None:
+            return []
+        if not isinstance(holder, dict):
+            raise ValueError("'trace' is not an object")
+    for key in ("resourceSpans", "batches"):
+        if key in holder:
+            found = holder[key]
+            if found is None:
+                return []
+            if not isinstance(found, list):
+                raise ValueError(f"'{key}' is not a list")
+            return found
+    return []
 
 
 def decode_trace(body: bytes, content_type: str, version: int) -> list[Span]:
