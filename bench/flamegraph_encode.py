@@ -28,7 +28,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bridge import flamegraph  # noqa: E402
-from bridge.store.query import encode_stacks  # noqa: E402
 
 
 def skewed_stacks(count: int, seed: int = 7) -> list[tuple[tuple[str, ...], int]]:
@@ -62,7 +61,7 @@ def main() -> int:
     variants: dict[str, Callable[[], object]] = {
         "tree": lambda: flamegraph.build_tree(stacks),
         "encode-tree": lambda: flamegraph.encode(tree, max_nodes),
-        "encode-stacks": lambda: encode_stacks(stacks, max_nodes),
+        "encode-stacks": lambda: flamegraph.encode_stacks(stacks, max_nodes),
         "tree+encode": lambda: flamegraph.encode(flamegraph.build_tree(stacks), max_nodes),
     }
     answers = [fn() for name, fn in variants.items() if name != "tree"]  # warm-up, and the answers

@@ -13,7 +13,8 @@ Queries, each measured ``--reps`` times, the store and the baseline alternating:
 Baseline ("dict"): ``SELECT stack_id, value`` for every matching sample row, merged in a Python dict keyed by stack id,
 then the same frame lookup, a call tree (``flamegraph.build_tree``) and its encoding (``flamegraph.encode``). Both
 answers are checked equal. (The store merges without a span selector read its per-profile stack totals,
-``profile_stacks``; with one, the span index; it encodes straight from the sorted stacks, ``query.encode_stacks``.)
+``profile_stacks``; with one, the span index; it encodes straight from the sorted stacks,
+``flamegraph.encode_stacks``.)
 
 Lines: ``merge`` is the merge alone (rows → (frames, value) per distinct stack); ``flamegraph`` the whole answer.
 

@@ -448,29 +448,6 @@ async def test_select_series_average_limit_and_profile_type_window(store: Store)
     assert list(none.profile_types) == []
 
 
-def _random_stacks(seed: int) -> list[tuple[tuple[str, ...], int]]:
-    import random
-
-    rng = random.Random(seed)
-    alphabet = ["a", "b", "c", "d", "other", "total"]
-    out: list[tuple[tuple[str, ...], int]] = []
-    for _ in range(rng.randint(0, 60)):
-        frames = tuple(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
-        out.append((frames, rng.choice([0, 1, 1, 2, 3, 5, 10, 100])))
-    return out
-
-
-@pytest.mark.parametrize("max_nodes", [None, 0, 1, 2, 3, 5, 8, 16, 50, 10_000])
-def test_encode_stacks_equals_encoding_the_tree(max_nodes: int | None) -> None:
-    from bridge.store.query import encode_stacks
-
-    cases = [[(frames, value) for frames, value, *_ in capture_samples()]]
-    cases += [_random_stacks(seed) for seed in range(60)]
-    for stacks in cases:
-        expected = flamegraph.encode(flamegraph.build_tree(stacks), max_nodes)
-        assert encode_stacks(stacks, max_nodes) == expected
-
-
 async def test_go_tool_pprof_reads_select_merge_profile(store: Store, tmp_path: Path) -> None:
     import asyncio
     import os

@@ -31,6 +31,7 @@ from opentelemetry.proto.collector.profiles.v1development import profiles_servic
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
+from bridge import flamegraph
 from bridge._proto import profile_pb2
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
@@ -46,7 +47,6 @@ from bridge.store.query import (
     TraceMatch,
     bound_attr_value,
     build_pprof,
-    encode_stacks,
     filter_call_site,
     parse_span_selector,
     parse_trace_selector,
@@ -626,7 +626,7 @@ class Store:
         if req.HasField("stack_trace_selector") and req.stack_trace_selector.call_site:
             stacks = filter_call_site(stacks, [loc.name for loc in req.stack_trace_selector.call_site])
         max_nodes = req.max_nodes if req.HasField("max_nodes") and req.max_nodes > 0 else DEFAULT_MAX_NODES
-        return qpb.SelectMergeStacktracesResponse(flamegraph=encode_stacks(stacks, max_nodes))
+        return qpb.SelectMergeStacktracesResponse(flamegraph=flamegraph.encode_stacks(stacks, max_nodes))
 
     async def select_merge_span_profile(
         self, req: qpb.SelectMergeSpanProfileRequest, ctx: CallContext
@@ -638,7 +638,7 @@ class Store:
             ctx.tenant, req.profile_typeID, req.label_selector, req.start, req.end, span_ids=span_ids
         )
         max_nodes = req.max_nodes if req.HasField("max_nodes") and req.max_nodes > 0 else DEFAULT_MAX_NODES
-        return qpb.SelectMergeSpanProfileResponse(flamegraph=encode_stacks(stacks, max_nodes))
+        return qpb.SelectMergeSpanProfileResponse(flamegraph=flamegraph.encode_stacks(stacks, max_nodes))
 
     async def select_merge_profile(self, req: qpb.SelectMergeProfileRequest, ctx: CallContext) -> profile_pb2.Profile:
         ptype = ProfileType.parse(req.profile_typeID)

@@ -11,9 +11,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
-from bridge import flamegraph
 from bridge._proto import profile_pb2
-from bridge._proto import querier_pb2 as qpb
 from bridge.errors import InvalidArgument
 from bridge.profiletype import ProfileType
 from bridge.spans import pb_any_value_to_str
@@ -202,96 +200,3 @@ def build_pprof(
         profile.duration_nanos = (end_ms - start_ms) * 1_000_000
     profile.string_table.extend(strings)
     return profile
-
-
-def encode_stacks(stacks: Iterable[tuple[tuple[str, ...], int]], max_nodes: int | None = None) -> qpb.FlameGraph:
-    """Merged stacks → the flame graph ``flamegraph.encode(flamegraph.build_tree(stacks), max_nodes)`` returns,
-    without building the tree: stacks sorted by frames are the tree's depth-first order with children sorted by
-    name, so node totals come from one pass over them and the levels from a second (folding into ``other`` with
-    the same threshold)."""
-    # pass 1: nodes in pre-order as [depth, name, total, self]
-    nodes: list[list[Any]] = []
-    path: list[int] = []
-    prev: tuple[str, ...] = ()
-    root_total = root_self = 0
-    for frames, value in sorted(stacks):
-        if value == 0:
-            continue
-        root_total += value
-        if not frames:
-            root_self += value
-            continue
-        common = 0
-        limit = min(len(prev), len(frames))
-        while common < limit and prev[common] == frames[common]:
-            common += 1
-        del path[common:]
-        for depth in range(common, len(frames)):
-            path.append(len(nodes))
-            nodes.append([depth + 1, frames[depth], 0, 0])
-        for index in path:
-            nodes[index][2] += value
-        nodes[path[-1]][3] += value
-        prev = frames
-    threshold = _fold_threshold([n[2] for n in nodes], max_nodes)
-
-    # pass 2: levels, left to right per row
-    names: list[str] = [flamegraph.ROOT_NAME]
-    name_index: dict[str, int] = {flamegraph.ROOT_NAME: 0}
-    levels: list[list[int]] = [[0, root_total, root_self, 0]]
-    prev_end: list[int] = [root_total]
-    max_self = root_self
-
-    def emit(depth: int, x: int, total: int, self_value: int, name: str) -> None:
-        nonlocal max_self
-        idx = name_index.get(name)
-        if idx is None:
-            idx = name_index[name] = len(names)
-            names.append(name)
-        if depth == len(levels):
-            levels.append([])
-            prev_end.append(0)
-        levels[depth].extend((x - prev_end[depth], total, self_value, idx))
-        prev_end[depth] = x + total
-        if self_value > max_self:
-            max_self = self_value
-
-    # open parents: [depth, next child x, folded total]
-    open_: list[list[int]] = [[0, 0, 0]]
-
-    def close_to(depth: int) -> None:
-        while open_ and open_[-1][0] >= depth:
-            d, next_x, other = open_.pop()
-            if other:
-                emit(d + 1, next_x, other, other, flamegraph.OTHER_NAME)
-
-    skip_below = 0  # skip nodes deeper than this (inside a folded or empty subtree); 0 = skip nothing
-    for depth, name, total, self_value in nodes:
-        if skip_below and depth > skip_below:
-            continue
-        skip_below = 0
-        close_to(depth)
-        parent = open_[-1]
-        if total <= 0:
-            skip_below = depth
-            continue
-        if total < threshold:
-            parent[2] += total
-            skip_below = depth
-            continue
-        x = parent[1]
-        emit(depth, x, total, self_value, name)
-        parent[1] += total
-        open_.append([depth, x, 0])
-    close_to(0)
-    return qpb.FlameGraph(names=names, levels=[qpb.Level(values=v) for v in levels], total=root_total,
-                          max_self=max_self)
-
-
-def _fold_threshold(totals: list[int], max_nodes: int | None) -> int:
-    """The smallest total a node may have without being folded into ``other`` (0: no folding) — the same rule as
-    ``flamegraph.encode``."""
-    if not max_nodes or max_nodes <= 0 or len(totals) <= max_nodes:
-        return 0
-    totals = sorted(totals, reverse=True)
-    return totals[max_nodes - 1] + 1 if totals[max_nodes - 1] == totals[max_nodes] else totals[max_nodes - 1]
