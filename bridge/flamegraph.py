@@ -6,8 +6,8 @@ against the end of the previous node in the same row. "No data" is a missing fla
 ``total`` with a single ``[0,0,0,0]`` level. One level writer encodes both inputs: a call tree (``encode``) and
 merged stacks (``encode_stacks``, the store's answers, without building the tree); ``max_nodes`` folds by one rule.
 
-Exports: ``to_collapsed`` (folded stacks), ``to_pprof`` (``google.v1.Profile``), ``layout`` (SVG-ready rectangles
-with narrow frames folded, for the bridge's pages).
+Exports: ``to_collapsed`` (folded stacks), ``layout`` (SVG-ready rectangles with narrow frames folded, for the
+bridge's pages); pprof is ``bridge.pprof.encode_pprof`` of ``iter_stacks``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from bridge._proto import profile_pb2 as ppb
 from bridge._proto import querier_pb2 as pb
-from bridge.profiletype import ProfileType
 
 ROOT_NAME: Final = "total"
 OTHER_NAME: Final = "other"
@@ -329,50 +327,6 @@ def to_collapsed(root: Node) -> str:
 
 def _collapsed_frame(name: str) -> str:
     return name.replace(";", ":").replace("\n", " ").replace("\r", " ")
-
-
-def to_pprof(root: Node, profile_type: str, *, period: int = 0, time_nanos: int = 0,
-             duration_nanos: int = 0) -> ppb.Profile:
-    """A call tree → a ``google.v1.Profile`` that ``go tool pprof`` opens: string table with ``""`` first, one sample
-    type and the period type from the profile type id, one function and one location per distinct frame name (all
-    under one mapping flagged ``has_functions`` so pprof does not try to symbolise), one sample per stack with its
-    self value, locations leaf first as pprof orders them."""
-    ptype = ProfileType.parse(profile_type)
-    strings: list[str] = [""]
-    string_index: dict[str, int] = {"": 0}
-
-    def sid(text: str) -> int:
-        idx = string_index.get(text)
-        if idx is None:
-            idx = string_index[text] = len(strings)
-            strings.append(text)
-        return idx
-
-    prof = ppb.Profile()
-    prof.sample_type.add(type=sid(ptype.sample_type), unit=sid(ptype.sample_unit))
-    prof.period_type.type = sid(ptype.period_type)
-    prof.period_type.unit = sid(ptype.period_unit)
-    prof.period = period
-    prof.time_nanos = time_nanos
-    prof.duration_nanos = duration_nanos
-    prof.mapping.add(id=1, filename=sid(ptype.name), has_functions=True)
-
-    location_of: dict[str, int] = {}
-
-    def location_id(name: str) -> int:
-        loc = location_of.get(name)
-        if loc is None:
-            loc = location_of[name] = len(location_of) + 1
-            prof.function.add(id=loc, name=sid(name), system_name=sid(name))
-            prof.location.add(id=loc, mapping_id=1).line.add(function_id=loc)
-        return loc
-
-    for frames, value in iter_stacks(root):
-        ids = [location_id(name) for name in frames]
-        ids.reverse()
-        prof.sample.add(location_id=ids, value=[value])
-    prof.string_table.extend(strings)
-    return prof
 
 
 # --------------------------------------------------------------------------------------------- SVG-ready layout

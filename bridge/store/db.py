@@ -37,6 +37,7 @@ from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
 from bridge.errors import BridgeError, InvalidArgument, Unimplemented
 from bridge.metrics import Metrics
+from bridge.pprof import encode_pprof
 from bridge.profiletype import ProfileType
 from bridge.selector import Matcher, matches_any, parse_selector, parse_selectors
 from bridge.spans import SERVICE_NAME, SearchHit, Trace, spans_from_otlp
@@ -46,7 +47,6 @@ from bridge.store.query import (
     FAR_FUTURE_NS,
     TraceMatch,
     bound_attr_value,
-    build_pprof,
     filter_call_site,
     parse_span_selector,
     parse_trace_selector,
@@ -641,14 +641,14 @@ class Store:
         return qpb.SelectMergeSpanProfileResponse(flamegraph=flamegraph.encode_stacks(stacks, max_nodes))
 
     async def select_merge_profile(self, req: qpb.SelectMergeProfileRequest, ctx: CallContext) -> profile_pb2.Profile:
-        ptype = ProfileType.parse(req.profile_typeID)
         trace_ids = parse_trace_selector(req.trace_id_selector) if req.trace_id_selector else None
         stacks = await self.merged_stacks(
             ctx.tenant, req.profile_typeID, req.label_selector, req.start, req.end, trace_ids=trace_ids
         )
         if req.HasField("stack_trace_selector") and req.stack_trace_selector.call_site:
             stacks = filter_call_site(stacks, [loc.name for loc in req.stack_trace_selector.call_site])
-        return build_pprof(stacks, ptype, req.start, req.end)
+        return encode_pprof(stacks, req.profile_typeID, time_nanos=max(0, req.start) * 1_000_000,
+                            duration_nanos=max(0, req.end - req.start) * 1_000_000)
 
     async def profile_types(self, req: qpb.ProfileTypesRequest, ctx: CallContext) -> qpb.ProfileTypesResponse:
         window = window_ns(req.start, req.end) if req.start or req.end else None

@@ -1,5 +1,5 @@
 """Pure pieces of the store's queries: Pyroscope's time window and selectors, TraceQL attribute values and Tempo's
-search span shape, call-site filtering and pprof building. No database access here."""
+search span shape, call-site filtering. No database access here."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
-from bridge._proto import profile_pb2
 from bridge.errors import InvalidArgument
-from bridge.profiletype import ProfileType
 from bridge.spans import pb_any_value_to_str
 from bridge.store import model, traceql
 
@@ -166,37 +164,3 @@ def filter_call_site(
     n = len(call_site)
     prefix = tuple(call_site)
     return [(frames, v) for frames, v in stacks if frames[:n] == prefix]
-
-
-def build_pprof(
-    stacks: Sequence[tuple[tuple[str, ...], int]], ptype: ProfileType, start_ms: int, end_ms: int
-) -> profile_pb2.Profile:
-    """Merged stacks → a pprof ``google.v1.Profile`` (one function and one location per name)."""
-    profile = profile_pb2.Profile()
-    strings: dict[str, int] = {"": 0}
-
-    def s(text: str) -> int:
-        idx = strings.get(text)
-        if idx is None:
-            idx = strings[text] = len(strings)
-        return idx
-
-    profile.sample_type.add(type=s(ptype.sample_type), unit=s(ptype.sample_unit))
-    profile.period_type.type = s(ptype.period_type)
-    profile.period_type.unit = s(ptype.period_unit)
-    function_ids: dict[str, int] = {}
-    for frames, value in stacks:
-        location_ids: list[int] = []
-        for name in reversed(frames):
-            fid = function_ids.get(name)
-            if fid is None:
-                fid = function_ids[name] = len(function_ids) + 1
-                profile.function.add(id=fid, name=s(name), system_name=s(name))
-                profile.location.add(id=fid).line.add(function_id=fid)
-            location_ids.append(fid)
-        profile.sample.add(location_id=location_ids, value=[value])
-    profile.time_nanos = max(0, start_ms) * 1_000_000
-    if end_ms > start_ms:
-        profile.duration_nanos = (end_ms - start_ms) * 1_000_000
-    profile.string_table.extend(strings)
-    return profile
