@@ -20,7 +20,7 @@ from bridge._proto import types_pb2 as tpb
 from bridge.connect import Deadline
 from bridge.errors import InvalidArgument, Unimplemented
 from bridge.pprof import decode_pprof, iter_samples
-from bridge.store import Store, model, schema
+from bridge.store import Store, decode, schema
 from bridge.store.db import DB_FILE
 from bridge.upstream.base import CallContext
 from tests.paths import SHOP_CAPTURE
@@ -47,7 +47,7 @@ async def ingest_capture(store: Store, tenant: str | None = None) -> None:
         if path == "/v1/traces":
             await store.ingest_otlp_traces(otlp_trace_svc.ExportTraceServiceRequest.FromString(body), tenant)
         else:
-            records = model.records_from_push(push_pb2.PushRequest.FromString(body), now_ns=0)
+            records = decode.records_from_push(push_pb2.PushRequest.FromString(body), now_ns=0)
             await store.ingest_profiles(records, tenant)
 
 
@@ -376,7 +376,7 @@ async def test_group_commit_isolates_a_failing_job(tmp_path: Path) -> None:
     store = await Store.open(tmp_path, clock=lambda: CAPTURE_END_S)
     try:
         pushes = [body for path, body in capture_requests() if path != "/v1/traces"]
-        batches = [model.records_from_push(push_pb2.PushRequest.FromString(b), now_ns=0) for b in pushes]
+        batches = [decode.records_from_push(push_pb2.PushRequest.FromString(b), now_ns=0) for b in pushes]
 
         def failing(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT INTO functions (name) VALUES ('ghost')")

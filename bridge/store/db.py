@@ -1,5 +1,5 @@
 """``Store``: the embedded SQLite trace and profile store of standalone mode (the thin I/O shell around
-``model``, ``selector`` and ``traceql``).
+``decode``, ``selector`` and ``traceql``).
 
 Threads: every write runs on one writer thread (its own connection, explicit ``BEGIN IMMEDIATE`` … ``COMMIT``), so an
 ingest is acknowledged only once its transaction has committed and a failed one leaves nothing behind. Reads run on a
@@ -41,7 +41,7 @@ from bridge.pprof import encode_pprof
 from bridge.profiletype import ProfileType
 from bridge.selector import Matcher, matches_any, parse_selector, parse_selectors
 from bridge.spans import SERVICE_NAME, SearchHit, Trace, spans_from_otlp
-from bridge.store import model, traceql
+from bridge.store import decode, traceql
 from bridge.store.query import (
     DEFAULT_MAX_NODES,
     FAR_FUTURE_NS,
@@ -139,7 +139,7 @@ class Store:
     and the ingest sinks."""
 
     name = "store"
-    stamps_window_start = True  # ingest stores every profile at the start of its capture window (model.upload_window)
+    stamps_window_start = True  # ingest stores every profile at the start of its capture window (decode.upload_window)
 
     def __init__(self, path: Path, *, clock: Callable[[], float] = time.time, readers: int = 3,
                  synchronous: str = "FULL", metrics: Metrics | None = None) -> None:
@@ -326,7 +326,7 @@ class Store:
 
     # ----------------------------------------------------------------------------------------- ingest: profiles
 
-    async def ingest_profiles(self, records: Sequence[model.ProfileRecord], tenant: str | None) -> int:
+    async def ingest_profiles(self, records: Sequence[decode.ProfileRecord], tenant: str | None) -> int:
         """Write decoded profiles in one transaction; returns the number of samples stored."""
         if not records:
             return 0
@@ -349,14 +349,14 @@ class Store:
         return _intern(conn, self._stack_ids, frames, "SELECT id FROM stacks WHERE frames = ?", (blob,),
                        "INSERT INTO stacks (frames) VALUES (?)", (blob,))
 
-    def _series_id(self, conn: sqlite3.Connection, tenant: str, record: model.ProfileRecord) -> int:
+    def _series_id(self, conn: sqlite3.Connection, tenant: str, record: decode.ProfileRecord) -> int:
         labels = json.dumps(dict(record.labels), sort_keys=True, separators=(",", ":"))
         key = (tenant, labels)
         return _intern(conn, self._series_ids, key, "SELECT id FROM series WHERE tenant = ? AND labels = ?", key,
                        "INSERT INTO series (tenant, labels, service, profile_type) VALUES (?, ?, ?, ?)",
                        (tenant, labels, record.service, record.profile_type))
 
-    def _insert_profiles(self, conn: sqlite3.Connection, tenant: str, records: Sequence[model.ProfileRecord]) -> int:
+    def _insert_profiles(self, conn: sqlite3.Connection, tenant: str, records: Sequence[decode.ProfileRecord]) -> int:
         stored = 0
         for record in records:
             if not record.samples:
@@ -391,9 +391,9 @@ class Store:
         self, req: otlp_profiles_svc.ExportProfilesServiceRequest, tenant: str | None
     ) -> None:
         """The profile sink (link gateway in standalone mode). Raises ``InvalidArgument`` on bad content."""
-        decode = functools.partial(model.records_from_otlp_profiles, req, now_ns=self._now_ns())
+        read = functools.partial(decode.records_from_otlp_profiles, req, now_ns=self._now_ns())
         try:
-            records = await asyncio.to_thread(decode) if req.ByteSize() >= OFFLOAD_BYTES else decode()
+            records = await asyncio.to_thread(read) if req.ByteSize() >= OFFLOAD_BYTES else read()
         except InvalidArgument:
             if self._metrics is not None:
                 self._metrics.ingest_rejected.labels("otlp-profiles").inc()
@@ -402,7 +402,7 @@ class Store:
 
     # ----------------------------------------------------------------------------------------- ingest: traces
 
-    async def ingest_spans(self, batch: model.SpanBatch, tenant: str | None) -> int:
+    async def ingest_spans(self, batch: decode.SpanBatch, tenant: str | None) -> int:
         if not batch.rows:
             return 0
         key = tenant or "anonymous"
@@ -415,7 +415,7 @@ class Store:
         return _intern(conn, self._blob_ids, (table, body), f"SELECT id FROM {table} WHERE body = ?", (body,),
                        f"INSERT INTO {table} (body) VALUES (?)", (body,))
 
-    def _insert_spans(self, conn: sqlite3.Connection, tenant: str, batch: model.SpanBatch) -> int:
+    def _insert_spans(self, conn: sqlite3.Connection, tenant: str, batch: decode.SpanBatch) -> int:
         rows = [
             (
                 tenant, r.trace_id, r.span_id, r.parent_span_id, r.service, r.name, r.start_ns, r.end_ns,
@@ -441,8 +441,8 @@ class Store:
         self, req: otlp_trace_svc.ExportTraceServiceRequest, tenant: str | None
     ) -> tuple[int, str]:
         """The trace sink (``/v1/traces`` and gRPC TraceService): returns (rejected spans, message)."""
-        batch = await asyncio.to_thread(model.rows_from_export, req) if req.ByteSize() >= OFFLOAD_BYTES else (
-            model.rows_from_export(req)
+        batch = await asyncio.to_thread(decode.rows_from_export, req) if req.ByteSize() >= OFFLOAD_BYTES else (
+            decode.rows_from_export(req)
         )
         await self.ingest_spans(batch, tenant)
         return batch.rejected, batch.message
@@ -861,13 +861,13 @@ class Store:
         for cond in query.conds:
             a = cond.attr
             if a.scope == "intrinsic" and a.key == "span:id" and cond.op == "=" and isinstance(cond.value, str):
-                number = model.span_id_to_int(cond.value.lower().rjust(16, "0"))
+                number = decode.span_id_to_int(cond.value.lower().rjust(16, "0"))
                 if number is None:
                     return []
                 where.append("span_id = ?")
                 params.append(number)
             elif a.scope == "intrinsic" and a.key == "trace:id" and cond.op == "=" and isinstance(cond.value, str):
-                raw = model.trace_id_to_bytes(cond.value.lower().rjust(32, "0"))
+                raw = decode.trace_id_to_bytes(cond.value.lower().rjust(32, "0"))
                 if raw is None:
                     return []
                 where.append("trace_id = ?")

@@ -13,7 +13,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
 from bridge.errors import InvalidArgument
 from bridge.spans import pb_any_value_to_str
-from bridge.store import model, traceql
+from bridge.store import decode, traceql
 
 DEFAULT_MAX_NODES: Final = 8192  # Pyroscope's querier.max-flamegraph-nodes-default
 FAR_FUTURE_NS: Final = 2**62
@@ -44,7 +44,7 @@ def parse_span_selector(values: Iterable[str]) -> list[int]:
     """``span_selector`` entries → stored span ids. One bad entry fails the whole request, as Pyroscope does."""
     out: list[int] = []
     for value in values:
-        number = model.span_id_to_int(value) if len(value) == 16 else None
+        number = decode.span_id_to_int(value) if len(value) == 16 else None
         if len(value) != 16:
             raise InvalidArgument(f'invalid span id length: "{value}"')
         if number is None:
@@ -91,7 +91,7 @@ def attr_value(
 ) -> traceql.Value | None:
     if attr.scope == "intrinsic":
         if attr.key == "span:id":
-            return model.int_to_span_id(span_id)
+            return decode.int_to_span_id(span_id)
         if attr.key == "trace:id":
             return trace_id.hex()
         if attr.key == "name":
@@ -125,7 +125,7 @@ def search_span(
     """A span of Tempo's search answer: ``name`` only when span:name is filtered or selected; selected (and
     filtered) attributes under their key, ``resource.service.name`` as ``service.name``."""
     out: dict[str, Any] = {
-        "spanID": model.int_to_span_id(span_id),
+        "spanID": decode.int_to_span_id(span_id),
         "startTimeUnixNano": str(start_ns),
         "durationNanos": str(end_ns - start_ns),
         "_name": name,
