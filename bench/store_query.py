@@ -43,7 +43,8 @@ from bridge import flamegraph  # noqa: E402
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
 from bridge.connect import Deadline  # noqa: E402
 from bridge.store import Store, decode  # noqa: E402
-from bridge.store.db import DB_FILE, DEFAULT_MAX_NODES  # noqa: E402
+from bridge.store.database import DB_FILE  # noqa: E402
+from bridge.store.query import DEFAULT_MAX_NODES  # noqa: E402
 from bridge.upstream.base import CallContext  # noqa: E402
 
 CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"

@@ -21,7 +21,7 @@ from bridge.connect import Deadline
 from bridge.errors import InvalidArgument, Unimplemented
 from bridge.pprof import decode_pprof, iter_samples
 from bridge.store import Store, decode, schema
-from bridge.store.db import DB_FILE
+from bridge.store.database import DB_FILE
 from bridge.upstream.base import CallContext
 from tests.paths import SHOP_CAPTURE
 
@@ -384,7 +384,7 @@ async def test_group_commit_isolates_a_failing_job(tmp_path: Path) -> None:
 
         results = await asyncio.gather(
             *(store.ingest_profiles(b, None) for b in batches[:3]),
-            store._commit(failing),
+            store.db.commit(failing),
             *(store.ingest_profiles(b, None) for b in batches[3:]),
             return_exceptions=True,
         )

@@ -1,5 +1,6 @@
-"""Pure pieces of the store's queries: Pyroscope's time window and selectors, TraceQL attribute values and Tempo's
-search span shape, call-site filtering. No database access here."""
+"""Pure pieces of the store's queries, no database access: Pyroscope's time window, span and trace selectors and
+call-site filter (for ``profiles``); the value of a TraceQL attribute on a stored span and Tempo's search span shape
+(for ``traces``)."""
 
 from __future__ import annotations
 
