@@ -11,13 +11,16 @@ once, in rotating order):
 - encode-stacks: ``encode_stacks(stacks, max_nodes)`` — what the store does with its merged rows;
 - tree+encode: ``encode(build_tree(stacks), max_nodes)`` — the same answer through a tree.
 
-Every variant's flame graph is checked equal. Prints medians and p99 in ms and the ratio lines; absolute times on
-shared machines are noise, the ratios are the result.
+Every variant's flame graph is checked equal. Timed as ``timeit`` times, with the garbage collector off (collected
+between calls): otherwise a full collection lands in whichever call allocates when it is due, and its cost depends on
+how many objects the process holds (what else was imported), not on the code measured. Prints medians and p99 in ms
+and the ratio lines; absolute times on shared machines are noise, the ratios are the result.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import statistics
 import sys
@@ -70,9 +73,14 @@ def main() -> int:
     names = list(variants)
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
-            started = time.perf_counter()
-            variants[name]()
-            times[name].append((time.perf_counter() - started) * 1000)
+            gc.collect()
+            gc.disable()
+            try:
+                started = time.perf_counter()
+                variants[name]()
+                times[name].append((time.perf_counter() - started) * 1000)
+            finally:
+                gc.enable()
 
     print(f"{len(stacks)} stacks, {tree.count()} nodes, max_nodes {max_nodes}; {args.rounds} interleaved rounds")
     for name in names:

@@ -143,16 +143,27 @@ def encode(root: Node, max_nodes: int | None = None) -> pb.FlameGraph:
         totals.append(node.total)
         stack.extend(node.children.values())
     threshold = fold_threshold(totals, max_nodes)
-    # pre-order, children by name; a folded or empty node is listed (the writer folds it) but not entered
+    # pre-order, kept children by name; the children below the threshold are summed into one ``other`` child listed
+    # last, which the writer places (after the kept children, as it places the ``other`` it folds itself)
     nodes: list[tuple[int, str, int, int]] = []
-    work: list[tuple[Node, int]] = [(root.children[name], 1) for name in sorted(root.children, reverse=True)]
+    work: list[tuple[Node, int]] = [(root, 0)]
     while work:
         node, depth = work.pop()
-        total = node.total
-        nodes.append((depth, node.name, total, node.self))
+        if depth:
+            nodes.append((depth, node.name, node.total, node.self))
         children = node.children
-        if children and total > 0 and total >= threshold:
-            work += [(children[name], depth + 1) for name in sorted(children, reverse=True)]
+        if children:
+            other = 0
+            kept: list[tuple[Node, int]] = []
+            for name in sorted(children, reverse=True):
+                child = children[name]
+                if child.total >= threshold:
+                    kept.append((child, depth + 1))
+                elif child.total > 0:
+                    other += child.total
+            if other:
+                work.append((Node(OTHER_NAME, other, other), depth + 1))
+            work += kept
     return _write_levels(nodes, root.name, root.total, root.self, threshold)
 
 
