@@ -5,6 +5,7 @@ The tree, specialised only where a caller branches on it::
     BridgeError(code, message)                 any failure with a Connect code and a message a user can act on
     ├── InvalidArgument                        the caller sent something unusable (400)
     ├── ResourceExhausted                      a body over the size limit (429)
+    ├── StorageFull                            the store's disk is full: nothing stored, retry later (unavailable, 503)
     ├── NotFound                               an id that is not there (404)
     ├── Unimplemented                          a route standalone mode does not serve (501)
     └── UpstreamError(upstream, code, message) Tempo, Pyroscope or another upstream failed
@@ -102,6 +103,14 @@ class InvalidArgument(BridgeError):
 
 class ResourceExhausted(BridgeError):
     code = Code.RESOURCE_EXHAUSTED
+
+
+class StorageFull(BridgeError):
+    """The store cannot write: its disk (or the file system's quota) is full. Temporary — retention or an operator
+    frees space, and the store takes writes again by itself — so the code is ``unavailable``, which OTLP exporters
+    and SDKs retry; nothing of the refused request was stored."""
+
+    code = Code.UNAVAILABLE
 
 
 class NotFound(BridgeError):

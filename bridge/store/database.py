@@ -5,6 +5,9 @@
   (``commit``): jobs that arrive while the writer is busy share the next transaction, each inside its own savepoint.
 - Reads run on a small pool of reader threads, each with its own read-only connection; WAL mode lets them read while
   the writer writes.
+- A full disk (SQLite's ``SQLITE_FULL``, also when it surfaces as what failed next) is always ``StorageFull``, on
+  every path (group commit, ``write``, ``read``): the failed transaction is rolled back whole, and the next write that
+  finds room succeeds, with nothing to reset.
 - Writers may cache row ids (``ingest``'s get-or-insert caches); they register a hook with ``on_forget_ids``, called
   whenever rows those ids name may be gone: after any rollback, and when retention drops rows (``forget_ids``).
 """
@@ -20,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from bridge.errors import BridgeError
+from bridge.errors import BridgeError, StorageFull
 from bridge.store.schema import migrate
 
 log = logging.getLogger("bridge.store")
@@ -32,6 +35,21 @@ DB_FILE: Final = "store.sqlite3"
 
 class StoreError(BridgeError):
     """The store cannot be opened or used (unwritable directory, corrupt database, newer schema)."""
+
+
+def storage_full(exc: BaseException | None) -> StorageFull | None:
+    """SQLite's ``SQLITE_FULL`` (the disk, the file system's quota or ``max_page_count`` is full) as ``StorageFull``;
+    also when it caused what failed next (SQLite rolls the whole transaction back on it, so a job's ``ROLLBACK TO``
+    then fails with "no such savepoint"). None for anything else."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, StorageFull):
+            return exc
+        if isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_FULL:
+            return StorageFull(f"the store cannot write, its disk is full ({exc}): nothing of this request was "
+                               "stored; retry later")
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 class Database:
@@ -124,7 +142,13 @@ class Database:
             self._local.conn = conn
             with self._lock:
                 self._reader_conns.append(conn)
-        return fn(conn, *args)
+        try:
+            return fn(conn, *args)
+        except sqlite3.Error as exc:  # a sort or temporary index spilling to a full disk
+            full = storage_full(exc)
+            if full is None:
+                raise
+            raise full from exc
 
     # ----------------------------------------------------------------------------------------- writes
 
@@ -134,7 +158,13 @@ class Database:
         return await asyncio.get_running_loop().run_in_executor(self._writer, self._with_writer, fn, args)
 
     def _with_writer(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-        return fn(self._w(), *args)
+        try:
+            return fn(self._w(), *args)
+        except sqlite3.Error as exc:
+            full = storage_full(exc)
+            if full is None:
+                raise
+            raise full from exc
 
     def _w(self) -> sqlite3.Connection:
         if self._wconn is None:
@@ -156,11 +186,12 @@ class Database:
         conn.execute("BEGIN IMMEDIATE")
         try:
             result = fn(conn)
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # SQLITE_FULL may have rolled it back already
+                conn.execute("ROLLBACK")
             self.forget_ids()  # ids handed out inside the rolled-back transaction no longer exist
             raise
-        conn.execute("COMMIT")
         return result
 
     async def commit(self, job: Callable[[sqlite3.Connection], T]) -> T:
@@ -199,7 +230,7 @@ class Database:
                     except Exception as exc:  # noqa: BLE001 - handed to the job's caller below
                         conn.execute(f"ROLLBACK TO job{n}")
                         self.forget_ids()  # ids handed out inside the rolled-back job no longer exist
-                        outcomes.append((None, exc))
+                        outcomes.append((None, storage_full(exc) or exc))
                     conn.execute(f"RELEASE job{n}")
                 conn.execute("COMMIT")
             except BaseException:
@@ -210,7 +241,7 @@ class Database:
         except Exception as group_exc:  # noqa: BLE001 - the whole group failed: every caller hears it
             error: BaseException = (
                 group_exc if isinstance(group_exc, BridgeError)
-                else StoreError(f"the store could not commit: {group_exc}")
+                else storage_full(group_exc) or StoreError(f"the store could not commit: {group_exc}")
             )
             outcomes = [(None, error)] * len(jobs)
         for (_, future, loop), (result, failure) in zip(jobs, outcomes, strict=True):
