@@ -5,22 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
+from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
 
+from bridge._proto import querier_pb2 as qpb
 from bridge.app import create_app
 from bridge.config import Settings
-from bridge.errors import Code, StorageFull
+from bridge.errors import BridgeError, Code, InvalidArgument, StorageFull
 from bridge.state import RUNTIME
 from bridge.store import Store, decode
 from tests.paths import SHOP_CAPTURE
-from tests.test_store import CAPTURE_END_S, CPU
+from tests.test_store import ALL_MS, CAPTURE_END_S, CPU, ctx
 
 Client = Callable[..., Awaitable[TestClient[Any, Any]]]
 QUERIER = "/pyroscope/querier.v1.QuerierService/"
@@ -48,6 +52,131 @@ async def query(client: TestClient[Any, Any], method: str, body: dict[str, Any])
 async def post_folded(client: TestClient[Any, Any], name: str, body: bytes, from_s: int = FRESH_S,
                       rate: int = 0) -> Any:
     return await client.post(f"/ingest?name={name}&format=folded&from={from_s}&sampleRate={rate}", data=body)
+
+
+# --------------------------------------------------------------------------------------------- item 4: huge values
+
+
+async def test_huge_sample_values_are_refused_at_ingest_and_flame_graphs_keep_answering(
+    tmp_path: Path, aiohttp_client: Client
+) -> None:
+    """Two accepted uploads of 2^62 used to overflow SQLite's SUM: every flame graph of the service answered 500."""
+    client = await aiohttp_client(make_app(tmp_path))
+    ok = await post_folded(client, "victim.cpu", b"main;work 5\n")
+    assert ok.status == 200, await ok.text()
+    for _ in range(2):
+        resp = await post_folded(client, "victim.cpu", b"main;work 4611686018427387904\n")
+        assert resp.status == 400
+        text = await resp.text()
+        assert "outside ±2^53" in text and "4611686018427387904" in text
+    # a profile whose samples are each in range but whose total is not
+    resp = await post_folded(client, "victim.cpu", b"main;a 9007199254740992\nmain;b 9007199254740992\n")
+    assert resp.status == 400 and "totals 18014398509481984" in await resp.text()
+    profile_type = "process_cpu:samples:count::"
+    status, doc = await query(client, "SelectMergeStacktraces", {
+        "profile_typeID": profile_type, "label_selector": '{service_name="victim"}', "start": ALL_MS[0],
+        "end": ALL_MS[1]})
+    assert status == 200 and int(doc["flamegraph"]["total"]) == 5
+
+
+async def huge_store(tmp_path: Path) -> Store:
+    """Three profiles whose values an older bridge stored without a bound: 2^62 each, 1.5 × 2^63 together."""
+    store = await Store.open(tmp_path, clock=lambda: CAPTURE_END_S + DAY)
+    ptype = decode.ProfileType("process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds")
+    for offset in (0, 10, 20):
+        records = decode.records_from_samples({"service_name": "old"}, ptype, (FRESH_S + offset) * 10**9, 10**10,
+                                              [(("main", "hot"), 7, {})])
+        await store.ingest_profiles(records, None)
+    await store.db.commit(lambda c: c.execute("UPDATE profile_stacks SET value = 4611686018427387904"))
+    return store
+
+
+async def test_sums_past_int64_are_a_clear_error_not_a_500(tmp_path: Path) -> None:
+    """Values stored before the bound (an older bridge) can still sum past int64: the merge says so (400
+    out_of_range)."""
+    store = await huge_store(tmp_path)
+    try:
+        req = qpb.SelectMergeStacktracesRequest(profile_typeID=CPU, label_selector='{service_name="old"}',
+                                                start=ALL_MS[0], end=ALL_MS[1])
+        with pytest.raises(BridgeError) as caught:
+            await store.select_merge_stacktraces(req, ctx())
+        assert caught.value.code == Code.OUT_OF_RANGE and caught.value.http_status == 400
+        assert "2^63 - 1" in caught.value.message and "narrow" in caught.value.message
+        # one profile alone still answers
+        one = qpb.SelectMergeStacktracesRequest(profile_typeID=CPU, label_selector='{service_name="old"}',
+                                                start=FRESH_S * 1000, end=FRESH_S * 1000)
+        assert (await store.select_merge_stacktraces(one, ctx())).flamegraph.total == 2**62
+    finally:
+        await store.close()
+
+
+async def test_an_overflowing_merge_answers_400_over_http(tmp_path: Path, aiohttp_client: Client) -> None:
+    client = await aiohttp_client(make_app(tmp_path))  # the clock: these minutes are too fresh to compact
+    for offset in (0, 10, 20):
+        assert (await post_folded(client, "old.cpu", b"main;hot 7\n", from_s=FRESH_S + offset)).status == 200
+    store = store_of(client)
+    await store.db.commit(lambda c: c.execute("UPDATE profile_stacks SET value = 4611686018427387904"))
+    status, doc = await query(client, "SelectMergeStacktraces", {
+        "profile_typeID": "process_cpu:samples:count::", "label_selector": '{service_name="old"}',
+        "start": ALL_MS[0], "end": ALL_MS[1]})
+    assert status == 400, doc
+    assert doc["code"] == "out_of_range" and "2^63 - 1" in doc["message"]
+
+
+# --------------------------------------------------------------------------------------------- item 5: extreme input
+
+
+@pytest.mark.parametrize("step", [math.inf, -math.inf, math.nan, 0.0, -15.0, 1e-9])
+async def test_select_series_with_an_impossible_step_is_a_400(
+    tmp_path: Path, aiohttp_client: Client, step: float
+) -> None:
+    client = await aiohttp_client(make_app(tmp_path))
+    msg = qpb.SelectSeriesRequest(profile_typeID=CPU, label_selector="{}", start=0, end=10**12, step=step)
+    for body, ctype in ((msg.SerializeToString(), "application/proto"),
+                        (json_format.MessageToJson(msg).encode(), "application/json")):
+        resp = await client.post(QUERIER + "SelectSeries", data=body,
+                                 headers={"Content-Type": ctype, "Connect-Protocol-Version": "1"})
+        assert resp.status == 400, await resp.text()
+        doc = json.loads(await resp.read())
+        assert doc["code"] == "invalid_argument" and "step" in doc["message"]
+
+
+async def test_select_series_with_huge_start_and_end_answers(tmp_path: Path, aiohttp_client: Client) -> None:
+    client = await aiohttp_client(make_app(tmp_path))
+    assert (await post_folded(client, "edge.cpu", b"main 3\n")).status == 200
+    for start, end in ((-(2**63), 2**63 - 1), (2**62, 2**63 - 1), (-(2**63), -(2**62))):
+        status, doc = await query(client, "SelectSeries", {
+            "profile_typeID": "process_cpu:samples:count::", "label_selector": "{}", "start": str(start),
+            "end": str(end), "step": 60})
+        assert status == 200, doc
+        status, doc = await query(client, "SelectMergeStacktraces", {
+            "profile_typeID": "process_cpu:samples:count::", "label_selector": "{}", "start": str(start),
+            "end": str(end)})
+        assert status == 200, doc
+
+
+@pytest.mark.parametrize("from_s", ["99999999999999999999", "9223372036854775807", "-5000000000"])
+@pytest.mark.parametrize("fmt", ["folded", "pprof"])
+async def test_ingest_with_an_impossible_from_is_a_400(
+    tmp_path: Path, aiohttp_client: Client, from_s: str, fmt: str
+) -> None:
+    from tests.paths import GO_CPU_PPROF
+
+    client = await aiohttp_client(make_app(tmp_path))
+    body = b"main;work 3\n" if fmt == "folded" else GO_CPU_PPROF.read_bytes()
+    resp = await client.post(f"/ingest?name=far.cpu&format={fmt}&from={from_s}", data=body)
+    assert resp.status == 400, await resp.text()
+    assert "between 1970 and 2200" in await resp.text()
+    assert (await store_of(client).counts()).profiles == 0
+
+
+def test_the_decoder_bounds_capture_times() -> None:
+    ptype = decode.ProfileType("process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds")
+    sample = [(("main",), 1, {})]
+    assert decode.records_from_samples({}, ptype, decode.LATEST_NS - 1, 0, sample)
+    for time_ns, duration in ((decode.LATEST_NS, 0), (-1, 0), (0, 2**63)):
+        with pytest.raises(InvalidArgument, match="between 1970 and 2200"):
+            decode.records_from_samples({}, ptype, time_ns, duration, sample)
 
 
 # --------------------------------------------------------------------------------------------- item 7: full disk

@@ -36,6 +36,13 @@ TRACE_ID_LABEL: Final = "trace_id"
 LEGACY_SPAN_ID_LABEL: Final = "profile_id"
 SERVICE_LABEL: Final = "service_name"
 MAX_TAG_VALUE: Final = 128
+# The largest sample value, and the largest total of one profile, the store keeps: 2^53, the largest integer a float64
+# (SelectSeries points, the JavaScript numbers Grafana reads flame graphs into) holds exactly. Any sum of stored values
+# then needs over 1,024 profiles at this bound before it could pass the int64 a flame graph (and SQLite's SUM) holds.
+MAX_SAMPLE_VALUE: Final = 2**53
+# Capture times the store keeps: Unix times from 1970 up to 2200-01-01, in nanoseconds, so a time, a time plus its
+# duration, and the time-bucket arithmetic of the rollups all stay far inside int64.
+LATEST_NS: Final = 7_258_118_400 * 1_000_000_000
 
 _HEX16 = re.compile(r"^[0-9a-fA-F]{16}$")
 _HEX32 = re.compile(r"^[0-9a-fA-F]{32}$")
@@ -98,6 +105,14 @@ def _check_label_name(name: str, where: str) -> None:
         raise InvalidArgument(f"{where}: {name!r} is not a valid label name")
 
 
+def _check_capture_time(time_ns: int, duration_ns: int) -> None:
+    if not (0 <= time_ns < LATEST_NS and 0 <= duration_ns < LATEST_NS):
+        raise InvalidArgument(
+            f"profile capture start {time_ns} ns (duration {duration_ns} ns) is not a Unix time in nanoseconds "
+            "between 1970 and 2200"
+        )
+
+
 def records_from_samples(
     base: Mapping[str, str],
     ptype: ProfileType,
@@ -106,7 +121,9 @@ def records_from_samples(
     samples: Iterable[tuple[tuple[str, ...], int, Mapping[str, str]]],
 ) -> list[ProfileRecord]:
     """Group samples (frames, value, labels) into one record per distinct series label set. Samples whose value is 0
-    are dropped (Pyroscope does the same)."""
+    are dropped (Pyroscope does the same). A value beyond ±``MAX_SAMPLE_VALUE``, a record whose total is, or a
+    capture time outside 1970–2200 is refused (``InvalidArgument``): stored sums can then not overflow."""
+    _check_capture_time(time_ns, duration_ns)
     fixed = dict(base)
     fixed.update(ptype.labels())
     service = fixed.get(SERVICE_LABEL, "")
@@ -114,6 +131,11 @@ def records_from_samples(
     for frames, value, labels in samples:
         if value == 0 or not frames:
             continue
+        if not -MAX_SAMPLE_VALUE <= value <= MAX_SAMPLE_VALUE:
+            raise InvalidArgument(
+                f"sample value {value} of stack {';'.join(frames[-3:])[:120]!r} is outside ±2^53 "
+                f"({MAX_SAMPLE_VALUE}), the largest the store keeps exactly"
+            )
         span_hex = labels.get(SPAN_ID_LABEL) or labels.get(LEGACY_SPAN_ID_LABEL) or ""
         trace_hex = labels.get(TRACE_ID_LABEL, "")
         extra = tuple(
@@ -132,6 +154,12 @@ def records_from_samples(
                 duration_ns=duration_ns,
             )
         record.samples.append((frames, value, span_id_to_int(span_hex.lower()), trace_id_to_bytes(trace_hex.lower())))
+    for record in by_key.values():
+        if not -MAX_SAMPLE_VALUE <= record.total <= MAX_SAMPLE_VALUE:
+            raise InvalidArgument(
+                f"profile of {record.service or 'an unnamed service'} ({record.profile_type}) totals {record.total}, "
+                f"beyond ±2^53 ({MAX_SAMPLE_VALUE}), the largest the store keeps exactly"
+            )
     return list(by_key.values())
 
 
@@ -384,6 +412,7 @@ def records_from_legacy_pprof(
     from_ns = epoch_to_ns(from_s) if from_s else None
     until_ns = epoch_to_ns(until_s) if until_s else None
     start, duration = upload_window(profile.time_nanos, profile.duration_nanos, from_ns, until_ns, now_ns)
+    _check_capture_time(start, duration)
     profile.time_nanos, profile.duration_nanos = start, duration
     kinds = [s_type for s_type, _ in sample_types(profile)]
     base = _legacy_base(name, spy)

@@ -6,6 +6,7 @@ runs on a reader thread."""
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
@@ -14,7 +15,7 @@ from bridge import flamegraph
 from bridge._proto import profile_pb2
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
-from bridge.errors import InvalidArgument, Unimplemented
+from bridge.errors import BridgeError, Code, InvalidArgument, Unimplemented
 from bridge.pprof import encode_pprof
 from bridge.profiletype import ProfileType
 from bridge.selector import Matcher, matches_any, parse_selector, parse_selectors
@@ -30,6 +31,16 @@ from bridge.store.schema import unpack_frames
 from bridge.upstream.base import CallContext
 
 SERIES_LABELS_CACHE: Final = 100_000  # parsed label sets kept, keyed by their JSON text
+INT64_MAX: Final = 2**63 - 1
+
+
+def _overflow() -> BridgeError:
+    return BridgeError(
+        "the profiles selected add up to more than 2^63 - 1, the most a flame graph can hold: each stored value is at "
+        "most 2^53, so over a thousand uploads at that bound were stored for this selection; narrow the time range "
+        "or the label selector",
+        code=Code.OUT_OF_RANGE,
+    )
 
 
 def _require_flamegraph_format(rpc: str, fmt: int) -> None:
@@ -117,7 +128,14 @@ class Profiles:
             f"SELECT st.frames, agg.v FROM ({inner} WHERE {' AND '.join(where)} GROUP BY stack_id) AS agg "
             "JOIN stacks AS st ON st.id = agg.stack_id"
         )
-        rows = [(unpack_frames(frames), int(v)) for frames, v in conn.execute(sql, params) if v]
+        try:
+            rows = [(unpack_frames(frames), int(v)) for frames, v in conn.execute(sql, params) if v]
+        except sqlite3.OperationalError as exc:
+            if "integer overflow" in str(exc):
+                raise _overflow() from exc
+            raise
+        if abs(sum(v for _, v in rows)) >= INT64_MAX or any(abs(v) >= INT64_MAX for _, v in rows):
+            raise _overflow()
         names = self._names_of(conn, {i for ids, _ in rows for i in ids})
         return [(tuple(names.get(i, f"<function {i}>") for i in ids), v) for ids, v in rows]
 
@@ -228,9 +246,11 @@ class Profiles:
 
     async def select_series(self, req: qpb.SelectSeriesRequest, ctx: CallContext) -> qpb.SelectSeriesResponse:
         ProfileType.parse(req.profile_typeID)
-        step_ms = int(req.step * 1000) if req.step > 0 else 15_000
+        if not (math.isfinite(req.step) and req.step > 0):
+            raise InvalidArgument(f"step {req.step} must be a positive, finite number of seconds")
+        step_ms = int(req.step * 1000)
         if step_ms <= 0:
-            raise InvalidArgument(f"step {req.step} must be positive")
+            raise InvalidArgument(f"step {req.step} must be at least a millisecond (0.001)")
         window = window_ns(req.start, req.end)
         selector = parse_selector(req.label_selector)
         average = req.HasField("aggregation") and req.aggregation == tpb.TIME_SERIES_AGGREGATION_TYPE_AVERAGE

@@ -17,7 +17,7 @@ from bridge.spans import pb_any_value_to_str
 from bridge.store import decode, traceql
 
 DEFAULT_MAX_NODES: Final = 8192  # Pyroscope's querier.max-flamegraph-nodes-default
-FAR_FUTURE_NS: Final = 2**62
+FAR_FUTURE_NS: Final = 2**63 - 1  # int64: the largest time SQLite compares as an integer
 
 
 @dataclass(slots=True)
