@@ -221,8 +221,8 @@ class Settings:
     enrich: EnrichPolicy = "all"
     # standalone store
     data_dir: str = "./profile-bridge-data"
-    retention_age: float = 24 * 3600.0
-    retention_bytes: int = 1024**3
+    retention_age: float = 7 * 24 * 3600.0
+    retention_bytes: int = 10 * 1024**3
     otlp_grpc_listen: tuple[str, int] = ("0.0.0.0", 4317)
     otlp_grpc_enabled: bool = True
     # OTLP profile link gateway
@@ -378,9 +378,10 @@ FIELDS: Final[tuple[FieldSpec, ...]] = (
        "which spans of trace-by-ID answers get pyroscope.profile.id: all, profiled-services or off"),
     _f("DATA_DIR", "data_dir", parse_nonempty, "./profile-bridge-data",
        "standalone store directory (SQLite, WAL)", "--data-dir"),
-    _f("RETENTION_AGE", "retention_age", parse_seconds, "24h", "standalone store: drop data older than this"),
-    _f("RETENTION_BYTES", "retention_bytes", parse_bytes, "1GiB",
-       "standalone store: drop oldest data above this size"),
+    _f("RETENTION_AGE", "retention_age", parse_seconds, "7d",
+       "standalone store: keep data this long; older data is dropped, and refused at ingest"),
+    _f("RETENTION_BYTES", "retention_bytes", parse_bytes, "10GiB",
+       "standalone store: size cap; above it the oldest data is dropped before its age"),
     _f("OTLP_GRPC_LISTEN", "otlp_grpc_listen", parse_host_port, "0.0.0.0:4317",
        "HOST:PORT of the OTLP gRPC receiver (traces in standalone mode, profiles for the link gateway)",
        "--otlp-grpc-listen"),

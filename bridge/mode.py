@@ -77,7 +77,8 @@ class StandaloneMode:
     @contextlib.asynccontextmanager
     async def open(self, settings: Settings, metrics: Metrics, clock: Clock,
                    span_cache: SpanCache) -> AsyncIterator[Backends]:
-        store = await Store.open(settings.data_dir, clock=clock.now, metrics=metrics)
+        store = await Store.open(settings.data_dir, clock=clock.now, metrics=metrics,
+                                 retention_age=settings.retention_age)
         retention = spawn(retention_loop(store, settings, retention_interval(settings)), "store-retention")
         try:
             async with open_gateway(settings, metrics, sink=store, trace_sink=store, wall_clock=clock.now) as otlp:

@@ -82,7 +82,9 @@ def _one_span_request(trace_id: bytes, span_id: bytes, name: str = "op") -> otlp
     rs.resource.attributes.add(key="service.name").value.string_value = "json-svc"
     span = rs.scope_spans.add().spans.add()
     span.trace_id, span.span_id, span.name = trace_id, span_id, name
-    span.start_time_unix_nano, span.end_time_unix_nano = 1_000_000_000, 1_250_000_000
+    # within the retention age of the app's clock (older spans are refused)
+    start = int(CAPTURE_END_S - 60) * 1_000_000_000
+    span.start_time_unix_nano, span.end_time_unix_nano = start, start + 250_000_000
     span.kind = otlp_trace.Span.SPAN_KIND_SERVER
     return req
 
@@ -252,8 +254,8 @@ async def test_legacy_ingest_sample_type_config_limits_types(tmp_path: Path, aio
     form = aiohttp.FormData()
     form.add_field("profile", GO_CPU_PPROF.read_bytes(), filename="profile.pprof")
     form.add_field("sample_type_config", json.dumps({"cpu": {"units": "nanoseconds"}}), filename="config.json")
-    resp = await client.post("/ingest?name=go-app&format=pprof", data=form)
-    assert resp.status == 200
+    resp = await client.post("/ingest?name=go-app&format=pprof&from=1795945290", data=form)
+    assert resp.status == 200, await resp.text()
     types = await store_of(client).profile_types(qpb.ProfileTypesRequest(), ctx())
     assert [t.ID for t in types.profile_types] == [CPU]
 
@@ -313,12 +315,13 @@ async def test_the_pyroscope_mount_answers_from_the_store(tmp_path: Path, aiohtt
 async def test_background_retention_drops_expired_data(tmp_path: Path, aiohttp_client: Client) -> None:
     import asyncio
 
-    settings = Settings.for_tests(mode="standalone", data_dir=str(tmp_path / "data"), retention_age=2.0)
-    # the bridge's clock says a day has passed since the capture: everything in it has expired
-    client = await aiohttp_client(create_app(settings, wall_clock=lambda: CAPTURE_END_S + 86_400))
+    settings = Settings.for_tests(mode="standalone", data_dir=str(tmp_path / "data"), retention_age=60.0)
+    now = [CAPTURE_END_S]
+    client = await aiohttp_client(create_app(settings, wall_clock=lambda: now[0]))
     await replay_capture(client)
     store = store_of(client)
-    for _ in range(100):  # the retention task runs every second here; give it up to 10 s
+    now[0] += 86_400  # a day passes: everything in the capture has expired
+    for _ in range(300):  # the retention task runs every 6 s here (a tenth of the age); give it up to 30 s
         c = await store.counts()
         if c.spans == 0 and c.samples == 0:
             break

@@ -577,8 +577,11 @@ async def test_standalone_mode_answers_from_the_store_and_resolves_spans(
     aiohttp_client: Client, tmp_path: Any
 ) -> None:
     from tests.paths import SHOP_CAPTURE
+    from tests.test_store import CAPTURE_END_S
 
-    app = create_app(Settings.for_tests(mode="standalone", data_dir=str(tmp_path / "data"), capture_window=10.0))
+    # the store refuses data older than its retention age: its clock is the capture's
+    app = create_app(Settings.for_tests(mode="standalone", data_dir=str(tmp_path / "data"), capture_window=10.0),
+                     wall_clock=lambda: CAPTURE_END_S)
     client = await aiohttp_client(app)
     for path in sorted(SHOP_CAPTURE.glob("*.bin")):
         route = "/v1/traces" if path.name.endswith("_v1_traces.bin") else "/push.v1.PusherService/Push"

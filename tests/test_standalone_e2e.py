@@ -209,6 +209,8 @@ async def test_acknowledged_ingest_survives_a_killed_bridge(tmp_path: Path) -> N
     data_dir = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROFILE_BRIDGE_")}
     env["PROFILE_BRIDGE_OTLP_GRPC_ENABLED"] = "false"
+    # the child runs on the real clock, and the store refuses data older than its retention age: keep the capture's
+    env["PROFILE_BRIDGE_RETENTION_AGE"] = "36500d"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bridge", "serve", "--standalone", "--listen", f"127.0.0.1:{port}",
         "--data-dir", str(data_dir), cwd=str(ROOT), env=env,

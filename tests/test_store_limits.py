@@ -17,6 +17,7 @@ from aiohttp.test_utils import TestClient
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
 
+from bridge._proto import push_pb2
 from bridge._proto import querier_pb2 as qpb
 from bridge.app import create_app
 from bridge.config import Settings
@@ -234,5 +235,84 @@ async def test_a_full_disk_is_storage_full_on_every_write_path_and_the_store_rec
         rejected, _ = await store.ingest_otlp_traces(capture_traces(), None)
         assert rejected == 0 and (await store.counts()).spans == 434
         assert await store.ingest_profiles(filler(6000), None) == 200
+    finally:
+        await store.close()
+
+
+# --------------------------------------------------------------------------------------------- item 15: retention
+
+
+def capture_push() -> bytes:
+    return next(p for p in sorted(SHOP_CAPTURE.glob("*_push.v1.PusherService_Push.bin"))).read_bytes()
+
+
+async def test_data_older_than_retention_is_refused_not_acknowledged_then_dropped(
+    tmp_path: Path, aiohttp_client: Client
+) -> None:
+    """It used to be acknowledged, then silently deleted by the next retention pass."""
+    now = [CAPTURE_END_S + 2 * DAY]
+    client = await aiohttp_client(make_app(tmp_path, now=lambda: now[0], retention_age=DAY))
+    store = store_of(client)
+
+    traces = capture_traces()
+    fresh = traces.resource_spans.add()
+    fresh.CopyFrom(traces.resource_spans[0])
+    del fresh.scope_spans[1:]
+    del fresh.scope_spans[0].spans[1:]
+    span = fresh.scope_spans[0].spans[0]
+    span.span_id = bytes.fromhex("abcdef0123456789")
+    span.start_time_unix_nano = int(now[0] - 60) * 10**9
+    span.end_time_unix_nano = span.start_time_unix_nano + 10**9
+    resp = await client.post("/v1/traces", data=traces.SerializeToString(),
+                             headers={"Content-Type": "application/x-protobuf"})
+    assert resp.status == 200
+    answer = otlp_trace_svc.ExportTraceServiceResponse.FromString(await resp.read())
+    assert answer.partial_success.rejected_spans == 434
+    message = answer.partial_success.error_message
+    assert "434 spans older than the store's retention of 1d" in message and "PROFILE_BRIDGE_RETENTION_AGE" in message
+    assert "2026-11-29T09:4" in message
+    assert (await store.counts()).spans == 1  # the fresh one
+
+    resp = await client.post("/push.v1.PusherService/Push", data=capture_push(),
+                             headers={"Content-Type": "application/proto"})
+    assert resp.status == 400
+    doc = await resp.json()
+    assert doc["code"] == "invalid_argument" and "older than the store's retention of 1d" in doc["message"]
+    resp = await post_folded(client, "late.cpu", b"main 1\n", from_s=FRESH_S)
+    assert resp.status == 400 and "older than the store's retention" in await resp.text()
+    assert (await store.counts()).profiles == 0
+
+    from tests.test_store_otlp import build_request
+
+    otlp = build_request()
+    young = otlp.resource_profiles[0].scope_profiles[0].profiles.add()
+    young.CopyFrom(otlp.resource_profiles[0].scope_profiles[0].profiles[0])
+    young.time_unix_nano = int(now[0] - 60) * 10**9
+    resp = await client.post("/v1development/profiles", data=otlp.SerializeToString(),
+                             headers={"Content-Type": "application/x-protobuf"})
+    assert resp.status == 200, await resp.text()
+    from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as psvc
+
+    got = psvc.ExportProfilesServiceResponse.FromString(await resp.read())
+    assert got.partial_success.rejected_profiles == 1
+    assert "1 profiles older than the store's retention" in got.partial_success.error_message
+    assert (await store.counts()).uploads == 1  # the young one (two series: its samples carry a span_name label)
+
+    # what was acknowledged stays until it ages out
+    assert (await store.enforce_retention(DAY, 2**40)).profiles == 0
+    assert (await store.counts()).uploads == 1
+
+
+async def test_default_retention_is_a_week_with_a_size_cap() -> None:
+    settings = Settings.from_env({})
+    assert settings.retention_age == 7 * DAY
+    assert settings.retention_bytes == 10 * 1024**3
+
+
+async def test_data_within_retention_is_taken(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path, clock=lambda: CAPTURE_END_S + 6 * DAY, retention_age=7 * DAY)
+    try:
+        records = decode.records_from_push(push_pb2.PushRequest.FromString(capture_push()), now_ns=0)
+        assert await store.ingest_profiles(records, None) > 0
     finally:
         await store.close()

@@ -26,7 +26,11 @@ THREAD_BYTES: Final = 256 * 1024
 
 
 class ProfileSink(Protocol):
-    async def ingest_otlp_profiles(self, req: svc.ExportProfilesServiceRequest, tenant: str | None) -> None: ...
+    """Stores profiles; answers with its own partial success (profiles it refused), or None."""
+
+    async def ingest_otlp_profiles(
+        self, req: svc.ExportProfilesServiceRequest, tenant: str | None
+    ) -> svc.ExportProfilesServiceResponse | None: ...
 
 
 class Gateway:
@@ -91,8 +95,7 @@ class Gateway:
     ) -> svc.ExportProfilesServiceResponse:
         """Send an already linked request on: into the store, or to Pyroscope (``linked``: its bytes, if known)."""
         if self.sink is not None:
-            await self.sink.ingest_otlp_profiles(req, ctx.tenant)
-            upstream = svc.ExportProfilesServiceResponse()
+            upstream = await self.sink.ingest_otlp_profiles(req, ctx.tenant) or svc.ExportProfilesServiceResponse()
         elif self.forwarder is not None:
             upstream = await self.forwarder.export(linked if linked is not None else req.SerializeToString(), ctx)
         else:

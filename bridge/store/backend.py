@@ -61,11 +61,12 @@ class Store:
     name = "store"
     stamps_window_start = True  # ingest stores every profile at the start of its capture window (decode.upload_window)
 
-    def __init__(self, db: Database, *, clock: Callable[[], float] = time.time, metrics: Metrics | None = None) -> None:
+    def __init__(self, db: Database, *, clock: Callable[[], float] = time.time, metrics: Metrics | None = None,
+                 retention_age: float | None = None) -> None:
         self.db = db
         self.path = db.path
         self._clock = clock
-        self.ingest = Ingest(db, clock=clock, metrics=metrics)
+        self.ingest = Ingest(db, clock=clock, metrics=metrics, retention_age=retention_age)
         self.traces = Traces(db)
         self.profiles = Profiles(db)
 
@@ -73,9 +74,12 @@ class Store:
 
     @classmethod
     async def open(cls, data_dir: str | Path, *, clock: Callable[[], float] = time.time, readers: int = 3,
-                   synchronous: str = "FULL", metrics: Metrics | None = None) -> Store:
+                   synchronous: str = "FULL", metrics: Metrics | None = None,
+                   retention_age: float | None = None) -> Store:
+        """Open the store under ``data_dir``. With ``retention_age`` (seconds), data older than that is refused at
+        ingest (it would be dropped at once)."""
         db = await Database.open(Path(data_dir) / DB_FILE, readers=readers, synchronous=synchronous)
-        return cls(db, clock=clock, metrics=metrics)
+        return cls(db, clock=clock, metrics=metrics, retention_age=retention_age)
 
     async def close(self) -> None:
         await self.db.close()
@@ -97,8 +101,8 @@ class Store:
 
     async def ingest_otlp_profiles(
         self, req: otlp_profiles_svc.ExportProfilesServiceRequest, tenant: str | None
-    ) -> None:
-        await self.ingest.ingest_otlp_profiles(req, tenant)
+    ) -> otlp_profiles_svc.ExportProfilesServiceResponse:
+        return await self.ingest.ingest_otlp_profiles(req, tenant)
 
     async def ingest_spans(self, batch: decode.SpanBatch, tenant: str | None) -> int:
         return await self.ingest.ingest_spans(batch, tenant)

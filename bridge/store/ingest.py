@@ -4,11 +4,17 @@ Every ingest is one group-committed job (``Database.commit``): acknowledged once
 fails. Rows that repeat (function names, stacks, series, OTLP resources and scopes) are de-duplicated through
 get-or-insert id caches kept on the writer thread, bounded in size and forgotten whenever the ids they hold may name
 rows that are gone (a rollback, a retention pass).
+
+With a retention age, data older than it is refused, never acknowledged and then silently dropped by the next
+retention pass: spans one by one (OTLP partial success: counted in ``SpanBatch.rejected``, named in its message),
+OTLP profiles one by one (``partial_success.rejected_profiles``), a Push or ``/ingest`` whole (``InvalidArgument``:
+its profiles share one capture window, and Pyroscope refuses a push with a profile too old the same way).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import functools
 import json
 import sqlite3
@@ -52,10 +58,11 @@ class Ingest:
     ``ingest_otlp_traces`` for OTLP export requests."""
 
     def __init__(self, db: Database, *, clock: Callable[[], float] = time.time,
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, retention_age: float | None = None) -> None:
         self._db = db
         self._clock = clock
         self._metrics = metrics
+        self.retention_age = retention_age
         # writer-side id caches, touched on the writer thread only
         self._function_ids: dict[str, int] = {}
         self._stack_ids: dict[tuple[str, ...], int] = {}
@@ -69,12 +76,36 @@ class Ingest:
         self._series_ids.clear()
         self._blob_ids.clear()
 
+    # ----------------------------------------------------------------------------------------- retention at ingest
+
+    def cutoff_ns(self) -> int | None:
+        """Data stamped before this is older than the retention age: refused."""
+        if self.retention_age is None:
+            return None
+        return int(self._clock() * 1_000_000_000) - int(self.retention_age * 1_000_000_000)
+
+    def _too_old(self, what: str, count: int, oldest_ns: int, cutoff: int) -> str:
+        assert self.retention_age is not None
+        return (
+            f"{count} {what} older than the store's retention of {_duration(self.retention_age)} "
+            f"(PROFILE_BRIDGE_RETENTION_AGE) refused: stamped from {_iso(oldest_ns)}, before {_iso(cutoff)}; the "
+            "store would drop them at once"
+        )
+
     # ----------------------------------------------------------------------------------------- profiles
 
     async def ingest_profiles(self, records: Sequence[decode.ProfileRecord], tenant: str | None) -> int:
-        """Write decoded profiles in one transaction; returns the number of samples stored."""
+        """Write decoded profiles in one transaction; returns the number of samples stored. Refused whole
+        (``InvalidArgument``) when a profile is older than the retention age."""
         if not records:
             return 0
+        cutoff = self.cutoff_ns()
+        if cutoff is not None:
+            old = [r.time_ns for r in records if r.samples and r.time_ns < cutoff]
+            if old:
+                raise InvalidArgument(
+                    self._too_old("profiles", len(old), min(old), cutoff) + "; nothing of this request was stored"
+                )
         key = tenant or "anonymous"
         stored = await self._db.commit(lambda conn: self._insert_profiles(conn, key, records))
         if self._metrics is not None:
@@ -84,10 +115,27 @@ class Ingest:
 
     async def ingest_otlp_profiles(
         self, req: otlp_profiles_svc.ExportProfilesServiceRequest, tenant: str | None
-    ) -> None:
-        """The profile sink (link gateway in standalone mode). Raises ``InvalidArgument`` on bad content."""
-        read = functools.partial(decode.records_from_otlp_profiles, req,
-                                 now_ns=int(self._clock() * 1_000_000_000))
+    ) -> otlp_profiles_svc.ExportProfilesServiceResponse:
+        """The profile sink (link gateway in standalone mode). Raises ``InvalidArgument`` on bad content; profiles
+        older than the retention age are refused one by one (``partial_success``), the rest stored."""
+        answer = otlp_profiles_svc.ExportProfilesServiceResponse()
+        now_ns = int(self._clock() * 1_000_000_000)
+        cutoff = self.cutoff_ns()
+        if cutoff is not None:
+            old = [p.time_unix_nano for rp in req.resource_profiles for sp in rp.scope_profiles
+                   for p in sp.profiles if p.time_unix_nano and p.time_unix_nano < cutoff]
+            if old:
+                answer.partial_success.rejected_profiles = len(old)
+                answer.partial_success.error_message = self._too_old("profiles", len(old), min(old), cutoff)
+                fresh = otlp_profiles_svc.ExportProfilesServiceRequest()
+                fresh.CopyFrom(req)
+                for rp in fresh.resource_profiles:
+                    for sp in rp.scope_profiles:
+                        keep = [p for p in sp.profiles if not (p.time_unix_nano and p.time_unix_nano < cutoff)]
+                        del sp.profiles[:]
+                        sp.profiles.extend(keep)
+                req = fresh
+        read = functools.partial(decode.records_from_otlp_profiles, req, now_ns=now_ns)
         try:
             records = await asyncio.to_thread(read) if req.ByteSize() >= OFFLOAD_BYTES else read()
         except InvalidArgument:
@@ -95,6 +143,7 @@ class Ingest:
                 self._metrics.ingest_rejected.labels("otlp-profiles").inc()
             raise
         await self.ingest_profiles(records, tenant)
+        return answer
 
     def _function_id(self, conn: sqlite3.Connection, name: str) -> int:
         return _intern(conn, self._function_ids, name, "SELECT id FROM functions WHERE name = ?", (name,),
@@ -149,7 +198,16 @@ class Ingest:
     # ----------------------------------------------------------------------------------------- traces
 
     async def ingest_spans(self, batch: decode.SpanBatch, tenant: str | None) -> int:
-        """Write decoded spans (and their tags) in one transaction; returns the number of spans stored."""
+        """Write decoded spans (and their tags) in one transaction; returns the number of spans stored. Spans that
+        start before the retention age are left out, counted in ``batch.rejected`` and named in ``batch.message``."""
+        cutoff = self.cutoff_ns()
+        if cutoff is not None and batch.rows:
+            old = [r.start_ns for r in batch.rows if r.start_ns < cutoff]
+            if old:
+                batch.rows = [r for r in batch.rows if r.start_ns >= cutoff]
+                batch.rejected += len(old)
+                why = self._too_old("spans", len(old), min(old), cutoff)
+                batch.message = f"{batch.message}; {why}" if batch.message else why
         if not batch.rows:
             return 0
         key = tenant or "anonymous"
@@ -193,3 +251,15 @@ class Ingest:
                 [(tenant, scope, key, value, last) for scope, key, value in batch.tags],
             )
         return len(rows)
+
+
+def _iso(time_ns: int) -> str:
+    seconds = max(0, min(time_ns // 1_000_000_000, 253_402_300_799))
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
