@@ -24,7 +24,7 @@ from bridge.spancache import SpanCache
 from bridge.state import Backends, Clock
 from bridge.store.backend import Store
 from bridge.store.querier_api import StorePyroscope
-from bridge.store.runtime import retention_interval, retention_loop
+from bridge.store.runtime import maintenance_loop, retention_interval
 from bridge.store.tempo_api import StoreTempo
 from bridge.tasks import cancel_all, spawn
 from bridge.upstream.http import PyroscopeClient, TempoClient, new_session
@@ -79,7 +79,7 @@ class StandaloneMode:
                    span_cache: SpanCache) -> AsyncIterator[Backends]:
         store = await Store.open(settings.data_dir, clock=clock.now, metrics=metrics,
                                  retention_age=settings.retention_age)
-        retention = spawn(retention_loop(store, settings, retention_interval(settings)), "store-retention")
+        retention = spawn(maintenance_loop(store, settings, retention_interval(settings)), "store-maintenance")
         try:
             async with open_gateway(settings, metrics, sink=store, trace_sink=store, wall_clock=clock.now) as otlp:
                 log.info("standalone mode: store at %s", store.path)

@@ -284,8 +284,11 @@ async def test_migrates_a_version_1_database(tmp_path: Path) -> None:
         await store.close()
     conn = sqlite3.connect(tmp_path / DB_FILE)
     assert schema.current_version(conn) == schema.LATEST
-    for name in ("samples_trace", "profile_stacks", "samples_profile"):
+    for name in ("profile_stacks", "samples_profile", "span_profiles", "trace_profiles", "rollups", "spans_long"):
         assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = ?", (name,)).fetchone()[0] == 1
+    for gone in ("samples_span", "samples_trace"):  # replaced by span_profiles / trace_profiles (migration 5)
+        assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = ?", (gone,)).fetchone()[0] == 0
+    assert conn.execute("SELECT hour, span_id, profile_id FROM span_profiles").fetchall() == [(0, 5, 1)]
     conn.close()
 
 

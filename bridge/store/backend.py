@@ -3,12 +3,13 @@ Pyroscope's querier and the ingest sinks — composed of the store's parts, each
 
 - ``database.Database`` (``store.db``): the SQLite file, its writer thread (group commit) and reader pool;
 - ``ingest.Ingest`` (``store.ingest``): decoded profiles and spans into tables, the OTLP sinks;
-- ``retention``: the age and size budgets;
+- ``retention``: the age and size budgets; ``rollup``: per-stack totals per minute … 6 hours, compacted in the
+  background (``compact``);
 - ``traces.Traces`` (``store.traces``): trace by id, span lookup, TraceQL search, tags;
 - ``profiles.Profiles`` (``store.profiles``): merged stacks, the querier RPCs, series, profile types, labels.
 
 ``Store`` only forwards (its methods are the public API the app, the routes and the tests use) and answers what
-belongs to the whole store: ``ready``, ``counts``, ``used_bytes``, ``close``.
+belongs to the whole store: ``ready``, ``counts``, ``used_bytes``, ``compact``, ``analyze``, ``close``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
 from bridge.metrics import Metrics
 from bridge.spans import SearchHit, Trace
-from bridge.store import decode, retention, traceql
+from bridge.store import decode, retention, rollup, traceql
 from bridge.store.database import DB_FILE, Database, StoreError
 from bridge.store.ingest import Ingest
 from bridge.store.profiles import Profiles
@@ -120,6 +121,33 @@ class Store:
 
     async def used_bytes(self) -> int:
         return await retention.used_bytes(self.db)
+
+    # ----------------------------------------------------------------------------------------- background upkeep
+
+    async def compact(self, max_slices: int = 1_000_000) -> int:
+        """Advance the rollups as far as the clock allows, one bounded slice per transaction (ingest interleaves);
+        returns the number of slices done."""
+        done = 0
+        while done < max_slices and await self.db.write(self._compact_slice):
+            done += 1
+        return done
+
+    def _compact_slice(self, conn: sqlite3.Connection) -> bool:
+        marks = dict(self.ingest.load_marks(conn))
+        now_ns = int(self._clock() * 1_000_000_000)
+        advanced = self.db.transaction(lambda c: rollup.compact_step(c, now_ns, marks))
+        if advanced:
+            self.ingest.marks = marks  # only once committed
+        return advanced
+
+    async def analyze(self) -> None:
+        """Refresh the query planner's statistics (``ANALYZE`` over a bounded sample of each index)."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("PRAGMA analysis_limit = 1000")
+            conn.execute("ANALYZE")
+
+        await self.db.write(run)
 
     async def counts(self, tenant: str | None = None) -> Counts:
         return await self.db.read(_counts, tenant)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from bridge.errors import BridgeError, StorageFull
-from bridge.store.schema import migrate
+from bridge.store.schema import current_version, migrate
 
 log = logging.getLogger("bridge.store")
 
@@ -96,7 +96,9 @@ class Database:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA foreign_keys = OFF")
-            migrate(conn)
+            before = current_version(conn)
+            if migrate(conn) != before and before:
+                conn.executescript("PRAGMA incremental_vacuum;")  # give back what a migration freed (dropped indexes)
         except (OSError, sqlite3.Error, RuntimeError) as exc:
             raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
         self._wconn = conn

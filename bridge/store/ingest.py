@@ -27,7 +27,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_tra
 
 from bridge.errors import InvalidArgument
 from bridge.metrics import Metrics
-from bridge.store import decode
+from bridge.store import decode, rollup
 from bridge.store.database import Database
 from bridge.store.schema import pack_frames
 
@@ -63,6 +63,9 @@ class Ingest:
         self._clock = clock
         self._metrics = metrics
         self.retention_age = retention_age
+        # the rollups' watermarks (writer thread only): loaded on the first write, advanced by compaction after its
+        # transaction commits
+        self.marks: dict[int, int] | None = None
         # writer-side id caches, touched on the writer thread only
         self._function_ids: dict[str, int] = {}
         self._stack_ids: dict[tuple[str, ...], int] = {}
@@ -75,6 +78,11 @@ class Ingest:
         self._stack_ids.clear()
         self._series_ids.clear()
         self._blob_ids.clear()
+
+    def load_marks(self, conn: sqlite3.Connection) -> dict[int, int]:
+        if self.marks is None:
+            self.marks = rollup.watermarks(rollup.read_state(conn))
+        return self.marks
 
     # ----------------------------------------------------------------------------------------- retention at ingest
 
@@ -166,6 +174,7 @@ class Ingest:
 
     def _insert_profiles(self, conn: sqlite3.Connection, tenant: str, records: Sequence[decode.ProfileRecord]) -> int:
         stored = 0
+        marks = self.load_marks(conn)
         for record in records:
             if not record.samples:
                 continue
@@ -186,12 +195,27 @@ class Ingest:
                 rows,
             )
             per_stack: dict[int, int] = {}
+            spans: set[int] = set()
+            traces: set[bytes] = set()
             for row in rows:
                 per_stack[row[2]] = per_stack.get(row[2], 0) + row[3]
+                if row[4] is not None:
+                    spans.add(row[4])
+                if row[5] is not None:
+                    traces.add(row[5])
             conn.executemany(
                 "INSERT INTO profile_stacks (profile_id, stack_id, value) VALUES (?, ?, ?)",
                 [(profile_id, stack, value) for stack, value in per_stack.items()],
             )
+            hour = rollup.hour_of(record.time_ns)
+            if spans:
+                conn.executemany("INSERT INTO span_profiles (hour, span_id, profile_id) VALUES (?, ?, ?)",
+                                 [(hour, span, profile_id) for span in spans])
+            if traces:
+                conn.executemany("INSERT INTO trace_profiles (hour, trace_id, profile_id) VALUES (?, ?, ?)",
+                                 [(hour, trace, profile_id) for trace in traces])
+            if record.time_ns < marks[rollup.LEVELS[0]]:
+                rollup.add_late(conn, marks, series_id, record.time_ns, per_stack)
             stored += len(rows)
         return stored
 

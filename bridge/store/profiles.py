@@ -1,7 +1,11 @@
 """Profile queries of the store, Pyroscope's querier answered from SQLite: merged stacks (``GROUP BY stack`` over
-the selected series and window, from per-profile stack totals or, when span or trace ids select, from the samples),
-flame graphs and pprof built from them, profile types, label names and values, series and time series. Every query
-runs on a reader thread."""
+the selected series and window), flame graphs and pprof built from them, profile types, label names and values,
+series and time series. Every query runs on a reader thread.
+
+A merge reads what its answer needs, not what the store holds: without a span or trace selector, the coarsest
+rollups that fit the window (``rollup.plan``) plus per-profile stack totals at its edges; with one, only the
+profiles that hold samples of those spans or traces (``span_profiles`` / ``trace_profiles``, by hour), and of those
+only their samples. Both are exact. A merge whose sum would pass int64 is refused with ``out_of_range``."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from bridge.errors import BridgeError, Code, InvalidArgument, Unimplemented
 from bridge.pprof import encode_pprof
 from bridge.profiletype import ProfileType
 from bridge.selector import Matcher, matches_any, parse_selector, parse_selectors
+from bridge.store import rollup
 from bridge.store.database import Database
 from bridge.store.query import (
     DEFAULT_MAX_NODES,
@@ -41,6 +46,16 @@ def _overflow() -> BridgeError:
         "or the label selector",
         code=Code.OUT_OF_RANGE,
     )
+
+
+def _read_snapshot(conn: sqlite3.Connection, fn: Any, *args: Any) -> Any:
+    """``fn(conn, *args)`` inside one read transaction: its statements see one snapshot (the rollups' watermarks and
+    the rollups they describe)."""
+    conn.execute("BEGIN")
+    try:
+        return fn(conn, *args)
+    finally:
+        conn.execute("COMMIT")
 
 
 def _require_flamegraph_format(rpc: str, fmt: int) -> None:
@@ -100,32 +115,19 @@ class Profiles:
         self, conn: sqlite3.Connection, series_ids: Sequence[int], window: tuple[int, int],
         span_ids: Sequence[int] | None = None, trace_ids: Sequence[bytes] | None = None,
     ) -> list[tuple[tuple[str, ...], int]]:
-        """``GROUP BY stack`` over the selected profiles → (frames root first, summed value) per distinct stack: from
-        the per-profile stack totals, or from the samples when span or trace ids select them."""
+        """``GROUP BY stack`` over the selected profiles → (frames root first, summed value) per distinct stack."""
         if not series_ids:
             return []
-        inner = "SELECT stack_id, SUM(value) AS v FROM " + (
-            "profile_stacks" if span_ids is None and trace_ids is None else "samples"
-        )
-        where = [
-            "profile_id IN (SELECT id FROM profiles WHERE series_id IN (SELECT value FROM json_each(?)) "
-            "AND time_ns >= ? AND time_ns < ?)"
-        ]
-        params: list[Any] = [json.dumps(list(series_ids)), *window]
-        if span_ids is not None:
-            if not span_ids:
+        series_json = json.dumps(list(series_ids))
+        if span_ids is None and trace_ids is None:
+            inner, params = self._rollup_rows(conn, series_json, window)
+        else:
+            linked = self._linked_rows(conn, series_json, window, span_ids, trace_ids)
+            if linked is None:
                 return []
-            inner += " INDEXED BY samples_span"
-            where.append(f"span_id IS NOT NULL AND span_id IN ({','.join('?' * len(span_ids))})")
-            params.extend(span_ids)
-        elif trace_ids is not None:
-            if not trace_ids:
-                return []
-            inner += " INDEXED BY samples_trace"
-            where.append(f"trace_id IS NOT NULL AND trace_id IN ({','.join('?' * len(trace_ids))})")
-            params.extend(trace_ids)
+            inner, params = linked
         sql = (
-            f"SELECT st.frames, agg.v FROM ({inner} WHERE {' AND '.join(where)} GROUP BY stack_id) AS agg "
+            f"SELECT st.frames, agg.v FROM (SELECT stack_id, SUM(value) AS v FROM ({inner}) GROUP BY stack_id) AS agg "
             "JOIN stacks AS st ON st.id = agg.stack_id"
         )
         try:
@@ -135,9 +137,67 @@ class Profiles:
                 raise _overflow() from exc
             raise
         if abs(sum(v for _, v in rows)) >= INT64_MAX or any(abs(v) >= INT64_MAX for _, v in rows):
-            raise _overflow()
+            raise _overflow()  # past int64, or a rollup that saturated
         names = self._names_of(conn, {i for ids, _ in rows for i in ids})
         return [(tuple(names.get(i, f"<function {i}>") for i in ids), v) for ids, v in rows]
+
+    @staticmethod
+    def _rollup_rows(conn: sqlite3.Connection, series_json: str, window: tuple[int, int]) -> tuple[str, list[Any]]:
+        """(stack_id, value) rows whose sum per stack is the merge of the window: rollup buckets where they fit whole,
+        per-profile stack totals at the edges."""
+        state = rollup.read_state(conn)
+        segments = rollup.plan(window[0], window[1], rollup.watermarks(state), state.get(rollup.RETAINED_FROM, 0))
+        arms: list[str] = []
+        params: list[Any] = []
+        for seg in segments:
+            if seg.level == 0:
+                arms.append(
+                    "SELECT stack_id, value FROM profile_stacks WHERE profile_id IN (SELECT id FROM profiles "
+                    "WHERE series_id IN (SELECT value FROM json_each(?)) AND time_ns >= ? AND time_ns < ?)"
+                )
+                params.extend((series_json, seg.start, seg.end))
+            else:
+                arms.append(
+                    "SELECT stack_id, value FROM rollups WHERE level = ? AND series_id IN (SELECT value FROM "
+                    "json_each(?)) AND bucket >= ? AND bucket < ?"
+                )
+                params.extend((seg.level, series_json, seg.start, seg.end))
+        if not arms:
+            return "SELECT 0 AS stack_id, 0 AS value WHERE false", []
+        return " UNION ALL ".join(arms), params
+
+    @staticmethod
+    def _linked_rows(
+        conn: sqlite3.Connection, series_json: str, window: tuple[int, int],
+        span_ids: Sequence[int] | None, trace_ids: Sequence[bytes] | None,
+    ) -> tuple[str, list[Any]] | None:
+        """(stack_id, value) rows of the samples of these spans (or traces): found through the profiles that hold
+        them, hour by hour of the window's stored time, so the cost follows the spans, not the history."""
+        ids: list[Any]
+        if span_ids is not None:
+            table, column, ids = "span_profiles", "span_id", list(span_ids)
+        else:
+            assert trace_ids is not None
+            table, column, ids = "trace_profiles", "trace_id", list(trace_ids)
+        if not ids:
+            return None
+        lo, hi = window
+        first = conn.execute("SELECT time_ns FROM profiles WHERE time_ns >= ? AND time_ns < ? ORDER BY time_ns "
+                             "LIMIT 1", (lo, hi)).fetchone()
+        if first is None:
+            return None
+        last = conn.execute("SELECT time_ns FROM profiles WHERE time_ns >= ? AND time_ns < ? ORDER BY time_ns DESC "
+                            "LIMIT 1", (lo, hi)).fetchone()
+        hours = list(range(rollup.hour_of(first[0]), rollup.hour_of(last[0]) + 1))
+        marks = ",".join("?" * len(ids))
+        inner = (
+            f"SELECT stack_id, value FROM samples WHERE profile_id IN ("
+            f"SELECT l.profile_id FROM {table} AS l JOIN profiles AS p ON p.id = l.profile_id "
+            f"WHERE l.hour IN (SELECT value FROM json_each(?)) AND l.{column} IN ({marks}) "
+            "AND p.series_id IN (SELECT value FROM json_each(?)) AND p.time_ns >= ? AND p.time_ns < ?"
+            f") AND {column} IN ({marks})"
+        )
+        return inner, [json.dumps(hours), *ids, series_json, lo, hi, *ids]
 
     def _select_stacks(
         self, conn: sqlite3.Connection, tenant: str, profile_type: str, selector: str, start_ms: int, end_ms: int,
@@ -145,8 +205,14 @@ class Profiles:
     ) -> list[tuple[tuple[str, ...], int]]:
         ProfileType.parse(profile_type)
         window = window_ns(start_ms, end_ms)
-        series = self._series(conn, tenant, [parse_selector(selector)], profile_type)
-        return self._merged_stacks(conn, list(series), window, span_ids, trace_ids)
+        selectors = [parse_selector(selector)]
+
+        def merge(c: sqlite3.Connection) -> list[tuple[tuple[str, ...], int]]:
+            series = self._series(c, tenant, selectors, profile_type)
+            return self._merged_stacks(c, list(series), window, span_ids, trace_ids)
+
+        result: list[tuple[tuple[str, ...], int]] = _read_snapshot(conn, merge)
+        return result
 
     async def merged_stacks(
         self, tenant: str | None, profile_type: str, selector: str, start_ms: int, end_ms: int, *,

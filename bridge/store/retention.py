@@ -2,16 +2,23 @@
 
 A pass runs on the writer thread: profiles and spans older than the cutoff go first (one transaction); then, while the
 database is larger than its byte budget, the oldest tenth of the stored time span, profiles and spans alike (one
-transaction each, at most 50). Rows nothing refers to any more (stacks, series, resources, scopes) are collected
-after, cached ids are forgotten, and the freed pages are returned to the file system.
+transaction each, at most 50). Rollup buckets that start before what was dropped go with it (``rollup.drop_before``).
+Rows nothing refers to any more (stacks, series, resources, scopes) are collected after — each collection reads
+whole tables, so at most once every ``GC_INTERVAL_NS`` of store time, or at once when the size budget made room —,
+cached ids are forgotten, and the freed pages are returned to the file system.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass
+from typing import Final
 
+from bridge.store import rollup
 from bridge.store.database import Database
+
+GC_INTERVAL_NS: Final = 3600 * 1_000_000_000
+LAST_GC: Final = "last_gc"
 
 
 @dataclass(slots=True)
@@ -44,6 +51,12 @@ def _delete_before(conn: sqlite3.Connection, profiles_before: int, spans_before:
             f"DELETE FROM {table} WHERE profile_id IN (SELECT id FROM profiles WHERE time_ns < ?)",
             (profiles_before,),
         )
+    for table in ("span_profiles", "trace_profiles"):
+        conn.execute(
+            f"DELETE FROM {table} WHERE hour <= ? AND profile_id IN (SELECT id FROM profiles WHERE time_ns < ?)",
+            (rollup.hour_of(profiles_before), profiles_before),
+        )
+    rollup.drop_before(conn, profiles_before)
     profiles = conn.execute("DELETE FROM profiles WHERE time_ns < ?", (profiles_before,)).rowcount
     spans = conn.execute("DELETE FROM spans WHERE start_ns < ?", (spans_before,)).rowcount
     conn.execute("DELETE FROM tags WHERE last_ns < ?", (spans_before,))
@@ -52,6 +65,7 @@ def _delete_before(conn: sqlite3.Connection, profiles_before: int, spans_before:
 
 def _retain(conn: sqlite3.Connection, db: Database, cutoff_ns: int, max_bytes: int) -> RetentionResult:
     result = RetentionResult()
+    by_size = False
 
     def by_age(c: sqlite3.Connection) -> None:
         p, s = _delete_before(c, cutoff_ns, cutoff_ns)
@@ -80,10 +94,19 @@ def _retain(conn: sqlite3.Connection, db: Database, cutoff_ns: int, max_bytes: i
 
         if not db.transaction(oldest_tenth):
             break
+        by_size = True
     if result.profiles or result.spans:
-        db.transaction(_collect_garbage)
-        db.forget_ids()
-        conn.execute("PRAGMA incremental_vacuum")
+        last_gc = rollup.read_state(conn).get(LAST_GC)
+        if by_size or last_gc is None or cutoff_ns - last_gc >= GC_INTERVAL_NS or cutoff_ns < last_gc:
+
+            def collect(c: sqlite3.Connection) -> None:
+                _collect_garbage(c)
+                rollup.write_state(c, LAST_GC, cutoff_ns)
+
+            db.transaction(collect)
+            db.forget_ids()
+        # stepped to the end, or it frees one page only (Cursor.execute steps a statement once)
+        conn.executescript("PRAGMA incremental_vacuum;")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     result.used_bytes = _used_bytes(conn)
     return result
@@ -91,7 +114,8 @@ def _retain(conn: sqlite3.Connection, db: Database, cutoff_ns: int, max_bytes: i
 
 def _collect_garbage(conn: sqlite3.Connection) -> None:
     """Drop rows nothing refers to any more: stacks, series, resources, scopes."""
-    conn.execute("DELETE FROM stacks WHERE id NOT IN (SELECT DISTINCT stack_id FROM samples)")
+    conn.execute("DELETE FROM stacks WHERE id NOT IN (SELECT stack_id FROM profile_stacks UNION "
+                 "SELECT stack_id FROM rollups)")
     conn.execute("DELETE FROM series WHERE id NOT IN (SELECT DISTINCT series_id FROM profiles)")
     conn.execute("DELETE FROM resources WHERE id NOT IN (SELECT DISTINCT resource_id FROM spans)")
     conn.execute("DELETE FROM scopes WHERE id NOT IN (SELECT DISTINCT scope_id FROM spans)")

@@ -1,0 +1,222 @@
+"""Standalone queries cost what the answer needs, not what history holds (issue 15, goal 4) — and stay exact.
+
+- Merges without a span selector read rollups (per minute … 6 hours) where whole buckets fit the window, raw
+  per-profile totals at its edges: checked equal to a plain sum of every sample, for random windows, after late
+  arrivals, and across retention cuts that fall inside buckets.
+- Span and trace selectors find their profiles hour by hour: equal to a plain sum, whatever the window.
+Costs are checked as counts (rollup segments read, compaction slices), never as time.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bridge import flamegraph
+from bridge._proto import querier_pb2 as qpb
+from bridge.store import Store, decode, rollup
+from bridge.store.query import window_ns
+from tests.test_store import CPU, ctx
+
+NS = 1_000_000_000
+T0_S = 1_795_000_000  # 2026-11-18, on no rollup boundary: 1_795_000_000 % 21_600 == 16_000
+HOURS = 7
+PTYPE = decode.ProfileType("process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds")
+FRAMES = [("main", "serve", f"handler{i}", f"leaf{i % 7}") for i in range(40)]
+
+Sample = tuple[str, int, tuple[str, ...], int, int | None, bytes | None]  # service, time_ns, frames, value, span, trace
+
+
+def generate(rng: random.Random, hours: int = HOURS) -> tuple[list[decode.ProfileRecord], list[Sample]]:
+    """Three services uploading a profile every 10 s (one skips a stretch), samples linked to a few spans each."""
+    records: list[decode.ProfileRecord] = []
+    truth: list[Sample] = []
+    for window in range(hours * 360):
+        for svc in ("api", "db", "cache"):
+            if svc == "cache" and 100 <= window < 700:
+                continue  # a gap: rollup buckets with nothing in them
+            time_ns = (T0_S + window * 10) * NS + rng.randrange(0, 3) * NS
+            spans = [rng.getrandbits(62) + 1 for _ in range(3)]
+            trace = rng.getrandbits(127).to_bytes(16, "big") or b"\1" * 16
+            samples = []
+            for _ in range(rng.randint(1, 6)):
+                frames = rng.choice(FRAMES)
+                value = rng.randint(1, 50) * 10_000_000
+                span = rng.choice(spans + [None])
+                samples.append((frames, value, {} if span is None else {
+                    "span_id": decode.int_to_span_id(span), "trace_id": trace.hex()}))
+                truth.append((svc, time_ns, frames, value, span, None if span is None else trace))
+            records.extend(decode.records_from_samples({"service_name": svc}, PTYPE, time_ns, 10 * NS, samples))
+    return records, truth
+
+
+def expected(truth: list[Sample], services: set[str], lo_ns: int, hi_ns: int, span_ids: set[int] | None = None,
+             traces: set[bytes] | None = None, retained_from: int = 0) -> dict[tuple[str, ...], int]:
+    out: Counter[tuple[str, ...]] = Counter()
+    for svc, t, frames, value, span, trace in truth:
+        if svc not in services or not lo_ns <= t < hi_ns or t < retained_from:
+            continue
+        if span_ids is not None and span not in span_ids:
+            continue
+        if traces is not None and trace not in traces:
+            continue
+        out[frames] += value
+    return dict(out)
+
+
+async def merged(store: Store, selector: str, start_ms: int, end_ms: int, **kw: object) -> dict[tuple[str, ...], int]:
+    req = qpb.SelectMergeStacktracesRequest(profile_typeID=CPU, label_selector=selector, start=start_ms, end=end_ms,
+                                            max_nodes=100_000, **kw)
+    fg = (await store.select_merge_stacktraces(req, ctx())).flamegraph
+    return dict(flamegraph.iter_stacks(flamegraph.decode(fg)))
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[list[decode.ProfileRecord], list[Sample]]:
+    return generate(random.Random(15))
+
+
+@pytest.fixture
+async def store(tmp_path: Path, data: tuple[list[decode.ProfileRecord], list[Sample]]) -> AsyncIterator[Store]:
+    s = await Store.open(tmp_path, clock=lambda: T0_S + HOURS * 3600 + 600)
+    records, _ = data
+    for i in range(0, len(records), 50):
+        await s.ingest_profiles(records[i:i + 50], None)
+    yield s
+    await s.close()
+
+
+def random_windows(rng: random.Random, n: int) -> list[tuple[int, int]]:
+    out = [(T0_S * 1000, (T0_S + HOURS * 3600) * 1000), (0, 4_000_000_000_000)]
+    for _ in range(n):
+        a = T0_S * 1000 + rng.randrange(0, HOURS * 3600 * 1000)
+        out.append((a, min(a + rng.choice([1, 60, 3600, 5 * 3600, 9 * 3600]) * 1000 + rng.randrange(0, 99_999),
+                           (T0_S + HOURS * 3600) * 1000)))
+    return out
+
+
+async def test_rollup_merges_equal_a_plain_sum_for_any_window(
+    store: Store, data: tuple[list[decode.ProfileRecord], list[Sample]]
+) -> None:
+    _, truth = data
+    assert await store.compact() > 0
+    marks = await store.db.read(lambda c: rollup.watermarks(rollup.read_state(c)))
+    assert marks[60] > T0_S * NS and marks[21600] > T0_S * NS  # every level compacted something
+    rng = random.Random(1)
+    for start_ms, end_ms in random_windows(rng, 40):
+        lo, hi = window_ns(start_ms, end_ms)
+        for selector, services in (('{service_name="api"}', {"api"}), ("{}", {"api", "db", "cache"}),
+                                   ('{service_name=~"api|cache"}', {"api", "cache"})):
+            assert await merged(store, selector, start_ms, end_ms) == expected(truth, services, lo, hi), (
+                selector, start_ms, end_ms)
+
+
+async def test_late_arrivals_land_in_compacted_buckets(
+    store: Store, data: tuple[list[decode.ProfileRecord], list[Sample]]
+) -> None:
+    _, truth = data
+    await store.compact()
+    late_ns = (T0_S + 3 * 3600 + 125) * NS  # long compacted at every level
+    late = decode.records_from_samples({"service_name": "api"}, PTYPE, late_ns, 10 * NS,
+                                       [(("main", "late"), 123, {}), (FRAMES[0], 7, {})])
+    await store.ingest_profiles(late, None)
+    truth = truth + [("api", late_ns, ("main", "late"), 123, None, None), ("api", late_ns, FRAMES[0], 7, None, None)]
+    whole = (T0_S * 1000, (T0_S + HOURS * 3600) * 1000)
+    assert await merged(store, '{service_name="api"}', *whole) == expected(truth, {"api"}, *window_ns(*whole))
+    level = await store.db.read(lambda c: c.execute(
+        "SELECT value FROM rollups WHERE level = 21600 AND stack_id = (SELECT st.id FROM stacks st "
+        "JOIN profile_stacks ps ON ps.stack_id = st.id WHERE ps.value = 123)").fetchall())
+    assert level == [(123,)]  # added to the 6-hour bucket as well
+
+
+async def test_retention_inside_a_bucket_keeps_merges_exact(
+    store: Store, data: tuple[list[decode.ProfileRecord], list[Sample]]
+) -> None:
+    _, truth = data
+    await store.compact()
+    cutoff_ns = (T0_S + 2 * 3600 + 1234) * NS  # inside a minute, an hour and a 6-hour bucket
+    now_s = T0_S + HOURS * 3600 + 600
+    dropped = await store.enforce_retention(max_age_s=now_s - cutoff_ns / NS, max_bytes=2**40)
+    assert dropped.profiles > 0
+    rng = random.Random(2)
+    for start_ms, end_ms in random_windows(rng, 15):
+        lo, hi = window_ns(start_ms, end_ms)
+        assert await merged(store, "{}", start_ms, end_ms) == expected(
+            truth, {"api", "db", "cache"}, lo, hi, retained_from=cutoff_ns), (start_ms, end_ms)
+    pages = await store.db.read(lambda c: c.execute("PRAGMA freelist_count").fetchone()[0])
+    assert pages == 0  # freed pages went back to the file system (the PRAGMA used to free one page a pass)
+    buckets = await store.db.read(lambda c: c.execute("SELECT min(bucket) FROM rollups").fetchone()[0])
+    assert buckets >= cutoff_ns  # the buckets the cut went through are gone whole
+    await store.compact()  # compaction picks up where it was, retention's cut notwithstanding
+    whole = (T0_S * 1000, (T0_S + HOURS * 3600) * 1000)
+    assert await merged(store, "{}", *whole) == expected(
+        truth, {"api", "db", "cache"}, *window_ns(*whole), retained_from=cutoff_ns)
+
+
+async def test_span_and_trace_selectors_find_every_sample_whatever_the_window(
+    store: Store, data: tuple[list[decode.ProfileRecord], list[Sample]]
+) -> None:
+    _, truth = data
+    rng = random.Random(3)
+    linked = [s for s in truth if s[4] is not None]
+    for _ in range(25):
+        picks = rng.sample(linked, 3)
+        spans = {p[4] for p in picks if p[4] is not None}
+        traces = {p[5] for p in picks if p[5] is not None}
+        for start_ms, end_ms in random_windows(rng, 3):
+            lo, hi = window_ns(start_ms, end_ms)
+            got = await merged(store, "{}", start_ms, end_ms, span_selector=[decode.int_to_span_id(s) for s in spans])
+            assert got == expected(truth, {"api", "db", "cache"}, lo, hi, span_ids=spans)
+            got = await merged(store, '{service_name="api"}', start_ms, end_ms,
+                               trace_id_selector=[t.hex() for t in traces])
+            assert got == expected(truth, {"api"}, lo, hi, traces=traces)
+
+
+def test_plan_covers_the_window_exactly_with_few_segments() -> None:
+    rng = random.Random(4)
+    hour = 3600 * NS
+    marks = {60: 1000 * hour, 600: 1000 * hour, 3600: 999 * hour, 21600: 996 * hour}
+    for _ in range(2000):
+        lo = rng.randrange(0, 1010 * hour)
+        hi = lo + rng.randrange(0, 200 * hour)
+        retained = rng.choice([0, lo - rng.randrange(0, hour + 1), lo + rng.randrange(0, 3 * hour)])
+        segments = rollup.plan(lo, hi, marks, retained)
+        pos = lo
+        for seg in segments:  # contiguous, in order, covering [lo, hi)
+            assert seg.start == pos and seg.end > seg.start
+            pos = seg.end
+            if seg.level:
+                size = seg.level * NS
+                assert seg.start % size == 0 and seg.end % size == 0
+                assert seg.end <= marks[seg.level] and seg.start >= retained
+        assert pos == hi or (not segments and lo >= hi)
+        # never more than: two edges per level below the top, the top's run, two raw edges
+        assert len(segments) <= 2 * len(rollup.LEVELS) + 1
+    # the segments a 6-hour window reads are as few as a 1-hour window's, give or take the edges
+    six = rollup.plan(900 * hour + 17 * NS, 906 * hour + 17 * NS, marks)
+    one = rollup.plan(905 * hour + 17 * NS, 906 * hour + 17 * NS, marks)
+    assert len(six) <= len(one) + 2
+
+
+async def test_compaction_waits_for_grace_and_jumps_over_gaps(tmp_path: Path) -> None:
+    now = [float(T0_S)]
+    store = await Store.open(tmp_path, clock=lambda: now[0])
+    try:
+        records = decode.records_from_samples({"service_name": "api"}, PTYPE, T0_S * NS, 10 * NS,
+                                              [(("main",), 5, {})])
+        await store.ingest_profiles(records, None)
+        await store.compact()
+        rows = await store.db.read(lambda c: c.execute("SELECT count(*) FROM rollups").fetchone()[0])
+        assert rows == 0  # its minute has not ended GRACE ago
+        now[0] = T0_S + 60 * 86_400.0  # two months later, nothing else stored: a handful of slices, not thousands
+        slices = await store.compact()
+        assert 0 < slices <= 3 * len(rollup.LEVELS)
+        rows = await store.db.read(lambda c: c.execute(
+            "SELECT level, value FROM rollups ORDER BY level").fetchall())
+        assert rows == [(60, 5), (600, 5), (3600, 5), (21600, 5)]
+    finally:
+        await store.close()
