@@ -4,7 +4,8 @@
   per-profile totals at its edges: checked equal to a plain sum of every sample, for random windows, after late
   arrivals, and across retention cuts that fall inside buckets.
 - Span and trace selectors find their profiles hour by hour: equal to a plain sum, whatever the window.
-Costs are checked as counts (rollup segments read, compaction slices), never as time.
+- TraceQL search walks only its window (long spans included), stops at ``limit`` traces with every match counted,
+  and says when it stopped early. Costs are checked as counts (spans examined, rollup segments read), never as time.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
 
 from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
-from bridge.store import Store, decode, rollup
+from bridge.store import Store, decode, rollup, traceql
 from bridge.store.query import window_ns
 from tests.test_store import CPU, ctx
 
@@ -220,3 +222,126 @@ async def test_compaction_waits_for_grace_and_jumps_over_gaps(tmp_path: Path) ->
         assert rows == [(60, 5), (600, 5), (3600, 5), (21600, 5)]
     finally:
         await store.close()
+
+
+# --------------------------------------------------------------------------------------------- TraceQL search
+
+
+def span_request(spans: list[tuple[bytes, bytes, str, int, int, int]]) -> otlp_trace_svc.ExportTraceServiceRequest:
+    """(trace id, span id, service, start s, duration s, http status) per span."""
+    req = otlp_trace_svc.ExportTraceServiceRequest()
+    by_service: dict[str, list[tuple[bytes, bytes, str, int, int, int]]] = {}
+    for s in spans:
+        by_service.setdefault(s[2], []).append(s)
+    for service, rows in by_service.items():
+        rs = req.resource_spans.add()
+        rs.resource.attributes.add(key="service.name").value.string_value = service
+        ss = rs.scope_spans.add()
+        for trace_id, span_id, _, start_s, duration_s, status in rows:
+            span = ss.spans.add(trace_id=trace_id, span_id=span_id, name="GET /x")
+            span.start_time_unix_nano = start_s * NS
+            span.end_time_unix_nano = (start_s + duration_s) * NS
+            span.attributes.add(key="http.status_code").value.int_value = status
+    return req
+
+
+@pytest.fixture
+async def span_store(tmp_path: Path) -> AsyncIterator[tuple[Store, list[tuple[bytes, bytes, str, int, int, int]]]]:
+    """Six hours of spans, one trace of two spans every 10 s; one in five traces has a 500; a few long spans."""
+    rng = random.Random(9)
+    spans = []
+    for i in range(6 * 360):
+        trace = rng.getrandbits(127).to_bytes(16, "big")
+        status = 500 if i % 5 == 0 else 200
+        start = T0_S + i * 10
+        spans.append((trace, rng.getrandbits(62).to_bytes(8, "big"), "api", start, 2, status))
+        spans.append((trace, rng.getrandbits(62).to_bytes(8, "big"), "db", start + 1, 1, status))
+    for k, (start, duration) in enumerate(((T0_S + 3600, 4 * 3600), (T0_S + 100, 1800), (T0_S + 7000, 700))):
+        spans.append((bytes([k + 1]) * 16, bytes([k + 1]) * 8, "batch", start, duration, 500))
+    s = await Store.open(tmp_path, clock=lambda: T0_S + 7 * 3600)
+    await s.ingest_otlp_traces(span_request(spans), None)
+    yield s, spans
+    await s.close()
+
+
+def matching(spans: list[tuple[bytes, bytes, str, int, int, int]], lo: int, hi: int) -> dict[bytes, int]:
+    """Traces with a 500 span overlapping [lo, hi] (seconds, as Tempo's start/end), and how many such spans."""
+    out: Counter[bytes] = Counter()
+    for trace, _, _, start, duration, status in spans:
+        if status == 500 and start < hi + 1 and start + duration >= lo:
+            out[trace] += 1
+    return dict(out)
+
+
+async def test_search_in_a_window_examines_the_window_and_counts_every_match(
+    span_store: tuple[Store, list[tuple[bytes, bytes, str, int, int, int]]]
+) -> None:
+    store, spans = span_store
+    query = traceql.parse("{ span.http.status_code = 500 }")
+    lo, hi = T0_S + 5 * 3600, T0_S + 6 * 3600  # the last hour of six
+    want = matching(spans, lo, hi)
+    result = await store.search_traces(query, lo, hi, 10_000, 100, None)
+    assert result.partial is None
+    assert {bytes.fromhex(m.trace_id): m.matched for m in result.traces} == want
+    assert any(m.trace_id == (b"\x01" * 16).hex() for m in result.traces)  # a long span begun 4 hours before
+    in_window = sum(1 for _, _, _, start, d, _ in spans if start < hi + 1 and start + d >= lo)
+    near = sum(1 for _, _, _, start, _, _ in spans if lo - 600 <= start < hi + 1)
+    assert in_window <= result.inspected_spans <= near + 3  # the window (and 10 minutes before it), not 6 hours
+
+    few = await store.search_traces(query, lo, hi, 5, 1, None)
+    assert few.partial is None and len(few.traces) == 5
+    assert all(m.matched == want[bytes.fromhex(m.trace_id)] and len(m.spans) == 1 for m in few.traces)
+    assert few.inspected_spans < 100  # stopped as soon as it had five traces
+    newest = sorted(want, key=lambda t: max(s[3] for s in spans if s[0] == t and s[5] == 500), reverse=True)
+    assert {bytes.fromhex(m.trace_id) for m in few.traces} == set(newest[:5])
+
+
+async def test_search_that_runs_out_of_budget_says_it_is_partial(
+    span_store: tuple[Store, list[tuple[bytes, bytes, str, int, int, int]]]
+) -> None:
+    store, _ = span_store
+    query = traceql.parse('{ span.http.status_code = 404 }')  # matches nothing: the whole window is walked
+    result = await store.search_traces(query, T0_S, T0_S + 6 * 3600, 20, 3, None, budget=1000)
+    assert result.traces == [] and result.inspected_spans == 1000
+    assert result.partial is not None and "1,000 spans" in result.partial and "narrow the time range" in result.partial
+    complete = await store.search_traces(query, T0_S, T0_S + 6 * 3600, 20, 3, None)
+    assert complete.partial is None and complete.traces == [] and complete.inspected_spans > 1000
+
+
+async def test_search_by_service_uses_the_window_too(
+    span_store: tuple[Store, list[tuple[bytes, bytes, str, int, int, int]]]
+) -> None:
+    store, spans = span_store
+    query = traceql.parse('{ resource.service.name = "db" && span.http.status_code = 500 }')
+    lo, hi = T0_S + 3600, T0_S + 3600 + 600
+    result = await store.search_traces(query, lo, hi, 10_000, 3, None)
+    want = {t for t, _, svc, start, d, st in spans if svc == "db" and st == 500 and start < hi + 1 and start + d >= lo}
+    assert {bytes.fromhex(m.trace_id) for m in result.traces} == want
+    assert result.inspected_spans <= 2 * 60 + 10  # db spans of 20 minutes, no more
+
+
+async def test_tempo_search_answer_says_partial(
+    span_store: tuple[Store, list[tuple[bytes, bytes, str, int, int, int]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from bridge.store import tempo_api, traces
+    from bridge.upstream.base import CallContext
+
+    store, _ = span_store
+    monkeypatch.setattr(traces, "SEARCH_SCAN_BUDGET", 50)
+    query = {"q": "{ span.http.status_code = 404 }", "start": str(T0_S), "end": str(T0_S + 3600)}
+    ctx_: CallContext = ctx()
+    status, _, body = await tempo_api.answer(store, "GET", "api/search", query, {}, ctx_)
+    doc = json.loads(body)
+    assert status == 200 and doc["status"] == "PARTIAL" and "50 spans" in doc["message"]
+    assert doc["metrics"]["inspectedSpans"] == "50"
+
+
+async def test_analyze_gives_the_planner_statistics(
+    span_store: tuple[Store, list[tuple[bytes, bytes, str, int, int, int]]]
+) -> None:
+    store, _ = span_store
+    await store.analyze()
+    stats = await store.db.read(lambda c: c.execute("SELECT count(*) FROM sqlite_stat1").fetchone()[0])
+    assert stats > 0

@@ -34,7 +34,7 @@ from bridge.store import decode, retention, rollup, traceql
 from bridge.store.database import DB_FILE, Database, StoreError
 from bridge.store.ingest import Ingest
 from bridge.store.profiles import Profiles
-from bridge.store.query import TraceMatch
+from bridge.store.query import SearchResult
 from bridge.store.retention import RetentionResult
 from bridge.store.traces import Traces
 from bridge.upstream.base import CallContext
@@ -171,9 +171,10 @@ class Store:
         return await self.traces.trace_resource_spans(trace_id, tenant)
 
     async def search_traces(
-        self, query: traceql.Query, start_s: int, end_s: int, limit: int, spss: int, tenant: str | None
-    ) -> list[TraceMatch]:
-        return await self.traces.search_traces(query, start_s, end_s, limit, spss, tenant)
+        self, query: traceql.Query, start_s: int, end_s: int, limit: int, spss: int, tenant: str | None,
+        budget: int | None = None,
+    ) -> SearchResult:
+        return await self.traces.search_traces(query, start_s, end_s, limit, spss, tenant, budget)
 
     async def tag_names(self, tenant: str | None) -> dict[str, list[str]]:
         return await self.traces.tag_names(tenant)

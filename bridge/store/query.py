@@ -33,6 +33,15 @@ class TraceMatch:
     matched: int = 0
 
 
+@dataclass(slots=True)
+class SearchResult:
+    """A TraceQL search's answer: up to ``limit`` traces, how many spans were examined, and, when the search stopped
+    before it had looked at every span of its window, why (``partial``); None means the answer is complete."""
+
+    traces: list[TraceMatch]
+    inspected_spans: int = 0
+    partial: str | None = None
+
 
 def window_ns(start_ms: int, end_ms: int) -> tuple[int, int]:
     """Pyroscope's inclusive ``[start, end]`` in ms over the capture start → ``[lo, hi)`` in ns."""

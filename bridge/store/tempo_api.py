@@ -169,9 +169,9 @@ async def _search(store: Store, query: Mapping[str, str], ctx: CallContext) -> A
         limit = 20
     if spss <= 0:
         spss = 3
-    matches = await store.search_traces(parsed, start, end, limit, spss, ctx.tenant)
+    result = await store.search_traces(parsed, start, end, limit, spss, ctx.tenant)
     traces = []
-    for m in matches:
+    for m in result.traces:
         spans = [{k: v for k, v in s.items() if not k.startswith("_")} for s in m.spans]
         span_set = {"spans": spans, "matched": m.matched}
         traces.append({
@@ -183,7 +183,11 @@ async def _search(store: Store, query: Mapping[str, str], ctx: CallContext) -> A
             "spanSet": span_set,
             "spanSets": [span_set],
         })
-    doc: dict[str, Any] = {"metrics": {"inspectedTraces": len(traces), "completedJobs": 1, "totalJobs": 1}}
+    doc: dict[str, Any] = {"metrics": {"inspectedTraces": len(traces), "inspectedSpans": str(result.inspected_spans),
+                                       "completedJobs": 1, "totalJobs": 1}}
     if traces:
         doc = {"traces": traces, **doc}
+    if result.partial is not None:  # as Tempo marks a partial trace by ID: the answer is not all there is
+        doc["status"] = "PARTIAL"
+        doc["message"] = result.partial
     return _json(doc)

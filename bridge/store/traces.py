@@ -1,6 +1,11 @@
 """Trace queries of the store: a trace by id (as stored, or as the bridge's ``Trace``), span lookup, TraceQL search
 (the subset of ``traceql``: conditions SQL can answer become ``WHERE`` clauses, the rest are evaluated on the decoded
-span) and the tag endpoints. Every query runs on a reader thread."""
+span) and the tag endpoints. Every query runs on a reader thread.
+
+A search costs what its answer needs: it walks the spans of its time window newest first on an index that bounds the
+window from both sides (spans longer than ``LONG_SPAN_NS``, which may start long before the window, come from an
+index of their own) and stops as soon as it has ``limit`` traces; only then are those traces' matching spans counted.
+If it examines ``SEARCH_SCAN_BUDGET`` spans first, it answers with what it found and says it is partial."""
 
 from __future__ import annotations
 
@@ -16,10 +21,11 @@ from bridge.errors import InvalidArgument
 from bridge.spans import SERVICE_NAME, SearchHit, Trace, spans_from_otlp
 from bridge.store import decode, traceql
 from bridge.store.database import Database
-from bridge.store.query import FAR_FUTURE_NS, TraceMatch, bound_attr_value, search_span
+from bridge.store.query import FAR_FUTURE_NS, SearchResult, TraceMatch, bound_attr_value, search_span
 from bridge.upstream.base import CallContext
 
-SEARCH_SCAN_LIMIT: Final = 50_000  # candidate spans examined per search
+SEARCH_SCAN_BUDGET: Final = 200_000  # spans a search examines at most before it answers partial
+LONG_SPAN_NS: Final = 600 * 1_000_000_000  # the spans_long index's predicate (schema migration 5)
 
 
 class Traces:
@@ -98,9 +104,9 @@ class Traces:
     async def search(
         self, query: str, start_s: int, end_s: int, limit: int, ctx: CallContext, spss: int = 3
     ) -> list[SearchHit]:
-        matches = await self.search_traces(traceql.parse(query), start_s, end_s, limit, spss, ctx.tenant)
+        result = await self.search_traces(traceql.parse(query), start_s, end_s, limit, spss, ctx.tenant)
         hits: list[SearchHit] = []
-        for m in matches:
+        for m in result.traces:
             for s in m.spans:
                 hits.append(
                     SearchHit(
@@ -117,43 +123,48 @@ class Traces:
         return hits
 
     async def search_traces(
-        self, query: traceql.Query, start_s: int, end_s: int, limit: int, spss: int, tenant: str | None
-    ) -> list[TraceMatch]:
-        return await self._db.read(self._search, tenant or "anonymous", query, start_s, end_s, limit, spss)
+        self, query: traceql.Query, start_s: int, end_s: int, limit: int, spss: int, tenant: str | None,
+        budget: int | None = None,
+    ) -> SearchResult:
+        """Up to ``limit`` traces with spans matching ``query`` in the window, newest first; at most ``budget``
+        spans examined (``SEARCH_SCAN_BUDGET``), or the answer says it is partial."""
+        return await self._db.read(self._search, tenant or "anonymous", query, start_s, end_s, limit, spss,
+                                   SEARCH_SCAN_BUDGET if budget is None else budget)
 
     def _search(
         self, conn: sqlite3.Connection, tenant: str, query: traceql.Query, start_s: int, end_s: int, limit: int,
-        spss: int,
-    ) -> list[TraceMatch]:
+        spss: int, budget: int,
+    ) -> SearchResult:
+        limit = max(limit, 1)
         where = ["tenant = ?"]
         params: list[Any] = [tenant]
-        if start_s or end_s:
-            where.append("start_ns < ? AND end_ns >= ?")
-            params.extend([
-                min((end_s + 1) * 1_000_000_000, FAR_FUTURE_NS) if end_s > 0 else FAR_FUTURE_NS,
-                min(max(0, start_s) * 1_000_000_000, FAR_FUTURE_NS),
-            ])
+        index = "spans_time"
         python_conds: list[traceql.Cond] = []
         for cond in query.conds:
             a = cond.attr
             if a.scope == "intrinsic" and a.key == "span:id" and cond.op == "=" and isinstance(cond.value, str):
                 number = decode.span_id_to_int(cond.value.lower().rjust(16, "0"))
                 if number is None:
-                    return []
+                    return SearchResult([])
                 where.append("span_id = ?")
                 params.append(number)
+                index = "spans_span"
             elif a.scope == "intrinsic" and a.key == "trace:id" and cond.op == "=" and isinstance(cond.value, str):
                 raw = decode.trace_id_to_bytes(cond.value.lower().rjust(32, "0"))
                 if raw is None:
-                    return []
+                    return SearchResult([])
                 where.append("trace_id = ?")
                 params.append(raw)
+                if index != "spans_span":
+                    index = "spans_trace"
             elif a.scope == "intrinsic" and a.key == "name" and cond.op == "=" and isinstance(cond.value, str):
                 where.append("name = ?")
                 params.append(cond.value)
             elif a.scope == "resource" and a.key == "service.name" and cond.op == "=" and isinstance(cond.value, str):
                 where.append("service = ?")
                 params.append(cond.value)
+                if index == "spans_time":
+                    index = "spans_service_time"
             elif (a.scope == "intrinsic" and a.key == "duration" and isinstance(cond.value, int)
                   and cond.op in ("=", "!=", ">", ">=", "<", "<=")):
                 where.append(f"(end_ns - start_ns) {cond.op} ?")
@@ -164,37 +175,94 @@ class Traces:
             a.scope != "intrinsic" and not (a.key == SERVICE_NAME and a.scope in ("resource", "any"))
             for a in query.select
         )
-        sql = (
-            "SELECT trace_id, span_id, service, name, start_ns, end_ns, resource_id, "
-            + ("body" if needs_body else "NULL")
-            + f" FROM spans WHERE {' AND '.join(where)} ORDER BY start_ns DESC LIMIT {SEARCH_SCAN_LIMIT}"
+        columns = "trace_id, span_id, service, name, start_ns, end_ns, resource_id, " + (
+            "body" if needs_body else "NULL"
         )
-        traces: dict[bytes, TraceMatch] = {}
+        conds = " AND ".join(where)
+        window: tuple[int, int] | None = None
+        scans: list[tuple[str, list[Any]]] = []
+        if start_s or end_s:
+            hi = min((end_s + 1) * 1_000_000_000, FAR_FUTURE_NS) if end_s > 0 else FAR_FUTURE_NS
+            lo = min(max(0, start_s) * 1_000_000_000, FAR_FUTURE_NS)
+            window = (lo, hi)
+            # spans that start within LONG_SPAN_NS before the window, or in it, and end in or after it: one range
+            scans.append((
+                f"SELECT {columns} FROM spans INDEXED BY {index} WHERE {conds} AND start_ns >= ? AND start_ns < ? "
+                "AND end_ns >= ? ORDER BY start_ns DESC",
+                [*params, max(0, lo - LONG_SPAN_NS), hi, lo],
+            ))
+            if lo - LONG_SPAN_NS > 0:  # longer spans that started before that and still reach into the window
+                scans.append((
+                    f"SELECT {columns} FROM spans INDEXED BY spans_long WHERE end_ns - start_ns > {LONG_SPAN_NS} "
+                    f"AND end_ns >= ? AND start_ns < ? AND {conds} ORDER BY start_ns DESC",
+                    [lo, min(hi, lo - LONG_SPAN_NS), *params],
+                ))
+        else:
+            scans.append((f"SELECT {columns} FROM spans INDEXED BY {index} WHERE {conds} ORDER BY start_ns DESC",
+                          params))
+
         resources: dict[int, otlp_trace.ResourceSpans] = {}
-        for trace_id, span_id, service, name, start_ns, end_ns, resource_id, body in conn.execute(sql, params):
+
+        def matches(row: tuple[Any, ...]) -> tuple[otlp_trace.Span | None, otlp_trace.ResourceSpans | None,
+                                                    functools.partial[traceql.Value | None]] | None:
+            trace_id, span_id, service, name, start_ns, end_ns, resource_id, body = row
             span = otlp_trace.Span.FromString(body) if body is not None else None
             resource = self._resource(conn, resource_id, resources) if needs_body else None
-
             value_of = functools.partial(
                 bound_attr_value, (trace_id, span_id, service, name, start_ns, end_ns, span, resource)
             )
             if not all(traceql.compare(value_of(c.attr), c) for c in python_conds):
-                continue
-            match = traces.get(trace_id)
-            if match is None:
-                if len(traces) >= max(limit, 1) * 4 and trace_id not in traces:
+                return None
+            return span, resource, value_of
+
+        # 1. the newest traces with a matching span, until there are `limit` of them or the budget is spent
+        chosen: dict[bytes, None] = {}
+        inspected = 0
+        partial: str | None = None
+        for sql, args in scans:
+            for row in conn.execute(sql, args):
+                inspected += 1
+                if inspected > budget:
+                    partial = (
+                        f"the search examined its window's newest {budget:,} spans and stopped there with "
+                        f"{len(chosen)} of the {limit} traces asked for: older spans of the window were not looked "
+                        "at; narrow the time range, or add a condition the store finds by index "
+                        "(resource.service.name, span:id, trace:id)"
+                    )
+                    break
+                if row[0] in chosen or matches(row) is None:
                     continue
-                match = traces[trace_id] = TraceMatch(trace_id.hex(), "", "", 0, 0)
-            match.matched += 1
-            if len(match.spans) < max(spss, 1):
-                match.spans.append(
-                    search_span(query, span_id, service, name, start_ns, end_ns, span, resource, value_of)
-                )
-        chosen = list(traces.values())
-        for m in chosen:
-            self._summarise_trace(conn, tenant, m)
-        chosen.sort(key=lambda m: m.start_ns, reverse=True)
-        return chosen[: max(limit, 1)]
+                chosen[row[0]] = None
+                if len(chosen) >= limit:
+                    break
+            if partial is not None or len(chosen) >= limit:
+                break
+        inspected = min(inspected, budget)
+
+        # 2. each chosen trace: its matching spans in the window (all counted, `spss` kept), its summary
+        out: list[TraceMatch] = []
+        for trace_id in chosen:
+            match = TraceMatch(trace_id.hex(), "", "", 0, 0)
+            sql = f"SELECT {columns} FROM spans INDEXED BY spans_trace WHERE {conds} AND trace_id = ?"
+            trace_args: list[Any] = [*params, trace_id]
+            if window is not None:
+                sql += " AND start_ns < ? AND end_ns >= ?"
+                trace_args.extend((window[1], window[0]))
+            for row in conn.execute(sql + " ORDER BY start_ns DESC", trace_args):
+                found = matches(row)
+                if found is None:
+                    continue
+                span, resource, value_of = found
+                match.matched += 1
+                if len(match.spans) < max(spss, 1):
+                    _, span_id, service, name, start_ns, end_ns, _, _ = row
+                    match.spans.append(
+                        search_span(query, span_id, service, name, start_ns, end_ns, span, resource, value_of)
+                    )
+            self._summarise_trace(conn, tenant, match)
+            out.append(match)
+        out.sort(key=lambda m: m.start_ns, reverse=True)
+        return SearchResult(out, inspected, partial)
 
     def _summarise_trace(self, conn: sqlite3.Connection, tenant: str, match: TraceMatch) -> None:
         rows = conn.execute(
