@@ -288,7 +288,7 @@ async def test_migrates_a_version_1_database(tmp_path: Path) -> None:
         assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = ?", (name,)).fetchone()[0] == 1
     for gone in ("samples_span", "samples_trace"):  # replaced by span_profiles / trace_profiles (migration 5)
         assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = ?", (gone,)).fetchone()[0] == 0
-    assert conn.execute("SELECT hour, span_id, profile_id FROM span_profiles").fetchall() == [(0, 5, 1)]
+    assert conn.execute("SELECT bucket, span_id, profile_id FROM span_profiles").fetchall() == [(0, 5, 1)]
     conn.close()
 
 

@@ -207,13 +207,13 @@ class Ingest:
                 "INSERT INTO profile_stacks (profile_id, stack_id, value) VALUES (?, ?, ?)",
                 [(profile_id, stack, value) for stack, value in per_stack.items()],
             )
-            hour = rollup.hour_of(record.time_ns)
+            bucket = rollup.link_bucket(record.time_ns)
             if spans:
-                conn.executemany("INSERT INTO span_profiles (hour, span_id, profile_id) VALUES (?, ?, ?)",
-                                 [(hour, span, profile_id) for span in spans])
+                conn.executemany("INSERT INTO span_profiles (bucket, span_id, profile_id) VALUES (?, ?, ?)",
+                                 [(bucket, span, profile_id) for span in spans])
             if traces:
-                conn.executemany("INSERT INTO trace_profiles (hour, trace_id, profile_id) VALUES (?, ?, ?)",
-                                 [(hour, trace, profile_id) for trace in traces])
+                conn.executemany("INSERT INTO trace_profiles (bucket, trace_id, profile_id) VALUES (?, ?, ?)",
+                                 [(bucket, trace, profile_id) for trace in traces])
             if record.time_ns < marks[rollup.LEVELS[0]]:
                 rollup.add_late(conn, marks, series_id, record.time_ns, per_stack)
             stored += len(rows)

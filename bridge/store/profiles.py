@@ -4,8 +4,8 @@ series and time series. Every query runs on a reader thread.
 
 A merge reads what its answer needs, not what the store holds: without a span or trace selector, the coarsest
 rollups that fit the window (``rollup.plan``) plus per-profile stack totals at its edges; with one, only the
-profiles that hold samples of those spans or traces (``span_profiles`` / ``trace_profiles``, by hour), and of those
-only their samples. Both are exact. A merge whose sum would pass int64 is refused with ``out_of_range``."""
+profiles that hold samples of those spans or traces (``span_profiles`` / ``trace_profiles``, per 10 minutes), and of
+those only their samples. Both are exact. A merge whose sum would pass int64 is refused with ``out_of_range``."""
 
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ class Profiles:
         span_ids: Sequence[int] | None, trace_ids: Sequence[bytes] | None,
     ) -> tuple[str, list[Any]] | None:
         """(stack_id, value) rows of the samples of these spans (or traces): found through the profiles that hold
-        them, hour by hour of the window's stored time, so the cost follows the spans, not the history."""
+        them, 10 minutes by 10 minutes of the window's stored time, so the cost follows the spans, not the history."""
         ids: list[Any]
         if span_ids is not None:
             table, column, ids = "span_profiles", "span_id", list(span_ids)
@@ -188,16 +188,16 @@ class Profiles:
             return None
         last = conn.execute("SELECT time_ns FROM profiles WHERE time_ns >= ? AND time_ns < ? ORDER BY time_ns DESC "
                             "LIMIT 1", (lo, hi)).fetchone()
-        hours = list(range(rollup.hour_of(first[0]), rollup.hour_of(last[0]) + 1))
+        buckets = list(range(rollup.link_bucket(first[0]), rollup.link_bucket(last[0]) + 1))
         marks = ",".join("?" * len(ids))
         inner = (
             f"SELECT stack_id, value FROM samples WHERE profile_id IN ("
             f"SELECT l.profile_id FROM {table} AS l JOIN profiles AS p ON p.id = l.profile_id "
-            f"WHERE l.hour IN (SELECT value FROM json_each(?)) AND l.{column} IN ({marks}) "
+            f"WHERE l.bucket IN (SELECT value FROM json_each(?)) AND l.{column} IN ({marks}) "
             "AND p.series_id IN (SELECT value FROM json_each(?)) AND p.time_ns >= ? AND p.time_ns < ?"
             f") AND {column} IN ({marks})"
         )
-        return inner, [json.dumps(hours), *ids, series_json, lo, hi, *ids]
+        return inner, [json.dumps(buckets), *ids, series_json, lo, hi, *ids]
 
     def _select_stacks(
         self, conn: sqlite3.Connection, tenant: str, profile_type: str, selector: str, start_ms: int, end_ms: int,

@@ -53,8 +53,8 @@ def _delete_before(conn: sqlite3.Connection, profiles_before: int, spans_before:
         )
     for table in ("span_profiles", "trace_profiles"):
         conn.execute(
-            f"DELETE FROM {table} WHERE hour <= ? AND profile_id IN (SELECT id FROM profiles WHERE time_ns < ?)",
-            (rollup.hour_of(profiles_before), profiles_before),
+            f"DELETE FROM {table} WHERE bucket <= ? AND profile_id IN (SELECT id FROM profiles WHERE time_ns < ?)",
+            (rollup.link_bucket(profiles_before), profiles_before),
         )
     rollup.drop_before(conn, profiles_before)
     profiles = conn.execute("DELETE FROM profiles WHERE time_ns < ?", (profiles_before,)).rowcount

@@ -30,7 +30,7 @@ LEVELS: Final = (60, 600, 3600, 21600)  # bucket widths in seconds, finest first
 GRACE_NS: Final = 60 * NANOS  # a bucket is compacted once it ended this long ago (most late uploads are in by then)
 SLICE_NS: Final = {60: 5 * 60 * NANOS, 600: 60 * 60 * NANOS, 3600: 6 * 3600 * NANOS, 21600: 24 * 3600 * NANOS}
 INT64_MAX: Final = 2**63 - 1
-HOUR_NS: Final = 3600 * NANOS
+LINK_BUCKET_NS: Final = 600 * NANOS  # span_profiles / trace_profiles bucket: 10 minutes
 
 SATURATING_ADD: Final = (
     "value = CASE "
@@ -44,9 +44,9 @@ UPSERT: Final = (
 )
 
 
-def hour_of(time_ns: int) -> int:
-    """The ``hour`` column of ``span_profiles`` / ``trace_profiles``: SQLite's integer division (toward zero)."""
-    return time_ns // HOUR_NS if time_ns >= 0 else -((-time_ns) // HOUR_NS)
+def link_bucket(time_ns: int) -> int:
+    """The ``bucket`` column of ``span_profiles`` / ``trace_profiles``: SQLite's integer division (toward zero)."""
+    return time_ns // LINK_BUCKET_NS if time_ns >= 0 else -((-time_ns) // LINK_BUCKET_NS)
 
 
 def bucket_of(time_ns: int, level: int) -> int:

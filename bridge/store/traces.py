@@ -3,9 +3,12 @@
 span) and the tag endpoints. Every query runs on a reader thread.
 
 A search costs what its answer needs: it walks the spans of its time window newest first on an index that bounds the
-window from both sides (spans longer than ``LONG_SPAN_NS``, which may start long before the window, come from an
-index of their own) and stops as soon as it has ``limit`` traces; only then are those traces' matching spans counted.
-If it examines ``SEARCH_SCAN_BUDGET`` spans first, it answers with what it found and says it is partial."""
+window from both sides (spans longer than ``LONG_SPAN_NS``, a minute, which may start long before the window, come
+from an index of their own) and stops as soon as it has ``limit`` traces; only then are those traces' matching spans
+counted. If it examines ``SEARCH_SCAN_BUDGET`` spans first, it answers with what it found and says it is partial.
+
+Lookups by trace or span id probe the 10-minute buckets that hold spans (``span_buckets``): the indexes' keys lead
+with the bucket, so ingest writes into their newest part instead of all over them."""
 
 from __future__ import annotations
 
@@ -22,10 +25,26 @@ from bridge.spans import SERVICE_NAME, SearchHit, Trace, spans_from_otlp
 from bridge.store import decode, traceql
 from bridge.store.database import Database
 from bridge.store.query import FAR_FUTURE_NS, SearchResult, TraceMatch, bound_attr_value, search_span
+from bridge.store.schema import SPAN_BUCKET_NS, SPAN_BUCKET_SQL
 from bridge.upstream.base import CallContext
 
 SEARCH_SCAN_BUDGET: Final = 200_000  # spans a search examines at most before it answers partial
-LONG_SPAN_NS: Final = 600 * 1_000_000_000  # the spans_long index's predicate (schema migration 5)
+LONG_SPAN_NS: Final = 60 * 1_000_000_000  # the spans_long index's predicate (schema migration 5)
+
+
+def span_buckets(conn: sqlite3.Connection, lo: int = 0, hi: int = FAR_FUTURE_NS) -> str:
+    """The 10-minute buckets (``SPAN_BUCKET_SQL``) from the first to the last stored span that starts in ``[lo, hi)``,
+    as a JSON list: what a lookup by trace or span id probes (two index lookups to find them)."""
+    first = conn.execute("SELECT start_ns FROM spans INDEXED BY spans_time WHERE start_ns >= ? AND start_ns < ? "
+                         "ORDER BY start_ns LIMIT 1", (lo, hi)).fetchone()
+    if first is None:
+        return "[]"
+    last = conn.execute("SELECT start_ns FROM spans INDEXED BY spans_time WHERE start_ns >= ? AND start_ns < ? "
+                        "ORDER BY start_ns DESC LIMIT 1", (lo, hi)).fetchone()
+    return json.dumps(list(range(first[0] // SPAN_BUCKET_NS, last[0] // SPAN_BUCKET_NS + 1)))
+
+
+BUCKETS_IN: Final = f"{SPAN_BUCKET_SQL} IN (SELECT value FROM json_each(?))"
 
 
 class Traces:
@@ -48,8 +67,9 @@ class Traces:
         self, conn: sqlite3.Connection, tenant: str, trace_id: bytes
     ) -> list[otlp_trace.ResourceSpans]:
         rows = conn.execute(
-            "SELECT resource_id, scope_id, body FROM spans WHERE tenant = ? AND trace_id = ? ORDER BY start_ns, id",
-            (tenant, trace_id),
+            f"SELECT resource_id, scope_id, body FROM spans INDEXED BY spans_trace WHERE tenant = ? AND {BUCKETS_IN} "
+            "AND trace_id = ? ORDER BY start_ns, id",
+            (tenant, span_buckets(conn), trace_id),
         ).fetchall()
         if not rows:
             return []
@@ -181,15 +201,19 @@ class Traces:
         conds = " AND ".join(where)
         window: tuple[int, int] | None = None
         scans: list[tuple[str, list[Any]]] = []
+        by_id = index in ("spans_span", "spans_trace")  # their keys lead with the bucket: probe each
         if start_s or end_s:
             hi = min((end_s + 1) * 1_000_000_000, FAR_FUTURE_NS) if end_s > 0 else FAR_FUTURE_NS
             lo = min(max(0, start_s) * 1_000_000_000, FAR_FUTURE_NS)
             window = (lo, hi)
             # spans that start within LONG_SPAN_NS before the window, or in it, and end in or after it: one range
+            # (spans_time holds each span's end beside its start, so the end is checked in the index)
+            near = max(0, lo - LONG_SPAN_NS)
+            buckets = f" AND {BUCKETS_IN}" if by_id else ""
             scans.append((
-                f"SELECT {columns} FROM spans INDEXED BY {index} WHERE {conds} AND start_ns >= ? AND start_ns < ? "
-                "AND end_ns >= ? ORDER BY start_ns DESC",
-                [*params, max(0, lo - LONG_SPAN_NS), hi, lo],
+                f"SELECT {columns} FROM spans INDEXED BY {index} WHERE {conds}{buckets} AND start_ns >= ? "
+                "AND start_ns < ? AND end_ns >= ? ORDER BY start_ns DESC",
+                [*params, *([span_buckets(conn, near, hi)] if by_id else []), near, hi, lo],
             ))
             if lo - LONG_SPAN_NS > 0:  # longer spans that started before that and still reach into the window
                 scans.append((
@@ -198,8 +222,11 @@ class Traces:
                     [lo, min(hi, lo - LONG_SPAN_NS), *params],
                 ))
         else:
-            scans.append((f"SELECT {columns} FROM spans INDEXED BY {index} WHERE {conds} ORDER BY start_ns DESC",
-                          params))
+            buckets = f" AND {BUCKETS_IN}" if by_id else ""
+            scans.append((
+                f"SELECT {columns} FROM spans INDEXED BY {index} WHERE {conds}{buckets} ORDER BY start_ns DESC",
+                [*params, *([span_buckets(conn)] if by_id else [])],
+            ))
 
         resources: dict[int, otlp_trace.ResourceSpans] = {}
 
@@ -240,15 +267,31 @@ class Traces:
         inspected = min(inspected, budget)
 
         # 2. each chosen trace: its matching spans in the window (all counted, `spss` kept), its summary
+        everywhere = span_buckets(conn)
+
+        def trace_rows(trace_id: bytes) -> list[tuple[Any, ...]]:
+            by_trace = (f"SELECT {columns} FROM spans INDEXED BY spans_trace WHERE {conds} AND {BUCKETS_IN} "
+                        "AND trace_id = ?")
+            if window is None:
+                return conn.execute(by_trace + " ORDER BY start_ns DESC", [*params, everywhere, trace_id]).fetchall()
+            lo, hi = window
+            near = max(0, lo - LONG_SPAN_NS)
+            rows = conn.execute(
+                by_trace + " AND start_ns >= ? AND start_ns < ? AND end_ns >= ? ORDER BY start_ns DESC",
+                [*params, span_buckets(conn, near, hi), trace_id, near, hi, lo],
+            ).fetchall()
+            if near > 0:
+                rows += conn.execute(
+                    f"SELECT {columns} FROM spans INDEXED BY spans_long WHERE end_ns - start_ns > {LONG_SPAN_NS} "
+                    f"AND end_ns >= ? AND start_ns < ? AND {conds} AND trace_id = ? ORDER BY start_ns DESC",
+                    [lo, min(hi, near), *params, trace_id],
+                ).fetchall()
+            return rows
+
         out: list[TraceMatch] = []
         for trace_id in chosen:
             match = TraceMatch(trace_id.hex(), "", "", 0, 0)
-            sql = f"SELECT {columns} FROM spans INDEXED BY spans_trace WHERE {conds} AND trace_id = ?"
-            trace_args: list[Any] = [*params, trace_id]
-            if window is not None:
-                sql += " AND start_ns < ? AND end_ns >= ?"
-                trace_args.extend((window[1], window[0]))
-            for row in conn.execute(sql + " ORDER BY start_ns DESC", trace_args):
+            for row in trace_rows(trace_id):
                 found = matches(row)
                 if found is None:
                     continue
@@ -259,16 +302,16 @@ class Traces:
                     match.spans.append(
                         search_span(query, span_id, service, name, start_ns, end_ns, span, resource, value_of)
                     )
-            self._summarise_trace(conn, tenant, match)
+            self._summarise_trace(conn, tenant, match, everywhere)
             out.append(match)
         out.sort(key=lambda m: m.start_ns, reverse=True)
         return SearchResult(out, inspected, partial)
 
-    def _summarise_trace(self, conn: sqlite3.Connection, tenant: str, match: TraceMatch) -> None:
+    def _summarise_trace(self, conn: sqlite3.Connection, tenant: str, match: TraceMatch, buckets: str) -> None:
         rows = conn.execute(
-            "SELECT service, name, start_ns, end_ns, parent_span_id FROM spans WHERE tenant = ? AND trace_id = ? "
-            "ORDER BY start_ns",
-            (tenant, bytes.fromhex(match.trace_id)),
+            "SELECT service, name, start_ns, end_ns, parent_span_id FROM spans INDEXED BY spans_trace "
+            f"WHERE tenant = ? AND {BUCKETS_IN} AND trace_id = ? ORDER BY start_ns",
+            (tenant, buckets, bytes.fromhex(match.trace_id)),
         ).fetchall()
         if not rows:
             return
