@@ -1,5 +1,5 @@
-"""Standalone ingest (issue 5 §5): throughput replaying the shop capture many times over HTTP, and the bridge's
-peak RSS under continuous ingest.
+"""Standalone ingest (issue 5 §5, issue 15 §4): throughput replaying the shop capture many times over HTTP, the
+bridge's peak RSS under continuous ingest, and whether ingest slows down as history grows.
 
 The bridge runs as ``profile-bridge serve --standalone`` in a child process (fresh data directory, gRPC off); this
 script is the client. The capture's requests are sent exactly as the SDKs sent them (OTLP/HTTP protobuf traces,
@@ -13,7 +13,13 @@ gzip-compressed Connect pushes).
    span ids every replay, like a live service); the child's VmRSS is sampled every second, and VmHWM (peak) is
    read at the end, with retention by size set to ``--retention-bytes``.
 
-Run: ``.venv/bin/python bench/store_ingest.py [--rounds 20] [--duration 60] [--senders 4]``.
+3. Growth (``--growth-hours``, 6; 0 skips it): in this process, through the store's API, a store is filled with
+   that many hours of ``store_data`` (``--growth-services`` services at 100 Hz, a profile and 80 spans per service
+   every 10 s), then the next ``--growth-windows`` windows go alternately into it and into a store that starts
+   empty, each store's clock following the data so that rollup compaction runs as it would live; compaction is
+   timed as part of the ingest it follows. Lines: sample rows/s and spans/s, full store vs empty store (target ≥ 0.8).
+
+Run: ``.venv/bin/python bench/store_ingest.py [--rounds 20] [--duration 60] [--senders 4] [--growth-hours 6]``.
 """
 
 from __future__ import annotations
@@ -37,9 +43,12 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_tra
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from store_data import WINDOW_S, Generator, windows_per_hour  # noqa: E402
 
 from bridge._proto import push_pb2  # noqa: E402
-from bridge.store import decode  # noqa: E402
+from bridge.store import Store, decode  # noqa: E402
 
 CAPTURE = ROOT / "tests" / "fixtures" / "shop-capture"
 TIMEOUT = aiohttp.ClientTimeout(total=60, connect=5)
@@ -147,13 +156,85 @@ def decode_only(capture: list[tuple[str, dict[str, str], bytes, bytes]]) -> tupl
     return t_traces, t_push
 
 
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+async def growth(hours: int, services: int, windows: int) -> None:
+    """Ingest into a store holding ``hours`` of data vs into one that starts empty, interleaved."""
+    gen = Generator(services)
+    per_hour = windows_per_hour()
+    now = {"full": 0.0, "empty": 0.0}
+    with tempfile.TemporaryDirectory(prefix="store-growth-") as full_dir, \
+            tempfile.TemporaryDirectory(prefix="store-growth-") as empty_dir:
+        full = await Store.open(full_dir, clock=lambda: now["full"])
+        empty = await Store.open(empty_dir, clock=lambda: now["empty"])
+        try:
+            started = time.perf_counter()
+            slice_rows = 0
+            slice_started = started
+            for window in gen.windows(0, hours * per_hour):
+                now["full"] = window.time_s + WINDOW_S + 5.0
+                await full.ingest_profiles(window.records, None)
+                await full.ingest_otlp_traces(window.spans, None)
+                slice_rows += window.sample_rows
+                if window.index % 60 == 59:  # compaction every 10 minutes of data while filling
+                    await full.compact()
+                if window.index % per_hour == per_hour - 1:
+                    hour = window.index // per_hour + 1
+                    print(f"growth: filling, hour {hour}: {slice_rows / (time.perf_counter() - slice_started):,.0f} "
+                          f"sample rows/s with its spans and compaction (context, not interleaved)", flush=True)
+                    slice_rows, slice_started = 0, time.perf_counter()
+            await full.compact()
+            print(f"growth: {hours} h of {services} services stored in {time.perf_counter() - started:.0f}s, "
+                  f"{await full.used_bytes() / 1024**2:,.0f} MiB; load average {loadavg()}", flush=True)
+            rates: dict[str, dict[str, list[float]]] = {
+                name: {"samples": [], "spans": []} for name in ("full", "empty")}
+            for window in gen.windows(hours * per_hour, windows):
+                n_spans = sum(len(ss.spans) for rs in window.spans.resource_spans for ss in rs.scope_spans)
+                for name, store in (("full", full), ("empty", empty)):
+                    now[name] = window.time_s + WINDOW_S + 5.0
+                    t0 = time.perf_counter()
+                    await store.ingest_profiles(window.records, None)
+                    t1 = time.perf_counter()
+                    await store.ingest_otlp_traces(window.spans, None)
+                    t2 = time.perf_counter()
+                    await store.compact()
+                    t3 = time.perf_counter()
+                    share = (t3 - t2) / 2  # compaction serves both: half of it charged to each
+                    rates[name]["samples"].append(window.sample_rows / (t1 - t0 + share))
+                    rates[name]["spans"].append(n_spans / (t2 - t1 + share))
+            for kind in ("samples", "spans"):
+                f, e = rates["full"][kind], rates["empty"][kind]
+                unit = "sample rows/s" if kind == "samples" else "spans/s"
+                print(f"growth: {kind:<7} into a {hours} h store: median {statistics.median(f):9,.0f} slowest 1 % "
+                      f"{pct(f, 0.01):9,.0f} | into an empty store: median {statistics.median(e):9,.0f} slowest 1 % "
+                      f"{pct(e, 0.01):9,.0f} {unit} | ratio full/empty median "
+                      f"{statistics.median(f) / statistics.median(e):.2f} slowest 1 % "
+                      f"{pct(f, 0.01) / pct(e, 0.01):.2f} (target ≥ 0.8)", flush=True)
+        finally:
+            await full.close()
+            await empty.close()
+
+
+def loadavg() -> str:
+    return Path("/proc/loadavg").read_text().strip()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--senders", type=int, default=4)
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of continuous ingest for RSS")
     parser.add_argument("--retention-bytes", default="256MiB")
+    parser.add_argument("--growth-hours", type=int, default=6, help="hours of history for the growth phase (0: skip)")
+    parser.add_argument("--growth-services", type=int, default=10)
+    parser.add_argument("--growth-windows", type=int, default=120, help="10 s windows measured in the growth phase")
     args = parser.parse_args()
+    print(f"load average at start: {loadavg()}", flush=True)
+    if args.growth_hours > 0:
+        await growth(args.growth_hours, args.growth_services, args.growth_windows)
 
     capture = load_capture()
     n_spans = 434
@@ -217,6 +298,7 @@ async def main() -> None:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+    print(f"load average at end: {loadavg()}")
 
 
 if __name__ == "__main__":

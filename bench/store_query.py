@@ -1,24 +1,20 @@
-"""Standalone store query latency (issue 5 §5): ``SelectMergeStacktraces`` over one hour of data from 10 services
-profiled at 100 Hz, and the store's merge (SQL ``GROUP BY stack`` + one tree build) against a plain Python
-dict-of-stacks merge over the same sample rows, interleaved in the same run.
+"""Standalone store queries against history (issue 15 §4, §5): does a query cost what its answer needs, or what the
+store holds? Two stores are built from the same synthetic data (``store_data``: ``--services`` services at 100 Hz,
+a profile and 80 spans per service every 10 s): one holding ``--hours`` hours (6), one holding only the last of
+them. Each pair below is measured ``--reps`` times, alternating, in the same run; lines give medians, p99 and ratios.
 
-Data: every service uploads a 10 s CPU profile every 10 s (pyroscope-io's cadence) holding 1,000 samples of 10 ms
-(100 Hz), drawn from a skewed set of 300 stacks 8–25 frames deep and spread over 40 root spans per window; identical
-(stack, span) pairs are aggregated as the SDK does. Written through ``Store.ingest_profiles``.
+1. Service flame graph (``SelectMergeStacktraces``, one service and all of them) over the last 6 h vs the last 1 h of
+   the big store (windows end 437 s before the data does: on no rollup boundary). Target: 6 h ≤ 2 × 1 h.
+2. The same merges against their anchor: a plain SQL read of exactly the pre-aggregated rows the store reads
+   (``rollup.plan`` over the same watermarks: rollup buckets, per-profile totals at the edges) summed in a Python
+   dict, then the same frame lookup (``merge``) and a call tree encoded as a flame graph (``flamegraph``). Answers
+   are checked equal, and equal to a plain sum of every profile in the window.
+3. Span flame graph (one root span of the last hour, ``span_selector``, over the whole stored range as a Grafana
+   panel asks) on the 6 h store vs the 1 h store. Target: flat (≈ 1).
+4. TraceQL ``{ span.http.status_code = 500 }`` (limit 20, stops early) and ``= 503`` (rare: walks the whole window)
+   over the last hour (which both stores hold whole), on the 6 h store vs the 1 h store. Target: ≤ 1.2.
 
-Queries, each measured ``--reps`` times, the store and the baseline alternating:
-  one-service   ``{service_name="svc-3"}`` over the whole hour
-  all-services  ``{}`` over the whole hour
-  span          one root span id (``span_selector``), ±60 s around its window — Grafana's span-profile question
-Baseline ("dict"): ``SELECT stack_id, value`` for every matching sample row, merged in a Python dict keyed by stack id,
-then the same frame lookup, a call tree (``flamegraph.build_tree``) and its encoding (``flamegraph.encode``). Both
-answers are checked equal. (The store merges without a span selector read its per-profile stack totals,
-``profile_stacks``; with one, the span index; it encodes straight from the sorted stacks,
-``flamegraph.encode_stacks``.)
-
-Lines: ``merge`` is the merge alone (rows → (frames, value) per distinct stack); ``flamegraph`` the whole answer.
-
-Run: ``.venv/bin/python bench/store_query.py [--services 10] [--minutes 60] [--reps 15]``.
+Run: ``.venv/bin/python bench/store_query.py [--services 10] [--hours 6] [--reps 15]``.
 """
 
 from __future__ import annotations
@@ -26,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import random
 import sqlite3
 import statistics
 import sys
@@ -35,98 +30,27 @@ import time
 from array import array
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from store_data import CPU, WINDOW_S, Generator, windows_per_hour  # noqa: E402
 
 from bridge import flamegraph  # noqa: E402
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
 from bridge.connect import Deadline  # noqa: E402
-from bridge.store import Store, decode  # noqa: E402
+from bridge.store import Store, rollup, traceql  # noqa: E402
 from bridge.store.database import DB_FILE  # noqa: E402
-from bridge.store.query import DEFAULT_MAX_NODES  # noqa: E402
+from bridge.store.query import DEFAULT_MAX_NODES, window_ns  # noqa: E402
 from bridge.upstream.base import CallContext  # noqa: E402
 
-CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
-WINDOW_S = 10
-HZ = 100
-STACKS_PER_SERVICE = 300
-SPANS_PER_WINDOW = 40
-T0_S = 1_700_000_000
+Stacks = list[tuple[tuple[str, ...], int]]
 
 
-def vocabulary(rng: random.Random, service: int) -> list[tuple[str, ...]]:
-    modules = [f"svc{service}/mod{m}" for m in range(12)]
-    out = []
-    for _ in range(STACKS_PER_SERVICE):
-        depth = rng.randint(8, 25)
-        base = ["main", "serve", "handle_request"]
-        frames = base + [f"{rng.choice(modules)}.fn{rng.randint(0, 60)}" for _ in range(depth - len(base))]
-        out.append(tuple(frames))
-    return out
-
-
-def generate(services: int, minutes: int, seed: int = 7) -> tuple[list[decode.ProfileRecord], int]:
-    rng = random.Random(seed)
-    weights = [1.0 / (i + 1) for i in range(STACKS_PER_SERVICE)]
-    records: list[decode.ProfileRecord] = []
-    a_span = 0
-    for svc in range(services):
-        stacks = vocabulary(rng, svc)
-        name = f"svc-{svc}"
-        labels = tuple(sorted({
-            **decode.ProfileType("process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds").labels(),
-            "service_name": name, "env": "bench",
-        }.items()))
-        for w in range(minutes * 60 // WINDOW_S):
-            spans = [rng.getrandbits(63) + 1 for _ in range(SPANS_PER_WINDOW)]
-            if svc == 3 and w == 17:
-                a_span = spans[0]
-            trace = rng.getrandbits(128).to_bytes(16, "big")
-            counts: dict[tuple[int, int], int] = {}
-            picks = rng.choices(range(STACKS_PER_SERVICE), weights, k=WINDOW_S * HZ)
-            owners = rng.choices(range(SPANS_PER_WINDOW), k=WINDOW_S * HZ)
-            for stack_i, span_i in zip(picks, owners, strict=True):
-                counts[(stack_i, span_i)] = counts.get((stack_i, span_i), 0) + 1
-            samples = [(stacks[s], n * 10_000_000, spans[p], trace) for (s, p), n in counts.items()]
-            records.append(decode.ProfileRecord(
-                labels=labels, profile_type=CPU, service=name,
-                time_ns=(T0_S + w * WINDOW_S) * 1_000_000_000, duration_ns=WINDOW_S * 1_000_000_000,
-                samples=samples,
-            ))
-    return records, a_span
-
-
-def dict_merge(db: Path, selector_service: str | None, start_ms: int, end_ms: int,
-               span_id: int | None) -> list[tuple[tuple[str, ...], int]]:
-    """The baseline: every sample row into Python, merged in a dict keyed by stack id."""
-    conn = sqlite3.connect(db)
-    try:
-        sql = ("SELECT stack_id, value FROM samples WHERE profile_id IN (SELECT p.id FROM profiles p JOIN series s ON "
-               "s.id = p.series_id WHERE p.time_ns >= ? AND p.time_ns < ?")
-        params: list[object] = [start_ms * 1_000_000, (end_ms + 1) * 1_000_000]
-        if selector_service:
-            sql += " AND s.service = ?"
-            params.append(selector_service)
-        sql += ")"
-        if span_id is not None:
-            sql += " AND span_id = ?"
-            params.append(span_id)
-        merged: dict[int, int] = {}
-        for stack_id, value in conn.execute(sql, params):
-            merged[stack_id] = merged.get(stack_id, 0) + value
-        frames = dict(conn.execute(
-            "SELECT id, frames FROM stacks WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(list(merged)),)
-        ).fetchall())
-        names = dict(conn.execute("SELECT id, name FROM functions").fetchall())
-        stacks = []
-        for stack_id, value in merged.items():
-            ids = array("i")
-            ids.frombytes(frames[stack_id])
-            stacks.append((tuple(names[i] for i in ids), value))
-        return stacks
-    finally:
-        conn.close()
+def loadavg() -> str:
+    return Path("/proc/loadavg").read_text().strip()
 
 
 def pct(values: list[float], q: float) -> float:
@@ -134,84 +58,186 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-async def timed(fn: Callable[[], Awaitable[object]]) -> tuple[float, object]:
+async def build(tmp: str, gen: Generator, first: int, count: int, end_s: int) -> tuple[Store, float, int]:
+    """A store holding windows [first, first + count), its clock 10 minutes after ``end_s``, compacted."""
+    store = await Store.open(tmp, clock=lambda: end_s + 600.0)
+    rows = 0
     started = time.perf_counter()
-    fg = await fn()
-    return time.perf_counter() - started, fg
+    for window in gen.windows(first, count):
+        await store.ingest_profiles(window.records, None)
+        await store.ingest_otlp_traces(window.spans, None)
+        rows += window.sample_rows
+    elapsed = time.perf_counter() - started
+    await store.compact()
+    await store.analyze()
+    return store, elapsed, rows
+
+
+def anchor_merge(db: Path, services: list[str] | None, start_ms: int, end_ms: int) -> Stacks:
+    """The anchor: exactly the rows the store's plan reads (rollup buckets, per-profile totals at the edges), by
+    plain SQL, summed in a Python dict keyed by stack id."""
+    conn = sqlite3.connect(db)
+    try:
+        sql = "SELECT id FROM series" + (f" WHERE service IN ({','.join('?' * len(services))})" if services else "")
+        series = json.dumps([r[0] for r in conn.execute(sql, services or [])])
+        state = dict(conn.execute("SELECT key, value FROM store_state").fetchall())
+        lo, hi = window_ns(start_ms, end_ms)
+        merged: dict[int, int] = {}
+        for seg in rollup.plan(lo, hi, rollup.watermarks(state), state.get(rollup.RETAINED_FROM, 0)):
+            if seg.level:
+                rows = conn.execute(
+                    "SELECT stack_id, value FROM rollups WHERE level = ? AND series_id IN (SELECT value FROM "
+                    "json_each(?)) AND bucket >= ? AND bucket < ?", (seg.level, series, seg.start, seg.end))
+            else:
+                rows = conn.execute(
+                    "SELECT ps.stack_id, ps.value FROM profiles AS p JOIN profile_stacks AS ps ON ps.profile_id = "
+                    "p.id WHERE p.series_id IN (SELECT value FROM json_each(?)) AND p.time_ns >= ? AND p.time_ns < ?",
+                    (series, seg.start, seg.end))
+            for stack_id, value in rows:
+                merged[stack_id] = merged.get(stack_id, 0) + value
+        frames = dict(conn.execute("SELECT id, frames FROM stacks WHERE id IN (SELECT value FROM json_each(?))",
+                                   (json.dumps(list(merged)),)).fetchall())
+        names = dict(conn.execute("SELECT id, name FROM functions").fetchall())
+        out: Stacks = []
+        for stack_id, value in merged.items():
+            ids = array("i")
+            ids.frombytes(frames[stack_id])
+            out.append((tuple(names[i] for i in ids), value))
+        return out
+    finally:
+        conn.close()
+
+
+def plain_sum(db: Path, services: list[str] | None, start_ms: int, end_ms: int) -> int:
+    """Every profile's total in the window, straight from the profiles: what every merge must add up to."""
+    conn = sqlite3.connect(db)
+    try:
+        lo, hi = window_ns(start_ms, end_ms)
+        sql = ("SELECT coalesce(sum(p.total), 0) FROM profiles AS p JOIN series AS s ON s.id = p.series_id "
+               "WHERE p.time_ns >= ? AND p.time_ns < ?")
+        params: list[Any] = [lo, hi]
+        if services:
+            sql += f" AND s.service IN ({','.join('?' * len(services))})"
+            params.extend(services)
+        return int(conn.execute(sql, params).fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def pair(label: str, a_name: str, a: Callable[[], Awaitable[Any]], b_name: str,
+               b: Callable[[], Awaitable[Any]], reps: int, target: str = "") -> tuple[Any, Any]:
+    t_a: list[float] = []
+    t_b: list[float] = []
+    got_a = got_b = None
+    for _ in range(reps):
+        started = time.perf_counter()
+        got_a = await a()
+        t_a.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        got_b = await b()
+        t_b.append(time.perf_counter() - started)
+    med_a, med_b = statistics.median(t_a), statistics.median(t_b)
+    p99_a, p99_b = pct(t_a, 0.99), pct(t_b, 0.99)
+    print(f"{label:<34} {a_name}: median {med_a * 1000:8.1f} ms p99 {p99_a * 1000:8.1f} ms | {b_name}: median "
+          f"{med_b * 1000:8.1f} ms p99 {p99_b * 1000:8.1f} ms | ratio median {med_a / med_b:5.2f} p99 "
+          f"{p99_a / p99_b:5.2f}{'  (target ' + target + ')' if target else ''}", flush=True)
+    return got_a, got_b
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--services", type=int, default=10)
-    parser.add_argument("--minutes", type=int, default=60)
+    parser.add_argument("--hours", type=int, default=6)
     parser.add_argument("--reps", type=int, default=15)
     args = parser.parse_args()
 
-    started = time.perf_counter()
-    records, a_span = generate(args.services, args.minutes)
-    n_samples = sum(len(r.samples) for r in records)
-    print(f"generated {len(records)} profiles, {n_samples} sample rows "
-          f"({args.services} services x {args.minutes} min at {HZ} Hz) in {time.perf_counter() - started:.1f}s")
-    with tempfile.TemporaryDirectory(prefix="store-query-") as tmp:
-        store = await Store.open(tmp)
+    print(f"load average at start: {loadavg()}")
+    gen = Generator(args.services)
+    per_hour = windows_per_hour()
+    total = args.hours * per_hour
+    end_s = gen.window(total - 1).time_s + WINDOW_S
+    ctx = CallContext(deadline=Deadline.start(None, 600.0))
+    with tempfile.TemporaryDirectory(prefix="store-query-") as big_dir, \
+            tempfile.TemporaryDirectory(prefix="store-query-") as small_dir:
+        big, t_big, rows_big = await build(big_dir, gen, 0, total, end_s)
+        small, t_small, rows_small = await build(small_dir, gen, total - per_hour, per_hour, end_s)
         try:
-            started = time.perf_counter()
-            for i in range(0, len(records), 10):
-                await store.ingest_profiles(records[i:i + 10], None)
-            elapsed = time.perf_counter() - started
-            print(f"ingest (store API, 10 profiles per transaction): {n_samples / elapsed:,.0f} sample rows/s")
-            print(f"store size: {await store.used_bytes() / 1024**2:.1f} MiB")
-            ctx = CallContext(deadline=Deadline.start(None, 600.0))
-            hour = (T0_S * 1000, (T0_S + args.minutes * 60) * 1000)
-            span_window = ((T0_S + 17 * WINDOW_S - 60) * 1000, (T0_S + 18 * WINDOW_S + 60) * 1000)
-            db = Path(tmp) / DB_FILE
-            cases = [
-                ("one-service", '{service_name="svc-3"}', "svc-3", hour, None),
-                ("all-services", "{}", None, hour, None),
-                ("span", '{service_name="svc-3"}', "svc-3", span_window, a_span),
-            ]
-            for label, selector, service, (start, end), span in cases:
-                req = qpb.SelectMergeStacktracesRequest(profile_typeID=CPU, label_selector=selector,
-                                                        start=start, end=end)
-                span_ids = None
-                if span is not None:
-                    req.span_selector.append(decode.int_to_span_id(span))
-                    span_ids = [span]
+            for name, store, elapsed, rows in (("big", big, t_big, rows_big), ("small", small, t_small, rows_small)):
+                counts = await store.counts()
+                print(f"{name} store: {args.hours if name == 'big' else 1} h, {args.services} services: "
+                      f"{rows:,} sample rows, {counts.spans:,} spans, {await store.used_bytes() / 1024**2:,.0f} MiB; "
+                      f"built at {rows / elapsed:,.0f} sample rows/s (with its spans)")
+            db = Path(big_dir) / DB_FILE
+            last_ms = (end_s - 437) * 1000
+            windows = {"1h": (last_ms - 3_600_000, last_ms), f"{args.hours}h": (last_ms - args.hours * 3_600_000,
+                                                                                  last_ms)}
+            long_name = f"{args.hours}h"
 
-                async def ours_merge(selector: str = selector, start: int = start, end: int = end,
-                                     span_ids: list[int] | None = span_ids) -> list[tuple[tuple[str, ...], int]]:
-                    return await store.merged_stacks(None, CPU, selector, start, end, span_ids=span_ids)
+            # 1 and 2: service flame graphs, long window vs short, and against the anchor
+            one = f"svc-{min(3, args.services - 1)}"
+            for label, selector, services in (("one-service", f'{{service_name="{one}"}}', [one]),
+                                              ("all-services", "{}", None)):
+                def merge_of(w: str, selector: str = selector) -> Callable[[], Awaitable[Stacks]]:
+                    return lambda: big.merged_stacks(None, CPU, selector, *windows[w])
 
-                async def base_merge(service: str | None = service, start: int = start, end: int = end,
-                                     span: int | None = span) -> list[tuple[tuple[str, ...], int]]:
-                    return await asyncio.to_thread(dict_merge, db, service, start, end, span)
+                def full_of(w: str, selector: str = selector) -> Callable[[], Awaitable[qpb.FlameGraph]]:
+                    req = qpb.SelectMergeStacktracesRequest(profile_typeID=CPU, label_selector=selector,
+                                                            start=windows[w][0], end=windows[w][1])
 
-                async def ours_full(req: qpb.SelectMergeStacktracesRequest = req) -> qpb.FlameGraph:
-                    return (await store.select_merge_stacktraces(req, ctx)).flamegraph
+                    async def run() -> qpb.FlameGraph:
+                        return (await big.select_merge_stacktraces(req, ctx)).flamegraph
 
-                async def base_full(merge: Callable[[], Awaitable[list[tuple[tuple[str, ...], int]]]] = base_merge
-                                    ) -> qpb.FlameGraph:
-                    stacks = await merge()
-                    return flamegraph.encode(flamegraph.build_tree(stacks), DEFAULT_MAX_NODES)
+                    return run
 
-                for what, ours, base in (("merge", ours_merge, base_merge), ("flamegraph", ours_full, base_full)):
-                    t_ours: list[float] = []
-                    t_base: list[float] = []
-                    for _ in range(args.reps):
-                        a, got_a = await timed(ours)  # type: ignore[arg-type]
-                        b, got_b = await timed(base)  # type: ignore[arg-type]
-                        t_ours.append(a)
-                        t_base.append(b)
-                    same = sorted(got_a) == sorted(got_b) if what == "merge" else got_a == got_b  # type: ignore[arg-type]
-                    assert same, f"{label} {what}: answers differ"
-                    med_a, med_b = statistics.median(t_ours), statistics.median(t_base)
-                    p99_a, p99_b = pct(t_ours, 0.99), pct(t_base, 0.99)
-                    print(f"{label:<12} {what:<10} store (SQL GROUP BY): median {med_a * 1000:7.1f} ms "
-                          f"p99 {p99_a * 1000:7.1f} ms | dict-of-stacks: median {med_b * 1000:7.1f} ms "
-                          f"p99 {p99_b * 1000:7.1f} ms | ratio store/dict median {med_a / med_b:.2f} "
-                          f"p99 {p99_a / p99_b:.2f}")
+                await pair(f"{label} flame graph {long_name} vs 1h", long_name, full_of(long_name), "1h",
+                           full_of("1h"), args.reps, "≤ 2")
+                for w in (long_name, "1h"):
+                    def anchor(w: str = w, services: list[str] | None = services) -> Awaitable[Stacks]:
+                        return asyncio.to_thread(anchor_merge, db, services, *windows[w])
+
+                    async def anchor_full(w: str = w, services: list[str] | None = services) -> qpb.FlameGraph:
+                        stacks = await asyncio.to_thread(anchor_merge, db, services, *windows[w])
+                        return flamegraph.encode(flamegraph.build_tree(stacks), DEFAULT_MAX_NODES)
+
+                    ours, theirs = await pair(f"{label} {w} merge vs anchor", "store", merge_of(w), "anchor",
+                                              anchor, args.reps)
+                    assert sorted(ours) == sorted(theirs), f"{label} {w}: the store and the anchor differ"
+                    assert sum(v for _, v in ours) == plain_sum(db, services, *windows[w]), f"{label} {w}: not exact"
+                    ours, theirs = await pair(f"{label} {w} flamegraph vs anchor", "store", full_of(w), "anchor",
+                                              anchor_full, args.reps)
+                    assert ours == theirs, f"{label} {w}: flame graphs differ"
+
+            # 3: a span's flame graph, whole stored range, big store vs small store
+            window = gen.window(total - per_hour // 2)
+            span = window.span_ids[0]
+            whole = (windows[long_name][0] - 3_600_000, end_s * 1000)
+
+            def span_merge(store: Store) -> Callable[[], Awaitable[Stacks]]:
+                return lambda: store.merged_stacks(None, CPU, '{service_name="svc-0"}', *whole, span_ids=[span])
+
+            got_big, got_small = await pair(f"span flame graph, {long_name} vs 1h store", long_name,
+                                            span_merge(big), "1h", span_merge(small), args.reps, "≈ 1")
+            want = sum(v for r in window.records for _, v, s, _ in r.samples if s == span)
+            assert sorted(got_big) == sorted(got_small) and sum(v for _, v in got_big) == want > 0
+
+            # 4: TraceQL search over the last hour, big store vs small store
+            hour_s = (end_s - 3600, end_s)  # the hour both stores hold whole
+            for text in ("{ span.http.status_code = 500 }", "{ span.http.status_code = 503 }"):
+                query = traceql.parse(text)
+
+                def search(store: Store, query: traceql.Query = query) -> Callable[[], Awaitable[Any]]:
+                    return lambda: store.search_traces(query, hour_s[0], hour_s[1], 20, 3, None)
+
+                r_big, r_small = await pair(f"search status {text.split()[-2]}, {long_name} vs 1h store",
+                                            long_name, search(big), "1h", search(small), args.reps, "≤ 1.2")
+                assert [m.trace_id for m in r_big.traces] == [m.trace_id for m in r_small.traces]
+                print(f"{'':<34} {len(r_big.traces)} traces, {r_big.inspected_spans:,} spans examined in the "
+                      f"{long_name} store, {r_small.inspected_spans:,} in the 1h store; partial: "
+                      f"{r_big.partial is not None or r_small.partial is not None}")
         finally:
-            await store.close()
+            await big.close()
+            await small.close()
+    print(f"load average at end: {loadavg()}")
 
 
 if __name__ == "__main__":
