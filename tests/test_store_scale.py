@@ -344,3 +344,41 @@ async def test_analyze_gives_the_planner_statistics(
     await store.analyze()
     stats = await store.db.read(lambda c: c.execute("SELECT count(*) FROM sqlite_stat1").fetchone()[0])
     assert stats > 0
+
+
+async def test_two_processes_writing_one_store_stay_exact(
+    tmp_path: Path, data: tuple[list[decode.ProfileRecord], list[Sample]]
+) -> None:
+    """Two writers on one database (as several bridge processes would be): each notices the other's commits
+    (``PRAGMA data_version``) and forgets what it cached — row ids, the rollups' watermarks — so a late upload lands
+    in buckets the other compacted, and ids freed by the other's retention are not reused from a stale cache."""
+    records, truth = data
+    clock = lambda: T0_S + HOURS * 3600 + 600.0  # noqa: E731
+    a = await Store.open(tmp_path, clock=clock)
+    b = await Store.open(tmp_path, clock=clock)
+    try:
+        half = len(records) // 2
+        await b.ingest_profiles(records[:10], None)  # b caches ids and watermarks now
+        for i in range(10, half, 50):
+            await a.ingest_profiles(records[i:min(i + 50, half)], None)
+        for i in range(half, len(records), 50):
+            await b.ingest_profiles(records[i:i + 50], None)
+        assert await a.compact() > 0  # a compacts everything; b's watermarks are stale
+        late_ns = (T0_S + 3600 + 7) * NS
+        late = decode.records_from_samples({"service_name": "db"}, PTYPE, late_ns, 10 * NS, [(("main", "late"), 9, {})])
+        await b.ingest_profiles(late, None)
+        truth = truth + [("db", late_ns, ("main", "late"), 9, None, None)]
+        whole = (T0_S * 1000, (T0_S + HOURS * 3600) * 1000)
+        for store in (a, b):
+            assert await merged(store, "{}", *whole) == expected(truth, {"api", "db", "cache"}, *window_ns(*whole))
+        # a drops everything (its retention frees every id); b, with ids cached, stores anew
+        assert (await a.enforce_retention(max_age_s=1, max_bytes=2**40)).profiles > 0
+        fresh = decode.records_from_samples({"service_name": "api"}, PTYPE, (T0_S + HOURS * 3600) * NS, 10 * NS,
+                                            [(FRAMES[3], 11, {}), (("brand", "new"), 4, {})])
+        await b.ingest_profiles(fresh, None)
+        start = (T0_S + HOURS * 3600) * 1000
+        for store in (a, b):
+            assert await merged(store, '{service_name="api"}', start, start) == {FRAMES[3]: 11, ("brand", "new"): 4}
+    finally:
+        await a.close()
+        await b.close()

@@ -133,9 +133,14 @@ class Store:
         return done
 
     def _compact_slice(self, conn: sqlite3.Connection) -> bool:
-        marks = dict(self.ingest.load_marks(conn))
         now_ns = int(self._clock() * 1_000_000_000)
-        advanced = self.db.transaction(lambda c: rollup.compact_step(c, now_ns, marks))
+        marks: dict[int, int] = {}
+
+        def step(c: sqlite3.Connection) -> bool:
+            marks.update(self.ingest.load_marks(c))  # inside the write lock: current even if another process wrote
+            return rollup.compact_step(c, now_ns, marks)
+
+        advanced = self.db.transaction(step)
         if advanced:
             self.ingest.marks = marks  # only once committed
         return advanced

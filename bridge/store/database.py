@@ -8,8 +8,11 @@
 - A full disk (SQLite's ``SQLITE_FULL``, also when it surfaces as what failed next) is always ``StorageFull``, on
   every path (group commit, ``write``, ``read``): the failed transaction is rolled back whole, and the next write that
   finds room succeeds, with nothing to reset.
-- Writers may cache row ids (``ingest``'s get-or-insert caches); they register a hook with ``on_forget_ids``, called
-  whenever rows those ids name may be gone: after any rollback, and when retention drops rows (``forget_ids``).
+- Writers may cache row ids (``ingest``'s get-or-insert caches) and other state read from the database (the rollups'
+  watermarks); they register a hook with ``on_forget_ids``, called whenever what they hold may be stale: after any
+  rollback, when retention drops rows (``forget_ids``), and when another process has written to the database since
+  this writer last did (``PRAGMA data_version``, checked once each write transaction holds the write lock) — so
+  several bridge processes may write one store.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ class Database:
                                   asyncio.AbstractEventLoop]] = []
         self._flush_scheduled = False
         self._forget_hooks: list[Callable[[], None]] = []
+        self._data_version: int | None = None
 
     # ----------------------------------------------------------------------------------------- lifetime
 
@@ -181,11 +185,20 @@ class Database:
         for hook in self._forget_hooks:
             hook()
 
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        """``BEGIN IMMEDIATE`` (the write lock), then forget what this process holds if another one wrote since."""
+        conn.execute("BEGIN IMMEDIATE")
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._data_version:
+            if self._data_version is not None:
+                self.forget_ids()
+            self._data_version = version
+
     def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn(writer connection)`` in one ``BEGIN IMMEDIATE`` … ``COMMIT``; rolled back if it raises. Call it on the
         writer thread only (inside ``write``)."""
         conn = self._w()
-        conn.execute("BEGIN IMMEDIATE")
+        self._begin(conn)
         try:
             result = fn(conn)
             conn.execute("COMMIT")
@@ -223,7 +236,7 @@ class Database:
         outcomes: list[tuple[Any, BaseException | None]] = []
         try:
             conn = self._w()
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin(conn)
             try:
                 for n, (job, _, _) in enumerate(jobs):
                     conn.execute(f"SAVEPOINT job{n}")

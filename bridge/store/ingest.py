@@ -74,6 +74,7 @@ class Ingest:
         db.on_forget_ids(self._forget_ids)
 
     def _forget_ids(self) -> None:
+        self.marks = None  # reloaded from store_state at the next write
         self._function_ids.clear()
         self._stack_ids.clear()
         self._series_ids.clear()
