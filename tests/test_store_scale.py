@@ -382,3 +382,24 @@ async def test_two_processes_writing_one_store_stay_exact(
     finally:
         await a.close()
         await b.close()
+
+
+async def test_search_summary_finds_a_root_far_outside_the_window(tmp_path: Path) -> None:
+    """A trace's spans are looked up near the window first; when its root is not there, everywhere."""
+    trace = bytes.fromhex("ab" * 16)
+    req = span_request([(trace, bytes.fromhex("01" * 8), "batch", T0_S, 3 * 3600, 200)])
+    child = req.resource_spans[0].scope_spans[0].spans.add(trace_id=trace, span_id=bytes.fromhex("02" * 8),
+                                                           parent_span_id=bytes.fromhex("01" * 8), name="step")
+    child.start_time_unix_nano, child.end_time_unix_nano = (T0_S + 2 * 3600) * NS, (T0_S + 2 * 3600 + 5) * NS
+    child.attributes.add(key="http.status_code").value.int_value = 500
+    req.resource_spans[0].scope_spans[0].spans[0].name = "nightly job"
+    store = await Store.open(tmp_path, clock=lambda: T0_S + 4 * 3600)
+    try:
+        await store.ingest_otlp_traces(req, None)
+        result = await store.search_traces(traceql.parse("{ span.http.status_code = 500 }"),
+                                           T0_S + 2 * 3600 - 60, T0_S + 2 * 3600 + 60, 20, 3, None)
+        [match] = result.traces
+        assert (match.root_service, match.root_name, match.matched) == ("batch", "nightly job", 1)
+        assert (match.start_ns, match.end_ns) == (T0_S * NS, (T0_S + 3 * 3600) * NS)
+    finally:
+        await store.close()

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import sqlite3
+from collections.abc import Callable
 from typing import Any, Final
 
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
@@ -30,21 +32,44 @@ from bridge.upstream.base import CallContext
 
 SEARCH_SCAN_BUDGET: Final = 200_000  # spans a search examines at most before it answers partial
 LONG_SPAN_NS: Final = 60 * 1_000_000_000  # the spans_long index's predicate (schema migration 5)
+TRACE_MARGIN_NS: Final = 600 * 1_000_000_000  # a found trace's spans are looked up this far around the window first
 
 
-def span_buckets(conn: sqlite3.Connection, lo: int = 0, hi: int = FAR_FUTURE_NS) -> str:
-    """The 10-minute buckets (``SPAN_BUCKET_SQL``) from the first to the last stored span that starts in ``[lo, hi)``,
-    as a JSON list: what a lookup by trace or span id probes (two index lookups to find them)."""
-    first = conn.execute("SELECT start_ns FROM spans INDEXED BY spans_time WHERE start_ns >= ? AND start_ns < ? "
-                         "ORDER BY start_ns LIMIT 1", (lo, hi)).fetchone()
+def span_buckets(conn: sqlite3.Connection, lo: int = 0, hi: int = FAR_FUTURE_NS, first: int | None = None) -> str:
+    """The 10-minute buckets (``SPAN_BUCKET_SQL``) from the first (or ``first``'s) to the last stored span that starts
+    in ``[lo, hi)``, as a JSON list: what a lookup by trace or span id probes (two index lookups to find them)."""
     if first is None:
-        return "[]"
+        row = conn.execute("SELECT start_ns FROM spans INDEXED BY spans_time WHERE start_ns >= ? AND start_ns < ? "
+                           "ORDER BY start_ns LIMIT 1", (lo, hi)).fetchone()
+        if row is None:
+            return "[]"
+        first = int(row[0])
     last = conn.execute("SELECT start_ns FROM spans INDEXED BY spans_time WHERE start_ns >= ? AND start_ns < ? "
                         "ORDER BY start_ns DESC LIMIT 1", (lo, hi)).fetchone()
-    return json.dumps(list(range(first[0] // SPAN_BUCKET_NS, last[0] // SPAN_BUCKET_NS + 1)))
+    if last is None:
+        return "[]"
+    return json.dumps(list(range(first // SPAN_BUCKET_NS, last[0] // SPAN_BUCKET_NS + 1)))
 
 
 BUCKETS_IN: Final = f"{SPAN_BUCKET_SQL} IN (SELECT value FROM json_each(?))"
+
+
+_OPS: Final[dict[str, Callable[[Any, Any], bool]]] = {
+    "=": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
+}
+
+
+def _summarise(match: TraceMatch, rows: list[tuple[Any, ...]]) -> None:
+    """A search answer's trace summary from all its spans (search rows + ``parent_span_id``): start, end, root."""
+    if not rows:
+        return
+    match.start_ns = min(r[4] for r in rows)
+    match.end_ns = max(r[5] for r in rows)
+    root = min((r for r in rows if r[8] is None), key=lambda r: r[4], default=None)
+    if root is None:
+        match.root_service, match.root_name = "<root span not yet received>", ""
+    else:
+        match.root_service, match.root_name = root[2], root[3]
 
 
 class Traces:
@@ -160,6 +185,8 @@ class Traces:
         params: list[Any] = [tenant]
         index = "spans_time"
         python_conds: list[traceql.Cond] = []
+        # the conditions SQL answers, as (column of the search row, operator, value): phase 2 checks them in Python
+        column_conds: list[tuple[int, str, Any]] = []
         for cond in query.conds:
             a = cond.attr
             if a.scope == "intrinsic" and a.key == "span:id" and cond.op == "=" and isinstance(cond.value, str):
@@ -168,6 +195,7 @@ class Traces:
                     return SearchResult([])
                 where.append("span_id = ?")
                 params.append(number)
+                column_conds.append((1, "=", number))
                 index = "spans_span"
             elif a.scope == "intrinsic" and a.key == "trace:id" and cond.op == "=" and isinstance(cond.value, str):
                 raw = decode.trace_id_to_bytes(cond.value.lower().rjust(32, "0"))
@@ -175,20 +203,24 @@ class Traces:
                     return SearchResult([])
                 where.append("trace_id = ?")
                 params.append(raw)
+                column_conds.append((0, "=", raw))
                 if index != "spans_span":
                     index = "spans_trace"
             elif a.scope == "intrinsic" and a.key == "name" and cond.op == "=" and isinstance(cond.value, str):
                 where.append("name = ?")
                 params.append(cond.value)
+                column_conds.append((3, "=", cond.value))
             elif a.scope == "resource" and a.key == "service.name" and cond.op == "=" and isinstance(cond.value, str):
                 where.append("service = ?")
                 params.append(cond.value)
+                column_conds.append((2, "=", cond.value))
                 if index == "spans_time":
                     index = "spans_service_time"
             elif (a.scope == "intrinsic" and a.key == "duration" and isinstance(cond.value, int)
                   and cond.op in ("=", "!=", ">", ">=", "<", "<=")):
                 where.append(f"(end_ns - start_ns) {cond.op} ?")
                 params.append(cond.value)
+                column_conds.append((-1, cond.op, cond.value))
             else:
                 python_conds.append(cond)
         needs_body = bool(python_conds) or any(
@@ -266,32 +298,45 @@ class Traces:
                 break
         inspected = min(inspected, budget)
 
-        # 2. each chosen trace: its matching spans in the window (all counted, `spss` kept), its summary
+        # 2. each chosen trace: its spans near the window (all of them when its root is not there), for its summary
+        # and its matching spans in the window (all counted, `spss` kept)
+        lo, hi = window if window is not None else (0, FAR_FUTURE_NS)
         everywhere = span_buckets(conn)
+        near_lo = max(0, lo - TRACE_MARGIN_NS) // SPAN_BUCKET_NS * SPAN_BUCKET_NS
+        around = span_buckets(conn, near_lo, min(hi + TRACE_MARGIN_NS, FAR_FUTURE_NS), first=near_lo)
 
-        def trace_rows(trace_id: bytes) -> list[tuple[Any, ...]]:
-            by_trace = (f"SELECT {columns} FROM spans INDEXED BY spans_trace WHERE {conds} AND {BUCKETS_IN} "
-                        "AND trace_id = ?")
-            if window is None:
-                return conn.execute(by_trace + " ORDER BY start_ns DESC", [*params, everywhere, trace_id]).fetchall()
-            lo, hi = window
-            near = max(0, lo - LONG_SPAN_NS)
-            rows = conn.execute(
-                by_trace + " AND start_ns >= ? AND start_ns < ? AND end_ns >= ? ORDER BY start_ns DESC",
-                [*params, span_buckets(conn, near, hi), trace_id, near, hi, lo],
+        def sql_match(row: tuple[Any, ...]) -> bool:
+            for column, op, want in column_conds:
+                have = row[5] - row[4] if column < 0 else row[column]
+                if not _OPS[op](have, want):
+                    return False
+            return True
+
+        def trace_spans(trace_id: bytes, buckets: str) -> list[tuple[Any, ...]]:
+            return conn.execute(
+                f"SELECT {columns}, parent_span_id FROM spans INDEXED BY spans_trace WHERE tenant = ? AND {BUCKETS_IN} "
+                "AND trace_id = ? ORDER BY start_ns DESC",
+                (tenant, buckets, trace_id),
             ).fetchall()
-            if near > 0:
-                rows += conn.execute(
-                    f"SELECT {columns} FROM spans INDEXED BY spans_long WHERE end_ns - start_ns > {LONG_SPAN_NS} "
-                    f"AND end_ns >= ? AND start_ns < ? AND {conds} AND trace_id = ? ORDER BY start_ns DESC",
-                    [lo, min(hi, near), *params, trace_id],
-                ).fetchall()
-            return rows
 
         out: list[TraceMatch] = []
         for trace_id in chosen:
             match = TraceMatch(trace_id.hex(), "", "", 0, 0)
-            for row in trace_rows(trace_id):
+            rows = trace_spans(trace_id, around if window is not None else everywhere)
+            if window is not None:
+                if any(r[8] is None for r in rows):  # the root is near: add long spans that began further back
+                    rows += conn.execute(
+                        f"SELECT {columns}, parent_span_id FROM spans INDEXED BY spans_long WHERE end_ns - start_ns > "
+                        f"{LONG_SPAN_NS} AND end_ns >= ? AND start_ns < ? AND tenant = ? AND trace_id = ?",
+                        (lo, near_lo, tenant, trace_id),
+                    ).fetchall()
+                else:  # the root lies further out, or has not arrived: the whole trace
+                    rows = trace_spans(trace_id, everywhere)
+            _summarise(match, rows)
+            for full in rows:
+                row = full[:8]
+                if not (row[4] < hi and row[5] >= lo and sql_match(row)):
+                    continue
                 found = matches(row)
                 if found is None:
                     continue
@@ -302,26 +347,9 @@ class Traces:
                     match.spans.append(
                         search_span(query, span_id, service, name, start_ns, end_ns, span, resource, value_of)
                     )
-            self._summarise_trace(conn, tenant, match, everywhere)
             out.append(match)
         out.sort(key=lambda m: m.start_ns, reverse=True)
         return SearchResult(out, inspected, partial)
-
-    def _summarise_trace(self, conn: sqlite3.Connection, tenant: str, match: TraceMatch, buckets: str) -> None:
-        rows = conn.execute(
-            "SELECT service, name, start_ns, end_ns, parent_span_id FROM spans INDEXED BY spans_trace "
-            f"WHERE tenant = ? AND {BUCKETS_IN} AND trace_id = ? ORDER BY start_ns",
-            (tenant, buckets, bytes.fromhex(match.trace_id)),
-        ).fetchall()
-        if not rows:
-            return
-        match.start_ns = min(r[2] for r in rows)
-        match.end_ns = max(r[3] for r in rows)
-        root = next((r for r in rows if r[4] is None), None)
-        if root is None:
-            match.root_service, match.root_name = "<root span not yet received>", ""
-        else:
-            match.root_service, match.root_name = root[0], root[1]
 
     async def tag_names(self, tenant: str | None) -> dict[str, list[str]]:
         def read(conn: sqlite3.Connection) -> dict[str, list[str]]:
