@@ -113,6 +113,20 @@ def parse_positive_int(value: str) -> int:
     return number
 
 
+def parse_workers(value: str) -> int:
+    """A number of worker processes; ``0`` or ``auto``: one per processor (decided at start)."""
+    text = value.strip().lower()
+    if text in ("0", "auto"):
+        return 0
+    try:
+        number = int(text)
+    except ValueError:
+        raise ValueError("not a number of processes (or auto)") from None
+    if not 0 < number <= 256:
+        raise ValueError("must be 1-256, or auto (one per processor)")
+    return number
+
+
 def parse_label_map(value: str) -> tuple[tuple[str, str], ...]:
     """``service.name=service_name,k8s.pod.name=pod`` → pairs (resource attribute, profile label)."""
     pairs: list[tuple[str, str]] = []
@@ -195,6 +209,7 @@ class Settings:
     # where it listens
     listen_host: str = "0.0.0.0"
     listen_port: int = 4041
+    workers: int = 0  # 0: one per processor (proxy mode; standalone runs one)
     # backends; ``mode`` says whether they are used (proxy) or the embedded store serves instead (standalone)
     mode: Mode = "standalone"
     pyroscope_url: str = DEFAULT_PYROSCOPE_URL
@@ -343,6 +358,9 @@ def _f(name: str, attrs: str, parse: Callable[[str], Any], default: str, help: s
 FIELDS: Final[tuple[FieldSpec, ...]] = (
     _f("LISTEN", "listen_host,listen_port", parse_host_port, "0.0.0.0:4041",
        "HOST:PORT the HTTP server listens on (Grafana, SDK ingest, pages, API, metrics)", "--listen"),
+    _f("WORKERS", "workers", parse_workers, "auto",
+       "worker processes sharing the HTTP port: a number, or auto (one per processor); proxy mode only, "
+       "standalone runs one (docs/operations.md)", "--workers"),
     _f("MODE", "mode", parse_choice("proxy", "standalone"), "(auto)",
        "proxy (use Tempo and Pyroscope) or standalone (embedded store); auto: proxy when a backend URL is set",
        ""),

@@ -26,6 +26,10 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # handlers may set request[ROUTE_LABEL] to a finer label (e.g. the RPC name); a RequestKey, as aiohttp 3.14 wants
 ROUTE_LABEL = web.RequestKey("route_label", str)
+# set by the streaming pass-through (``bridge.upstream.proxy``): a request the bridge only relayed is logged at DEBUG
+# when it succeeded — its line cost a tenth of a relayed call, and the upstream (or a proxy in front) keeps the
+# access log; failures, and everything the bridge answers itself, stay at INFO
+PASSED_THROUGH = web.RequestKey("passed_through", bool)
 
 
 def error_response(path: str, code: Code, message: str) -> web.Response:
@@ -65,14 +69,17 @@ def make_middleware(metrics: Metrics) -> Middleware:
             label = request.get(ROUTE_LABEL) or _route_of(request)
             metrics.requests.labels(label, str(status)).inc()
             metrics.request_seconds.labels(label).observe(elapsed)
-            log.info(
-                "%s %s %d %.1fms",
-                request.method,
-                request.path,
-                status,
-                elapsed * 1000,
-                extra={"fields": {"route": label, "tenant": request.headers.get("X-Scope-OrgID", "")}},
-            )
+            level = logging.DEBUG if status < 400 and request.get(PASSED_THROUGH) else logging.INFO
+            if log.isEnabledFor(level):
+                log.log(
+                    level,
+                    "%s %s %d %.1fms",
+                    request.method,
+                    request.path,
+                    status,
+                    elapsed * 1000,
+                    extra={"fields": {"route": label, "tenant": request.headers.get("X-Scope-OrgID", "")}},
+                )
 
     return middleware
 

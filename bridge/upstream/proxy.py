@@ -26,6 +26,7 @@ from yarl import URL
 
 from bridge.errors import InvalidArgument, ResourceExhausted, UpstreamTimeout
 from bridge.metrics import Metrics
+from bridge.middleware import PASSED_THROUGH
 from bridge.upstream.faults import map_client_error
 
 log = logging.getLogger("bridge.proxy")
@@ -50,6 +51,10 @@ _REQUEST_DROP: Final = HOP_BY_HOP | {"host", "expect"}
 _SKIP_AUTO: Final = ("Accept-Encoding", "User-Agent", "Content-Type")
 MIN_TIMEOUT: Final = 0.001  # seconds; less is a spent budget
 CHUNK: Final = 256 * 1024  # read size for callers that stream in fixed chunks (the /tempo mount uses it)
+# How much of an answer may wait in the bridge, per direction, before it stops reading: the upstream's answer is
+# read while the client is still taking the part before it (aiohttp's 64 KiB defaults made every 1 MB answer a
+# dozen stop-and-go turns of the event loop).
+RELAY_BUFFER: Final = 4 * 1024 * 1024
 async def read_body(request: web.Request, max_bytes: int) -> tuple[bytes, str | None]:
     """The request body as sent (the app's server never undoes its Content-Encoding: ``create_app`` turns aiohttp's
     ``auto_decompress`` off), read in chunks and refused (``ResourceExhausted``) as soon as it passes ``max_bytes``;
@@ -128,6 +133,7 @@ async def stream_through(
         # aiohttp reads a zero timeout as "no timeout": a spent budget must fail here, not wait forever
         raise UpstreamTimeout(upstream, f"no time left in the request's budget to ask {upstream}")
     url = target_url if isinstance(target_url, URL) else URL(target_url, encoded=True)
+    request[PASSED_THROUGH] = True
     headers = end_to_end(request.headers, _REQUEST_DROP)
     data: bytes | aiohttp.StreamReader | None = body
     if body is not None:
@@ -152,6 +158,7 @@ async def stream_through(
                 allow_redirects=False,
                 auto_decompress=False,
                 skip_auto_headers=_SKIP_AUTO,
+                read_bufsize=RELAY_BUFFER,
             )
         except Exception as exc:  # noqa: BLE001 - mapped at this boundary, re-raised typed
             err = map_client_error(upstream, exc, timeout.total)
@@ -181,6 +188,8 @@ async def _relay(request: web.Request, upstream_resp: aiohttp.ClientResponse, up
     await response.prepare(request)
     if request.method == "HEAD":
         return response
+    if (transport := request.transport) is not None:
+        transport.set_write_buffer_limits(high=RELAY_BUFFER)
     content = upstream_resp.content
     while True:
         try:
