@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 
 import jinja2
 
-from bridge import flamegraph
+from bridge import flamegraph, ids
 from bridge.answer import Answer, selector_for
 from bridge.config import Settings
 from bridge.grafana import PYROSCOPE_DS_TYPE, TEMPO_DS_TYPE, explore_url, span_window
@@ -147,7 +147,7 @@ def grafana_links(settings: Settings, ans: Answer) -> list[tuple[str, str]]:
                 "queryType": "profile",
                 "profileTypeId": ans.profile_type,
                 "labelSelector": ans.resolution.label_selector or selector_for(span, settings.label_map),
-                "spanSelector": [span.span_id],
+                "spanSelector": [ids.carried_profile_id(span.span_id, span.trace_id)],
                 "groupBy": [],
             }],
             "range": {"from": str(from_ms), "to": str(to_ms)},

@@ -128,7 +128,9 @@ async def test_grafana_explore_links_when_a_grafana_url_is_set(aiohttp_server: A
     assert all(urlsplit(link).path == "/explore" and link.startswith("https://grafana.example:3000/") for link in links)
     profile_query = panes[0]["pb"]["queries"][0]
     assert profile_query["datasource"] == {"type": "grafana-pyroscope-datasource", "uid": "pyro-uid"}
-    assert profile_query["spanSelector"] == [root.span_id] and profile_query["profileTypeId"] == CPU
+    # the span carries its trace: the click resolves on any bridge process (bridge.ids)
+    assert profile_query["spanSelector"] == [f"{root.span_id}:{root.trace_id}"]
+    assert profile_query["profileTypeId"] == CPU
     assert profile_query["labelSelector"] == '{service_name="shop-frontend"}'
     assert panes[1]["pb"]["queries"][0]["datasource"]["uid"] == "tempo-uid"
     assert panes[1]["pb"]["queries"][0]["query"] == root.trace_id

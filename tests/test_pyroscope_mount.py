@@ -370,6 +370,22 @@ async def test_other_formats_are_forwarded_with_the_selector_cleaned(
     assert "Content-Encoding" not in seen.headers  # re-encoded plain
 
 
+async def test_the_carried_trace_never_reaches_pyroscope(stack: Stack) -> None:
+    """``<span>:<trace>`` (what the /tempo mount writes into pyroscope.profile.id) is cut back to the span id."""
+    linked = stack.linked_ids()
+    span = shop_span("frontend-root", lambda s: s.span_id in linked)
+    carried = f"{span.span_id}:{span.trace_id}"
+    req = span_request(span, selector=[carried])
+    req.format = qpb.PROFILE_FORMAT_TREE  # not resolved: passed on, cleaned
+    status, _, _ = await call(stack.client, "SelectMergeSpanProfile", req)
+    assert status == 200
+    resolved = span_request(span, selector=[carried])
+    status, headers, _ = await call(stack.client, "SelectMergeSpanProfile", resolved)
+    assert status == 200 and headers["X-Profile-Bridge-Resolution"] == "linked"
+    seen = [list(r.message.span_selector) for r in stack.pyroscope.calls("SelectMergeSpanProfile")]  # type: ignore[union-attr]
+    assert seen == [[span.span_id], [span.span_id]]
+
+
 async def test_malformed_bodies_are_invalid_argument(stack: Stack) -> None:
     resp = await stack.client.post(QUERIER + "SelectMergeSpanProfile", data=b"\xff\xff\xff\xff",
                                    headers={"Content-Type": "application/proto"})

@@ -20,6 +20,7 @@ from bridge.resolve import (
     Resolver,
     SpanQuery,
     ascii_header,
+    carried_traces,
     clean_span_ids,
     labels_of,
     local_root_reason,
@@ -47,6 +48,10 @@ Server = Callable[..., Awaitable[TestServer]]
         (["7f80395fd15dcdc9", "7F80395FD15DCDC9", " 7f80395fd15dcdc9 "], ("7f80395fd15dcdc9",)),
         (['${__span.tags["pyroscope.profile.id"]}', "5af75a6c3094ba71"], ("5af75a6c3094ba71",)),
         (["", "abc", "5af75a6c3094ba71", "0000000000000001"], ("5af75a6c3094ba71", "0000000000000001")),
+        # the Tempo mount's carried form: only the span id goes on
+        (["5af75a6c3094ba71:e19e0353f421bfce945f7d1514c6c9f1"], ("5af75a6c3094ba71",)),
+        (["5AF75A6C3094BA71:1", "5af75a6c3094ba71"], ("5af75a6c3094ba71",)),
+        (["5af75a6c3094ba71:nothex", "7f80395fd15dcdc9"], ("7f80395fd15dcdc9",)),
     ],
 )
 def test_clean_span_ids_table(raw: list[str], clean: tuple[str, ...]) -> None:
@@ -61,12 +66,21 @@ def test_clean_span_ids_table(raw: list[str], clean: tuple[str, ...]) -> None:
         (["123", "7f80395fd15dcdc9aa"], "16 hex characters"),
         ([], "span selector is empty"),
         ([""], "16 hex characters"),
+        (["5af75a6c3094ba71:"], "SPAN:TRACE"),
+        (["5af75a6c3094ba71:e19e0353f421bfce945f7d1514c6c9f1:x"], "16 hex characters"),
     ],
 )
 def test_clean_span_ids_refuses_with_an_actionable_message(raw: list[str], words: str) -> None:
     with pytest.raises(InvalidArgument) as info:
         clean_span_ids(raw)
     assert words in info.value.message
+
+
+def test_carried_traces_map_each_span_to_the_trace_it_carries() -> None:
+    raw = ["5af75a6c3094ba71:E19E0353F421BFCE945F7D1514C6C9F1", "7f80395fd15dcdc9", "1c60f2b8cd2d96d1:abc",
+           "5af75a6c3094ba71:0123456789abcdef0123456789abcdef", "0000000000000000:e19e0353f421bfce945f7d1514c6c9f1"]
+    assert carried_traces(raw) == {"5af75a6c3094ba71": "e19e0353f421bfce945f7d1514c6c9f1",
+                                   "1c60f2b8cd2d96d1": "00000000000000000000000000000abc"}
 
 
 @pytest.mark.parametrize(

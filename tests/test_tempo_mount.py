@@ -84,12 +84,18 @@ def spans_of(body: bytes, version: int, protobuf: bool) -> list[otlp_trace.Span]
     for rs in batches:
         for ss in rs["scopeSpans"]:
             for raw in ss["spans"]:
-                span = otlp_trace.Span(span_id=base64.b64decode(raw["spanId"]))
+                span = otlp_trace.Span(span_id=base64.b64decode(raw["spanId"]),
+                                       trace_id=base64.b64decode(raw["traceId"]))
                 for kv in raw.get("attributes", []):
                     if "stringValue" in kv["value"]:
                         span.attributes.add(key=kv["key"]).value.string_value = kv["value"]["stringValue"]
                 out.append(span)
     return out
+
+
+def carried(span: otlp_trace.Span) -> str:
+    """What the mount writes into pyroscope.profile.id: the span's id and its trace's (``bridge.ids``)."""
+    return f"{span.span_id.hex()}:{span.trace_id.hex()}"
 
 
 def profile_ids(span: otlp_trace.Span) -> list[str]:
@@ -121,7 +127,7 @@ async def test_every_span_enriched_through_the_mount(stack: Stack, version: int,
         spans = spans_of(body, version, protobuf)
         expected = len(shop.trace(trace_id)) if trace_id == child.trace_id else 6
         assert len(spans) == expected
-        assert all(profile_ids(s) == [s.span_id.hex()] for s in spans)
+        assert all(profile_ids(s) == [carried(s)] for s in spans)
     assert stack.metric("profile_bridge_enriched_spans_total") == 3 + 6  # the two SDK-tagged roots had it already
 
 
@@ -134,7 +140,8 @@ async def test_vulture_json_is_tempos_json_plus_the_attribute(stack: Stack) -> N
             for span in ss["spans"]:
                 added = span["attributes"].pop()
                 assert added == {"key": PROFILE_ID_ATTR,
-                                 "value": {"stringValue": base64.b64decode(span["spanId"]).hex()}}
+                                 "value": {"stringValue": base64.b64decode(span["spanId"]).hex() + ":"
+                                           + base64.b64decode(span["traceId"]).hex()}}
     assert through == direct
 
 
@@ -263,7 +270,7 @@ async def test_grafana_flow_against_a_tempo_without_v2(stack: Stack) -> None:
     resp = await stack.client.get(f"/tempo/api/traces/{child.trace_id}", headers=PB)
     assert resp.status == 200
     spans = spans_of(await resp.read(), 1, True)
-    assert len(spans) == 5 and all(profile_ids(s) == [s.span_id.hex()] for s in spans)
+    assert len(spans) == 5 and all(profile_ids(s) == [carried(s)] for s in spans)
     assert stack.app[SPAN_CACHE].get(None, child.span_id) is not None
 
 
@@ -314,7 +321,7 @@ async def test_policy_profiled_services_asks_pyroscope_once_per_tenant(aiohttp_s
                                           headers={**PB, "X-Scope-OrgID": tenant})
             spans = spans_of(await resp.read(), 2, True)
             if profiled:  # shop-frontend and shop-backend have profiles
-                assert all(profile_ids(s) == [s.span_id.hex()] for s in spans)
+                assert all(profile_ids(s) == [carried(s)] for s in spans)
             else:  # tempo-vulture has none: no button that would lead nowhere
                 assert all(profile_ids(s) == [] for s in spans)
     asked = stack.pyroscope.calls("LabelValues")
@@ -329,7 +336,8 @@ async def test_policy_profiled_services_follows_the_label_map(aiohttp_server: Se
     assert resp.status == 200
     (asked,) = stack.pyroscope.calls("LabelValues")
     assert asked.message.name == "env"  # type: ignore[union-attr]
-    # the capture's profiles say env=capture, no service is called that: nothing is enriched
+    # the capture's profiles say env=capture, no service is called that: nothing is enriched, SDK values stay as
+    # the SDK wrote them
     assert all(profile_ids(s) in ([], [s.span_id.hex()]) for s in spans_of(await resp.read(), 2, True))
     assert stack.metric("profile_bridge_enriched_spans_total") == 0
 
@@ -485,7 +493,7 @@ async def test_standalone_mode_enriches_the_stores_answers(aiohttp_server: Serve
         assert resp.status == 200, await resp.text()
         spans = spans_of(await resp.read(), version, protobuf)
         assert {s.span_id.hex() for s in spans} == set(shop.trace(child.trace_id).spans)
-        assert all(profile_ids(s) == [s.span_id.hex()] for s in spans)
+        assert all(profile_ids(s) == [carried(s)] for s in spans)
     assert app[SPAN_CACHE].get("team-a", child.span_id) is not None
     resp = await client.get("/tempo/api/traces/zz", headers=PB)
     assert resp.status == 400

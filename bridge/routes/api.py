@@ -70,9 +70,10 @@ def parse_params(request: web.Request, default_profile_type: str) -> ProfilePara
     trace_id = ids.trace_id(raw_trace)
     if trace_id is None:
         raise InvalidArgument(f"trace id {raw_trace[:80]!r} is not 1-32 hex characters")
-    span_id = ids.span_id(raw_span)
-    if span_id is None:
+    parsed = ids.selector_entry(raw_span)  # also SPAN:TRACE, as a span's pyroscope.profile.id reads
+    if parsed is None or parsed[1] not in (None, trace_id):
         raise InvalidArgument(f"span id {raw_span[:80]!r} is not 16 hex characters")
+    span_id = parsed[0]
     query = request.query
     scope = query.get("scope", "span")
     if scope not in SCOPES:

@@ -69,7 +69,7 @@ async def trace_by_id(request: web.Request, version: int, trace_id: str, ctx: Ca
     metrics = app[METRICS]
     try:
         plain = undo_content_encoding(answer.body, answer.encoding, MAX_ANSWER_BYTES)
-        enriched = enrich_trace_body(plain, version=version, protobuf=protobuf, policy=policy)
+        enriched = enrich_trace_body(plain, version=version, protobuf=protobuf, policy=policy, trace_id=trace_id)
     except (EncodingError, UndecodableBody) as exc:
         reason = exc.reason if isinstance(exc, UndecodableBody) else "encoding"
         log.warning("tempo: trace %s answer passed through unchanged, it cannot be decoded (%s)", trace_id, exc)
