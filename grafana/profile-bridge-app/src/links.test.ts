@@ -134,7 +134,7 @@ describe('Related profiles in Explore', () => {
             queryType: 'profile',
             profileTypeId: 'process_cpu:cpu:nanoseconds:cpu:nanoseconds',
             labelSelector: '{service_name="shop-backend", service_namespace="shop"}',
-            spanSelector: [SPAN],
+            spanSelector: [`${SPAN}:${TRACE}`],
             groupBy: [],
           },
         ],
@@ -177,7 +177,7 @@ describe('Related profiles in Explore', () => {
     // one matcher per mapped attribute: the quote inside the value is escaped, so it cannot close the value
     expect(selector).toContain('service_name="x\\", service_name=~\\".+\\"} | {a=\\"\\\\\\n&panes=&orgId=2#/../admin"');
     expect(panes.trace.datasource).toBe('tempo"&x=1');
-    expect(panes.profile.queries[0].spanSelector).toEqual([SPAN]);
+    expect(panes.profile.queries[0].spanSelector).toEqual([`${SPAN}:${TRACE}`]);
   });
 
   test('a malformed app page query opens nothing', () => {

@@ -249,7 +249,8 @@ export function exploreRange(ref: SpanRef, now: number): { from: string; to: str
 }
 
 /** Explore's `panes`: the trace (its own Tempo data source) beside the span's profile query, the one Grafana's
- * "Profiles for this span" sends (`queryType: profile`, a span selector of the span's id). */
+ * "Profiles for this span" sends (`queryType: profile`, a span selector of what the bridge's Tempo mount writes into
+ * `pyroscope.profile.id`: `<span id>:<trace id>`, so any bridge process resolves it without searching Tempo). */
 export function explorePanes(
   settings: AppSettings | undefined,
   ref: SpanRef,
@@ -275,13 +276,18 @@ export function explorePanes(
           queryType: 'profile',
           profileTypeId: s.profileTypeId,
           labelSelector: labelSelector(s.tags, ref.resource),
-          spanSelector: [ref.spanId],
+          spanSelector: [carriedSpanId(ref)],
           groupBy: [],
         },
       ],
       range,
     },
   };
+}
+
+/** The span selector entry the bridge reads as a span and its trace (it sends only the span id on to Pyroscope). */
+export function carriedSpanId(ref: Pick<SpanRef, 'spanId' | 'traceId'>): string {
+  return `${ref.spanId}:${ref.traceId}`;
 }
 
 /** Grafana's Explore URL (relative to Grafana's root) for the panes. */

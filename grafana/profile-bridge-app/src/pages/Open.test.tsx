@@ -71,7 +71,7 @@ describe('the pages the trace view links open', () => {
     expect(panes.profile.queries[0]).toMatchObject({
       datasource: { type: 'grafana-pyroscope-datasource', uid: 'prof' },
       labelSelector: '{service_name="shop-backend"}',
-      spanSelector: [SPAN],
+      spanSelector: [`${SPAN}:${TRACE}`],
     });
     expect(panes.profile.range).toEqual({
       from: String(1_795_945_303_639 - 60_000),
