@@ -41,11 +41,13 @@ from opentelemetry.proto.resource.v1 import resource_pb2
 from bridge import ids
 from bridge._proto import spanview_pb2 as svpb
 from bridge._proto import tempo_pb2
+from bridge.compression import EncodingError, undo_content_encoding
 from bridge.spans import (
     PROFILE_ID_ATTR,
     SERVICE_NAME,
     Attrs,
     Span,
+    Trace,
     json_resource,
     json_spans_of,
     pb_any_value_to_str,
@@ -388,3 +390,60 @@ def _extend_json(kv: dict[str, Any], span: dict[str, Any], trace_id: str) -> boo
         return False
     value["stringValue"] = ids.carried_profile_id(own, trace_id)
     return True
+
+
+# ============================================================================================= whole answers
+
+OFF: Final = EnrichPolicy(Policy.OFF)
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedAnswer:
+    """``enrich_encoded``'s result, small to hand between processes: the bytes to send (None: the upstream's own
+    bytes, as they came), their ``Content-Encoding`` and the counts; or why the answer could not be decoded."""
+
+    body: bytes | None
+    encoding: str
+    added: int = 0
+    extended: int = 0
+    span_count: int = 0
+    failure: str = ""  # a metrics reason ("encoding", "protobuf", "json") when the answer passes through unchanged
+    detail: str = ""
+
+    @property
+    def changed(self) -> bool:
+        return self.added > 0 or self.extended > 0
+
+
+def enrich_encoded(body: bytes, encoding: str, *, version: int, protobuf: bool, policy: EnrichPolicy,
+                   trace_id: str | None, gzip_level: int | None, max_bytes: int) -> EncodedAnswer:
+    """A whole trace-by-ID answer as it came (``encoding``: its Content-Encoding) → what to send: enriched and, with
+    ``gzip_level``, gzipped; an unchanged answer comes back as None (send the upstream's bytes), or plain when they
+    were gzipped and the client takes no gzip (``gzip_level`` None). The Tempo mount runs this in a helper process
+    for big answers (``bridge.offload``)."""
+    import gzip
+
+    try:
+        plain = undo_content_encoding(body, encoding, max_bytes)
+        enriched = enrich_trace_body(plain, version=version, protobuf=protobuf, policy=policy, trace_id=trace_id)
+    except EncodingError as exc:
+        return EncodedAnswer(None, encoding, failure="encoding", detail=str(exc))
+    except UndecodableBody as exc:
+        return EncodedAnswer(None, encoding, failure=exc.reason, detail=str(exc))
+    counts = (enriched.added, enriched.extended, enriched.span_count)
+    compressed = encoding.strip().lower() in ("gzip", "x-gzip")
+    if enriched.changed:
+        if gzip_level is None:
+            return EncodedAnswer(enriched.body, "", *counts)
+        return EncodedAnswer(gzip.compress(enriched.body, compresslevel=gzip_level), "gzip", *counts)
+    if compressed and gzip_level is None:
+        return EncodedAnswer(plain, "", *counts)
+    return EncodedAnswer(None, encoding, *counts)
+
+
+def load_trace(body: bytes, encoding: str, *, version: int, protobuf: bool, trace_id: str, max_bytes: int) -> Trace:
+    """The spans of an answer as it was sent (``encoding``: its Content-Encoding), for the span cache: what
+    ``Enriched.spans()`` gives, from the bytes. Raises ``EncodingError`` / ``UndecodableBody``."""
+    plain = undo_content_encoding(body, encoding, max_bytes)
+    enriched = enrich_trace_body(plain, version=version, protobuf=protobuf, policy=OFF)
+    return Trace.from_spans(enriched.spans(), trace_id)

@@ -763,12 +763,16 @@ class Resolver:
         return Found(span, Trace.from_spans([span], trace_id), None)
 
     async def _trace(self, trace_id: str, ctx: CallContext, start_s: int, end_s: int) -> Trace | None:
-        """A trace by ID, fetched once however many clicks ask for its spans at the same time, and remembered in the
+        """A trace by ID: from the span cache (a big trace the Tempo mount served is parsed now, in a thread), else
+        from Tempo — fetched once however many clicks ask for its spans at the same time, and remembered in the
         span cache: the next click on any of its spans in this process asks nobody."""
+        held = self.span_cache.get_trace(ctx.tenant, trace_id)
+        if held is not None:
+            return held
         key = (ctx.tenant_key, trace_id)
         pending = self._trace_fetches.get(key)
         if pending is None:
-            pending = asyncio.ensure_future(self.traces.trace_by_id(trace_id, ctx, start_s, end_s))
+            pending = asyncio.ensure_future(self._load_or_fetch(trace_id, ctx, start_s, end_s))
             self._trace_fetches[key] = pending
             pending.add_done_callback(lambda done: self._fetched(key, done))
         try:
@@ -778,6 +782,15 @@ class Resolver:
         if trace is not None and len(trace):
             self.span_cache.put_trace(ctx.tenant, trace)
         return trace
+
+    async def _load_or_fetch(self, trace_id: str, ctx: CallContext, start_s: int, end_s: int) -> Trace | None:
+        load = self.span_cache.pending(ctx.tenant, trace_id)
+        if load is not None:
+            try:
+                return await asyncio.to_thread(load)
+            except Exception as exc:  # noqa: BLE001 - the held bytes did not parse: Tempo answers instead
+                log.warning("trace %s: the span cache's copy could not be read (%s); asking Tempo", trace_id, exc)
+        return await self.traces.trace_by_id(trace_id, ctx, start_s, end_s)
 
     def _fetched(self, key: tuple[str, str], done: asyncio.Future[Trace | None]) -> None:
         self._trace_fetches.pop(key, None)

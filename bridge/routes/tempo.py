@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import gzip
 import logging
+from functools import partial
 from typing import Final
 
 import aiohttp
 from aiohttp import web
 
+from bridge import offload
 from bridge.compression import EncodingError, accepts_gzip, undo_content_encoding
-from bridge.enrich import Enriched, UndecodableBody, enrich_trace_body
+from bridge.enrich import Enriched, EnrichPolicy, UndecodableBody, enrich_encoded, enrich_trace_body, load_trace
 from bridge.errors import InvalidArgument
 from bridge.ids import tempo_trace_id
 from bridge.middleware import ROUTE_LABEL
+from bridge.offload import OFFLOAD
 from bridge.services import enrich_policy
 from bridge.spans import Trace
 from bridge.state import METRICS, SETTINGS, SPAN_CACHE, backends_of, call_context
@@ -40,6 +43,9 @@ log = logging.getLogger("bridge.tempo")
 MOUNT: Final = "/tempo"
 MAX_ANSWER_BYTES: Final = 256 * 1024**2  # a trace answer inflates to at most this much
 GZIP_LEVEL: Final = 1  # answers go to Grafana next door: speed over ratio
+# answers this large (as received, usually gzipped: about 500 spans) are enriched in the helper process
+# (bridge.offload); below it the work takes a few milliseconds and the round trip would cost more than it saves
+OFFLOAD_BYTES: Final = 64 * 1024
 _ANSWER_DROP: Final = HOP_BY_HOP | {"content-length", "content-encoding"}
 
 
@@ -67,6 +73,8 @@ async def trace_by_id(request: web.Request, version: int, trace_id: str, ctx: Ca
     policy = await enrich_policy(app[SETTINGS].enrich, backends.profiled_services, ctx)
     protobuf = is_protobuf_answer(answer.headers.get("Content-Type", ""), request.headers.get("Accept", ""))
     metrics = app[METRICS]
+    if len(answer.body) >= OFFLOAD_BYTES:
+        return await _big_answer(request, answer, version, protobuf, policy, trace_id, ctx)
     try:
         plain = undo_content_encoding(answer.body, answer.encoding, MAX_ANSWER_BYTES)
         enriched = enrich_trace_body(plain, version=version, protobuf=protobuf, policy=policy, trace_id=trace_id)
@@ -102,7 +110,10 @@ async def _send(request: web.Request, answer: TempoAnswer, enriched: Enriched | 
         body = answer.body
     if encoding and encoding.lower() != "identity":
         headers["Content-Encoding"] = encoding
-    response = web.Response(status=answer.status, body=body, headers=headers)
+    return await _write(request, web.Response(status=answer.status, body=body, headers=headers))
+
+
+async def _write(request: web.Request, response: web.Response) -> web.Response:
     try:
         await response.prepare(request)
         await response.write_eof()
@@ -118,6 +129,41 @@ def _gunzip_or_raw(answer: TempoAnswer, enriched: Enriched | None) -> tuple[byte
         return undo_content_encoding(answer.body, answer.encoding, MAX_ANSWER_BYTES), ""
     except EncodingError:
         return answer.body, answer.encoding  # corrupt: as it came, nothing better to send
+
+
+async def _big_answer(request: web.Request, answer: TempoAnswer, version: int, protobuf: bool, policy: EnrichPolicy,
+                      trace_id: str, ctx: CallContext) -> web.StreamResponse:
+    """A big answer is decoded, enriched and gzipped in the helper process (``bridge.offload``): the event loop only
+    moves bytes. Its spans are remembered as they were sent and parsed when a click needs them."""
+    app = request.app
+    metrics = app[METRICS]
+    client_gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
+    done = await app[OFFLOAD].run(
+        partial(enrich_encoded, version=version, protobuf=protobuf, policy=policy, trace_id=trace_id,
+                gzip_level=GZIP_LEVEL if client_gzip else None, max_bytes=MAX_ANSWER_BYTES),
+        answer.body, answer.encoding,
+    )
+    if done.failure:
+        log.warning("tempo: trace %s answer passed through unchanged, it cannot be decoded (%s)", trace_id,
+                    done.detail)
+        metrics.enrich_failures.labels(done.failure).inc()
+        return await _send(request, answer, None)
+    body, encoding = (answer.body, answer.encoding) if done.body is None else (done.body, done.encoding)
+    headers = end_to_end(answer.headers, _ANSWER_DROP)
+    if encoding and encoding.lower() != "identity":
+        headers["Content-Encoding"] = encoding
+        if done.changed and "accept-encoding" not in headers.get("Vary", "").lower():
+            headers.add("Vary", "Accept-Encoding")
+    response = await _write(request, web.Response(status=answer.status, body=body, headers=headers))
+    if done.added:
+        metrics.enriched_spans.inc(done.added)
+    if done.span_count:
+        load = partial(load_trace, body, encoding, version=version, protobuf=protobuf, trace_id=trace_id,
+                       max_bytes=MAX_ANSWER_BYTES)
+        cache = app[SPAN_CACHE]
+        cache.put_pending(ctx.tenant, trace_id, load, done.span_count, len(body))
+        metrics.cache_entries.labels("spans").set(len(cache))
+    return response
 
 
 def _remember(app: web.Application, ctx: CallContext, trace_id: str, enriched: Enriched) -> None:
@@ -137,3 +183,4 @@ def _remember(app: web.Application, ctx: CallContext, trace_id: str, enriched: E
 
 def setup(app: web.Application) -> None:
     app.router.add_route("*", MOUNT + "/{tail:.*}", handle)
+    offload.setup(app)
