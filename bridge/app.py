@@ -20,6 +20,7 @@ from bridge.mode import Mode, choose_mode
 from bridge.routes import api, health, ingest, otlp, pages, pyroscope, tempo
 from bridge.spancache import SpanCache
 from bridge.state import CLOCK, METRICS, RUNTIME, SETTINGS, SPAN_CACHE, Clock, Runtime
+from bridge.upstream import relay
 
 
 def create_app(settings: Settings, *, wall_clock: Callable[[], float] = time.time) -> web.Application:
@@ -32,6 +33,7 @@ def create_app(settings: Settings, *, wall_clock: Callable[[], float] = time.tim
     app[CLOCK] = Clock(wall_clock)
     app[SPAN_CACHE] = SpanCache(settings.span_cache_size, settings.span_cache_bytes, settings.span_cache_ttl)
     app[RUNTIME] = Runtime()
+    relay.setup(app)  # pass-through over the lean relay (bridge.upstream.relay)
 
     health.setup(app)
     pyroscope.setup(app)

@@ -18,6 +18,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from bridge.errors import Code, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from bridge.metrics import Metrics
 from bridge.middleware import make_middleware
+from bridge.upstream import relay
 from bridge.upstream.faults import map_client_error
 from bridge.upstream.proxy import end_to_end, stream_through, target_url
 
@@ -82,11 +83,24 @@ class Upstream:
         )
 
 
+# every test runs twice: through the lean relay (what create_app sets up) and through aiohttp's client (what an app
+# without it, or a request that does not suit it, uses)
+LEAN = [True]
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["lean", "aiohttp"])
+def lean(request: pytest.FixtureRequest) -> bool:
+    LEAN[0] = bool(request.param)
+    return LEAN[0]
+
+
 def bridge_app(
     upstream_url: str, session_box: dict[str, aiohttp.ClientSession], timeout: float = 2.0
 ) -> web.Application:
     # as create_app does: the server never undoes Content-Encoding, whatever the runner is asked
     app = web.Application(middlewares=[make_middleware(Metrics())], handler_args={"auto_decompress": False})
+    if LEAN[0]:
+        relay.setup(app)
 
     async def session_ctx(app: web.Application) -> AsyncIterator[None]:
         async with aiohttp.ClientSession(

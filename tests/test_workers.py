@@ -41,7 +41,7 @@ def proxy_args(pyroscope: PyroscopeDouble) -> list[str]:
 async def profile_types(base: str, *, fresh: bool = True) -> int:
     """One ProfileTypes call on a new connection (so the kernel picks a worker each time); the status."""
     connector = aiohttp.TCPConnector(force_close=fresh)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as session, \
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=10)) as session, \
             session.post(base + PROFILE_TYPES, data=qpb.ProfileTypesRequest().SerializeToString(),
                          headers={"Content-Type": "application/proto"}) as resp:
         await resp.read()
@@ -97,14 +97,19 @@ async def test_sighup_replaces_every_worker_while_requests_keep_succeeding(pyros
                 statuses.append(await profile_types(bridge.base, fresh=len(statuses) % 2 == 0))
 
         loader = asyncio.create_task(load())
-        while len(statuses) < 10:
-            await asyncio.sleep(0.01)
+
+        async def served_more(n: int) -> None:
+            goal = len(statuses) + n
+            while len(statuses) < goal:
+                if loader.done():
+                    loader.result()  # its failure, raised here
+                await asyncio.sleep(0.01)
+
+        await served_more(10)
         bridge.proc.send_signal(signal.SIGHUP)
         await bridge.wait_for_line("every worker replaced")
         new = await wait_children(bridge.proc.pid, 2, exclude=old)
-        before = len(statuses)
-        while len(statuses) < before + 10:
-            await asyncio.sleep(0.01)
+        await served_more(10)
         stop.set()
         await loader
         assert not new & old
