@@ -13,6 +13,10 @@ keepalive connections to the upstream (``keepalive 64``, HTTP/1.1), ``proxy_buff
 buffering off this is the most nginx reads from the upstream at a time: a 1 MB answer goes through in four reads
 instead of 256 of nginx's default 4 KiB page), and a buffered access log (``buffer=64k``).
 
+A fourth path, "front", is ``deploy/nginx-front.conf`` as shipped (nginx in front of the bridge: calls the bridge only
+relays go straight to the upstream, span RPCs — ``SelectMergeStacktraces`` among them — through the bridge), with the
+same number of worker processes.
+
 Two measurements, each interleaved (rotating order, same run):
 
 - **1 client** (an aiohttp client, one request at a time): each path's added latency over direct, median and p99.
@@ -103,6 +107,15 @@ http {{
   }}
 }}
 """
+FRONT_CONF = COMMON_NGINX + """
+worker_processes {workers};
+http {{
+""" + TEMP_PATHS + """
+  access_log {tmp}/front-access.log combined buffer=64k;
+  keepalive_requests 1000000;
+  include {tmp}/nginx-front.conf;
+}}
+"""
 WRK_LUA = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/proto"
@@ -182,10 +195,12 @@ class Stack:
         self.workers = workers
         self.procs: list[subprocess.Popen[bytes]] = []
         self.up, self.nginx_port, self.bridge_port = free_port(), free_port(), free_port()
+        self.front_port = free_port()
         self.bases = {
             "direct": f"http://127.0.0.1:{self.up}",
             "nginx": f"http://127.0.0.1:{self.nginx_port}/pyroscope",
             "bridge": f"http://127.0.0.1:{self.bridge_port}/pyroscope",
+            "front": f"http://127.0.0.1:{self.front_port}/pyroscope",
         }
 
     def start(self) -> None:
@@ -210,6 +225,16 @@ class Stack:
                                            stderr=subprocess.DEVNULL))
         self.procs.append(subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "proxy.conf")],
                                            stderr=subprocess.DEVNULL))
+        front = (ROOT / "deploy" / "nginx-front.conf").read_text()
+        for old, new in (("server bridge:4041;", f"server 127.0.0.1:{self.bridge_port};"),
+                         ("server pyroscope:4040;", f"server 127.0.0.1:{self.up};"),
+                         ("server tempo:3200;", f"server 127.0.0.1:{self.up};"),
+                         ("listen 4041;", f"listen 127.0.0.1:{self.front_port} backlog=1024;")):
+            if old not in front:
+                raise SystemExit(f"deploy/nginx-front.conf has no {old!r} any more: update this bench")
+            front = front.replace(old, new)
+        (tmp / "nginx-front.conf").write_text(front)
+        (tmp / "front.conf").write_text(FRONT_CONF.format(tmp=tmp, name="front", workers=self.workers, master="on"))
         env = {**os.environ, "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false", "PROFILE_BRIDGE_LOG_LEVEL": "info",
                "PROFILE_BRIDGE_DATA_DIR": str(tmp / "data")}
         self.procs.append(subprocess.Popen(
@@ -218,6 +243,8 @@ class Stack:
              "--pyroscope-url", f"http://127.0.0.1:{self.up}", "--tempo-url", f"http://127.0.0.1:{self.up}"],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp / "bridge.log", "wb"),  # noqa: SIM115
         ))
+        self.procs.append(subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "front.conf")],
+                                           stderr=subprocess.DEVNULL))
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
@@ -261,20 +288,21 @@ async def latency_rounds(stack: Stack, rounds: int) -> list[str]:
 def latency_report(method: str, size: int, times: dict[str, list[float]]) -> list[str]:
     med = {k: statistics.median(v) for k, v in times.items()}
     p99 = {k: pct(v, 0.99) for k, v in times.items()}
-    added = {k: (med[k] - med["direct"], p99[k] - p99["direct"]) for k in ("nginx", "bridge")}
+    added = {k: (med[k] - med["direct"], p99[k] - p99["direct"]) for k in ("nginx", "bridge", "front")}
     lines = [
         f"{method} ({size / 1e6:.2f} MB answer, 1 client, {len(times['direct'])} interleaved rounds): "
         f"direct median {med['direct']:.3f} ms p99 {p99['direct']:.3f} ms",
     ]
-    for k in ("nginx", "bridge"):
+    for k in ("nginx", "bridge", "front"):
         lines.append(f"  {k:6s} added: median {added[k][0]:+.3f} ms, p99 {added[k][1]:+.3f} ms")
-    ratio = added["bridge"][0] / max(added["nginx"][0], 1e-3)
-    if method == BIG:
-        lines.append(f"RATIO 1 MB, 1 client, bridge/nginx added latency (median): {ratio:.2f} "
-                     f"(target <= {TARGET_BIG_LATENCY}) {'OK' if ratio <= TARGET_BIG_LATENCY else 'MISSED'}")
-    else:
-        lines.append(f"ratio small call, 1 client, bridge/nginx added latency (median): {ratio:.2f} "
-                     "(informational)")
+    for k in ("bridge", "front"):
+        ratio = added[k][0] / max(added["nginx"][0], 1e-3)
+        if method == BIG:
+            lines.append(f"RATIO 1 MB, 1 client, {k}/nginx added latency (median): {ratio:.2f} "
+                         f"(target <= {TARGET_BIG_LATENCY}) {'OK' if ratio <= TARGET_BIG_LATENCY else 'MISSED'}")
+        else:
+            lines.append(f"ratio small call, 1 client, {k}/nginx added latency (median): {ratio:.2f} "
+                         "(informational)")
     return lines
 
 
@@ -297,30 +325,32 @@ def run_wrk(url: str, lua: Path, seconds: int, clients: int) -> tuple[float, flo
 
 def throughput_rounds(stack: Stack, rounds: int, seconds: int, clients: int) -> list[str]:
     lines: list[str] = []
-    names = ("nginx", "bridge")
+    names = ("nginx", "bridge", "front")
     for method in (SMALL, BIG):
         lua = stack.tmp / f"{method}.lua"
         for name in names:  # warm-up: the bridge's workers and nginx's upstream connections
             run_wrk(stack.bases[name] + QUERIER + method, lua, 1, clients)
         got: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
-        ratios: list[float] = []
+        ratios: dict[str, list[float]] = {"bridge": [], "front": []}
         for r in range(rounds):
-            order = names if r % 2 == 0 else names[::-1]
+            order = names[r % 3:] + names[:r % 3]
             for name in order:
                 got[name].append(run_wrk(stack.bases[name] + QUERIER + method, lua, seconds, clients))
-            ratios.append(got["bridge"][-1][0] / got["nginx"][-1][0])
+            for k in ratios:
+                ratios[k].append(got[k][-1][0] / got["nginx"][-1][0])
         lines.append(f"{method} ({clients} clients, wrk -t2, {rounds} interleaved rounds of {seconds} s):")
         for name in names:
             rps = statistics.median(x[0] for x in got[name])
             p50 = statistics.median(x[1] for x in got[name])
             p99 = statistics.median(x[2] for x in got[name])
             lines.append(f"  {name:6s} {rps:9.0f} req/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms (medians over rounds)")
-        ratio = statistics.median(ratios)
         target = TARGET_RPS[method]
         what = "1 MB answers" if method == BIG else "small calls"
-        lines.append(f"RATIO {what}, {clients} clients, bridge/nginx req/s: median {ratio:.2f} "
-                     f"(rounds {min(ratios):.2f}-{max(ratios):.2f}; target >= {target}) "
-                     f"{'OK' if ratio >= target else 'MISSED'}")
+        for k, values in ratios.items():
+            ratio = statistics.median(values)
+            lines.append(f"RATIO {what}, {clients} clients, {k}/nginx req/s: median {ratio:.2f} "
+                         f"(rounds {min(values):.2f}-{max(values):.2f}; target >= {target}) "
+                         f"{'OK' if ratio >= target else 'MISSED'}")
     return lines
 
 

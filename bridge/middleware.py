@@ -28,7 +28,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ROUTE_LABEL = web.RequestKey("route_label", str)
 # set by the streaming pass-through (``bridge.upstream.proxy``): a request the bridge only relayed is logged at DEBUG
 # when it succeeded — its line cost a tenth of a relayed call, and the upstream (or a proxy in front) keeps the
-# access log; failures, and everything the bridge answers itself, stay at INFO
+# access log; failures, and everything the bridge answers itself, stay at INFO. (421 is a request handed back to
+# nginx in front to send on itself: bridge.upstream.proxy.PASS_BACK_STATUS.)
 PASSED_THROUGH = web.RequestKey("passed_through", bool)
 
 
@@ -69,7 +70,7 @@ def make_middleware(metrics: Metrics) -> Middleware:
             label = request.get(ROUTE_LABEL) or _route_of(request)
             metrics.requests.labels(label, str(status)).inc()
             metrics.request_seconds.labels(label).observe(elapsed)
-            level = logging.DEBUG if status < 400 and request.get(PASSED_THROUGH) else logging.INFO
+            level = logging.DEBUG if (status < 400 or status == 421) and request.get(PASSED_THROUGH) else logging.INFO
             if log.isEnabledFor(level):
                 log.log(
                     level,

@@ -57,6 +57,14 @@ CHUNK: Final = 256 * 1024  # read size for callers that stream in fixed chunks (
 # read while the client is still taking the part before it (aiohttp's 64 KiB defaults made every 1 MB answer a
 # dozen stop-and-go turns of the event loop).
 RELAY_BUFFER: Final = 4 * 1024 * 1024
+# nginx in front (deploy/nginx-front.conf) sends the RPCs the bridge may resolve with this header, keeps their bodies,
+# and sends the request to Pyroscope itself when the bridge answers PASS_BACK_STATUS: an answer the bridge would only
+# relay (a 1 MB flame graph) then never goes through Python. Only a body the bridge leaves as it came is passed back.
+PASS_BACK_HEADER: Final = "X-Profile-Bridge-Pass-Back"
+PASS_BACK_STATUS: Final = 421
+_RAW_BODY = web.RequestKey("raw_body", bytes)
+
+
 async def read_body(request: web.Request, max_bytes: int) -> tuple[bytes, str | None]:
     """The request body as sent (the app's server never undoes its Content-Encoding: ``create_app`` turns aiohttp's
     ``auto_decompress`` off), read in chunks and refused (``ResourceExhausted``) as soon as it passes ``max_bytes``;
@@ -74,7 +82,8 @@ async def read_body(request: web.Request, max_bytes: int) -> tuple[bytes, str | 
             parts.append(chunk)
     except RequestPayloadError as exc:
         raise InvalidArgument(f"request body cannot be read ({str(exc).strip()})") from exc
-    return b"".join(parts), request.headers.get("Content-Encoding") or None
+    raw = request[_RAW_BODY] = b"".join(parts)
+    return raw, request.headers.get("Content-Encoding") or None
 
 
 def end_to_end(headers: Mapping[str, str], drop: Iterable[str] = HOP_BY_HOP) -> CIMultiDict[str]:
@@ -136,6 +145,8 @@ async def stream_through(
         raise UpstreamTimeout(upstream, f"no time left in the request's budget to ask {upstream}")
     url = target_url if isinstance(target_url, URL) else URL(target_url, encoded=True)
     request[PASSED_THROUGH] = True
+    if PASS_BACK_HEADER in request.headers and (body is None or body is request.get(_RAW_BODY)):
+        return web.Response(status=PASS_BACK_STATUS, headers={PASS_BACK_HEADER: "1"})
     headers = end_to_end(request.headers, _REQUEST_DROP)
     data: bytes | aiohttp.StreamReader | None = body
     if body is not None:
