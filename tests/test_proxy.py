@@ -23,6 +23,7 @@ from bridge.upstream.faults import map_client_error
 from bridge.upstream.proxy import end_to_end, stream_through, target_url
 
 BIG = os.urandom(3 * 1024 * 1024 + 17)
+HUGE = os.urandom(12 * 1024 * 1024 + 5)
 
 
 class Upstream:
@@ -65,6 +66,8 @@ class Upstream:
             assert request.transport is not None
             request.transport.abort()
             return resp
+        if fault == "framed":
+            return web.Response(body=HUGE, headers={"Content-Type": "application/proto"})
         if fault == "gzip":
             return web.Response(
                 body=gzip.compress(b"hello " * 1000),
@@ -243,6 +246,22 @@ async def test_dot_segments_are_not_forwarded(
     up, _ = upstream
     assert await raw_status(client, path) in (400, 404)
     assert up.requests == []
+
+
+async def test_a_large_framed_answer_arrives_whole_however_slowly_it_is_read(
+    upstream: tuple[Upstream, str], client: TestClient[Any, Any]
+) -> None:
+    """The lean relay splices a body of known length into the client's connection; a slow reader makes it stop
+    reading the upstream and wait for the client, not buffer without bound."""
+    for _ in range(2):  # and the upstream connection is reusable afterwards
+        resp = await client.get("/mnt/x", headers={"X-Fault": "framed"})
+        assert resp.status == 200 and resp.content_length == len(HUGE)
+        got = bytearray()
+        async for chunk in resp.content.iter_chunked(256 * 1024):
+            got += chunk
+            if len(got) < 6 * 1024 * 1024:
+                await asyncio.sleep(0.005)
+        assert bytes(got) == HUGE
 
 
 async def test_upstream_down_is_unavailable(aiohttp_client: Factory) -> None:

@@ -21,6 +21,7 @@ from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 from aiohttp.web_protocol import RequestPayloadError
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
@@ -226,9 +227,10 @@ async def _lean(request: web.Request, pool: relay.Pool, url: URL, headers: CIMul
         fields: CIMultiDict[str] = CIMultiDict(conn.fields)
         response.headers.extend(end_to_end(fields, HOP_BY_HOP | {"content-length"}))
         length = fields.get("Content-Length")
-        if length is not None and length.isdigit() and "Transfer-Encoding" not in fields:
-            response.content_length = int(length)
-        await response.prepare(request)
+        framed = length is not None and length.isdigit() and "Transfer-Encoding" not in fields
+        if framed:
+            response.content_length = int(length)  # type: ignore[arg-type]
+        writer = await response.prepare(request)
         read_timeout = min(t for t in (timeout.sock_read, timeout.total, 3600.0) if t is not None)
         while True:
             try:
@@ -240,15 +242,37 @@ async def _lean(request: web.Request, pool: relay.Pool, url: URL, headers: CIMul
             if not chunk:
                 break
             try:
-                await response.write(chunk)
+                await response.write(chunk)  # the first one carries the answer's head
             except (ConnectionError, aiohttp.ClientConnectionResetError):
                 log.debug("client went away during %s %s", request.method, request.path)
+                break
+            if framed and not conn.done and request.transport is not None and writer is not None:
+                await _spliced(request, conn, writer, upstream, read_timeout)
                 break
         return response
     finally:
         exchange.finish()
         if metrics is not None:
             metrics.upstream_seconds.labels(upstream, "passthrough", outcome).observe(time.perf_counter() - started)
+
+
+async def _spliced(request: web.Request, conn: relay.Connection, writer: AbstractStreamWriter, upstream: str,
+                   read_timeout: float) -> None:
+    """The rest of a body of known length, spliced from the upstream's connection into the client's as it arrives
+    (``relay.Connection.splice``); the client's backlog drained through aiohttp's writer."""
+    assert request.transport is not None
+    conn.splice(request.transport)
+    while True:
+        try:
+            async with asyncio.timeout(read_timeout):
+                await conn.wait_spliced()
+            if conn.done:
+                return
+            await writer.drain()
+            conn.resume_spliced()
+        except Exception as exc:  # noqa: BLE001 - headers are out: no error answer is possible any more
+            _abort(request, upstream, exc)
+            return
 
 
 class _RelayedResponse(web.StreamResponse):

@@ -67,7 +67,7 @@ def parse_head(raw: bytes) -> tuple[int, str, list[tuple[str, str]], bool]:
     return int(code), reason.decode("latin-1"), fields, version == b"HTTP/1.1"
 
 
-class _Connection(asyncio.Protocol):
+class Connection(asyncio.Protocol):
     """One upstream connection: one exchange at a time. The answer's body is queued here as it arrives (decoded
     from chunked framing when it is chunked) and taken by ``read``."""
 
@@ -96,6 +96,8 @@ class _Connection(asyncio.Protocol):
         self.error: BaseException | None = None
         self.received = False
         self._head_only = False
+        self._sink: asyncio.Transport | None = None
+        self.sink_paused = False
 
     # ------------------------------------------------------------------------------------------- one exchange
 
@@ -173,7 +175,8 @@ class _Connection(asyncio.Protocol):
                 self._finish()
                 if rest:
                     self.keep_alive = False
-            elif rest:
+                return
+            if rest:
                 self._body(rest)
 
     def _frame(self, http11: bool) -> None:
@@ -273,6 +276,9 @@ class _Connection(asyncio.Protocol):
     def _queue(self, data: bytes) -> None:
         if not data:
             return
+        if self._sink is not None:
+            self._to_sink(data)
+            return
         self._chunks.append(data)
         self._buffered += len(data)
         if self._buffered > HIGH_WATER and not self._paused and self.transport is not None:
@@ -283,6 +289,53 @@ class _Connection(asyncio.Protocol):
     def _finish(self) -> None:
         self.done = True
         self._wake()
+
+    # ------------------------------------------------------------------------------------------- splice
+
+    def splice(self, sink: asyncio.Transport) -> None:
+        """From now on the body goes straight to ``sink`` (the client's connection, after the answer's head and
+        first bytes went out) as each piece arrives: no task switch, no copy, and the next piece is read from the
+        upstream while this one is still on its way to the client. Only for a body of known length (the server
+        side frames nothing). ``wait_spliced`` follows it."""
+        self._sink = sink
+        chunks, self._chunks = list(self._chunks), collections.deque()
+        self._buffered = 0
+        for data in chunks:
+            self._to_sink(data)
+        if self._paused and not self.sink_paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def _to_sink(self, data: bytes) -> None:
+        sink = self._sink
+        assert sink is not None
+        if sink.is_closing():
+            self._fail(ConnectionResetError("the client went away"))
+            return
+        sink.write(data)
+        if sink.get_write_buffer_size() > HIGH_WATER and not self.sink_paused and self.transport is not None:
+            self.sink_paused = self._paused = True  # the client is slower: stop reading until it catches up
+            self.transport.pause_reading()
+            self._wake()
+
+    async def wait_spliced(self) -> None:
+        """Until the spliced body is complete (returns), the client's connection is full (returns with
+        ``sink_paused``: drain it, then ``resume_spliced``), or the exchange failed (raises)."""
+        while not self.done and not self.sink_paused:
+            if self.error is not None:
+                raise self.error
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        if self.error is not None and not self.done:
+            raise self.error
+
+    def resume_spliced(self) -> None:
+        if self.sink_paused and self.transport is not None:
+            self.sink_paused = self._paused = False
+            self.transport.resume_reading()
 
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
@@ -324,9 +377,9 @@ class Pool:
     def __init__(self, host: str, port: int) -> None:
         self.host = host
         self.port = port
-        self._idle: list[_Connection] = []
+        self._idle: list[Connection] = []
 
-    async def acquire(self, connect_timeout: float | None) -> tuple[_Connection, bool]:
+    async def acquire(self, connect_timeout: float | None) -> tuple[Connection, bool]:
         """(a connection, whether it was used before)."""
         now = time.monotonic()
         while self._idle:
@@ -337,12 +390,12 @@ class Pool:
             conn.abort()
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(connect_timeout):
-            transport, conn = await loop.create_connection(_Connection, self.host, self.port)
+            transport, conn = await loop.create_connection(Connection, self.host, self.port)
         if conn.transport is None:  # uvloop calls connection_made a turn after create_connection returns
             conn.transport = transport
         return conn, False
 
-    def release(self, conn: _Connection) -> None:
+    def release(self, conn: Connection) -> None:
         if conn.reusable and len(self._idle) < MAX_IDLE:
             conn.idle_since = time.monotonic()
             self._idle.append(conn)
@@ -403,10 +456,10 @@ class Exchange:
     def __init__(self, pool: Pool, upstream: str) -> None:
         self.pool = pool
         self.upstream = upstream
-        self.conn: _Connection | None = None
+        self.conn: Connection | None = None
 
     async def start(self, head: bytes, body: bytes, *, head_only: bool, connect_timeout: float | None,
-                    total: float | None) -> _Connection:
+                    total: float | None) -> Connection:
         for attempt in (1, 2):
             try:
                 conn, reused = await self.pool.acquire(connect_timeout)
