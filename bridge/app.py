@@ -41,6 +41,9 @@ def create_app(settings: Settings, *, wall_clock: Callable[[], float] = time.tim
     otlp.setup(app)
     if mode.keeps_data:
         ingest.setup(app)
+    metrics.allow_routes(app)  # the route label's closed set: these routes and the labels their handlers set
+    if settings.pprof_targets:
+        metrics.allow("target", *settings.pprof_targets)
     app.cleanup_ctx.append(_running(mode))
     return app
 

@@ -38,7 +38,10 @@ async def readyz(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     m = request.app[METRICS]
     m.cache_entries.labels("spans").set(len(request.app[SPAN_CACHE]))
-    return web.Response(body=m.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+    # rendered on a worker thread: the event loop keeps serving meanwhile (the text is small: every label is a
+    # closed set, bridge.metrics)
+    body = await asyncio.to_thread(m.render)
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
 def setup(app: web.Application) -> None:

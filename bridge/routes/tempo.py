@@ -137,3 +137,4 @@ def _remember(app: web.Application, ctx: CallContext, trace_id: str, enriched: E
 
 def setup(app: web.Application) -> None:
     app.router.add_route("*", MOUNT + "/{tail:.*}", handle)
+    app[METRICS].allow("route", f"{MOUNT}/*", f"{MOUNT}/api/v2/traces/{{id}}", f"{MOUNT}/api/traces/{{id}}")
