@@ -306,3 +306,17 @@ def test_client_errors_map_most_specific_first(exc: Exception, cls: type[Upstrea
     assert err.code is code
     assert err.upstream == "pyroscope"
     assert "pyroscope" in err.message
+
+
+@pytest.mark.parametrize(
+    ("exc", "words"),
+    [
+        (aiohttp.ConnectionTimeoutError(), "tempo did not answer: no connection within 2 s"),
+        (aiohttp.SocketTimeoutError(), "tempo did not answer: nothing arrived for 3 s"),
+        (TimeoutError(), "tempo did not answer within 6 s"),
+    ],
+)
+def test_timeout_messages_name_the_figure_of_the_timeout_that_fired(exc: BaseException, words: str) -> None:
+    err = map_client_error("tempo", exc, aiohttp.ClientTimeout(total=6, connect=2, sock_read=3))
+    assert isinstance(err, UpstreamTimeout)
+    assert err.message == words

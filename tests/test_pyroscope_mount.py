@@ -440,6 +440,18 @@ async def test_slow_pyroscope_honours_connect_timeout_ms(stack: Stack, method: s
     assert b'"deadline_exceeded"' in raw and b"pyroscope did not answer" in raw
 
 
+async def test_a_timeout_message_names_the_timeout_that_fired(aiohttp_server: Server, aiohttp_client: Client) -> None:
+    """The request's budget is 6 s (Connect-Timeout-Ms) but the read timeout (PROFILE_BRIDGE_UPSTREAM_TIMEOUT) is
+    0.3 s: the message says 0.3 s, the figure that fired, not 6 s (issue 11, item 11)."""
+    stack = await make_stack(aiohttp_server, aiohttp_client, upstream_timeout=0.3)
+    stack.pyroscope.faults.delay = 30.0
+    status, _, raw = await asyncio.wait_for(call(stack.client, "ProfileTypes", qpb.ProfileTypesRequest(),
+                                                 accept_gzip=False, headers={"Connect-Timeout-Ms": "6000"}), timeout=10)
+    assert status == 504
+    message = json.loads(raw)["message"]
+    assert message == "pyroscope did not answer: nothing arrived for 0.3 s", message
+
+
 async def test_slow_tempo_within_budget_is_deadline_exceeded(stack: Stack) -> None:
     stack.tempo.faults.delay = 30.0
     status, _, raw = await asyncio.wait_for(

@@ -96,7 +96,7 @@ class _Upstream:
             outcome = exc.code.value
             raise
         except Exception as exc:  # noqa: BLE001 - the one boundary where client failures are mapped
-            err = map_client_error(self.name, exc, timeout.total)
+            err = map_client_error(self.name, exc, timeout)
             outcome = err.code.value
             raise err from exc
         finally:

@@ -113,7 +113,7 @@ class TempoForward:
             outcome = exc.code.value
             raise
         except Exception as exc:  # noqa: BLE001 - the one boundary where client failures are mapped
-            err = map_client_error("tempo", exc, timeout.total)
+            err = map_client_error("tempo", exc, timeout)
             outcome = err.code.value
             raise err from exc
         finally:

@@ -154,7 +154,7 @@ async def stream_through(
                 skip_auto_headers=_SKIP_AUTO,
             )
         except Exception as exc:  # noqa: BLE001 - mapped at this boundary, re-raised typed
-            err = map_client_error(upstream, exc, timeout.total)
+            err = map_client_error(upstream, exc, timeout)
             outcome = err.code.value
             raise err from exc
         async with upstream_resp:
