@@ -137,6 +137,7 @@ async def test_method_path_query_body_and_end_to_end_headers_are_forwarded(
             "Connection": "keep-alive, X-Secret",
             "X-Secret": "hop only",
             "TE": "trailers",
+            "Cookie": "grafana_session=secret; other=1",
         },
     )
     assert resp.status == 201
@@ -154,6 +155,7 @@ async def test_method_path_query_body_and_end_to_end_headers_are_forwarded(
     assert h["Connect-Timeout-Ms"] == "1500"
     assert h["Content-Type"] == "application/proto"
     assert "X-Secret" not in h and "TE" not in h
+    assert "Cookie" not in h  # a browser's cookies never go up (issue 11, item 9)
 
 
 async def test_large_bodies_stream_both_ways_byte_for_byte(

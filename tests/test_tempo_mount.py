@@ -436,6 +436,20 @@ async def test_tempo_down_is_a_plain_text_error(aiohttp_server: Server, aiohttp_
         assert "tempo" in await resp.text()
 
 
+async def test_browser_cookies_never_reach_tempo_or_pyroscope(stack: Stack) -> None:
+    """Issue 11, item 9: a browser's Cookie header (Grafana's session among them) is dropped on the way up, on the
+    trace-by-ID fetch, the pass-through and Pyroscope's pass-through alike; tenant and credentials still go."""
+    headers = {"Cookie": "grafana_session=secret", "X-Scope-OrgID": "team-a", "Authorization": "Bearer up"}
+    assert (await stack.client.get(f"/tempo/api/v2/traces/{stack.vulture_id}", headers=headers)).status == 200
+    await stack.client.get("/tempo/api/echo", headers=headers)  # passed through, whatever Tempo answers
+    await stack.client.get("/pyroscope/ready", headers=headers)
+    seen = [r.headers for r in stack.tempo.requests] + [r.headers for r in stack.pyroscope.requests]
+    assert len(seen) >= 3
+    for h in seen:
+        assert "Cookie" not in h
+        assert h["X-Scope-OrgID"] == "team-a" and h["Authorization"] == "Bearer up"
+
+
 async def test_slow_tempo_times_out_within_the_budget(aiohttp_server: Server, aiohttp_client: Client) -> None:
     stack = await make_stack(aiohttp_server, aiohttp_client, upstream_timeout=0.2, max_request_timeout=0.3)
     stack.tempo.faults.delay = 2.0

@@ -31,8 +31,9 @@ from bridge.wire.tempo import TempoAnswer
 PYROSCOPE_MOUNT: Final = "/pyroscope"
 TEMPO_MOUNT: Final = "/tempo"
 MAX_TRACE_BYTES: Final = 256 * 1024**2  # a trace-by-ID answer larger than this is refused, not buffered
-# request headers not forwarded when the bridge fetches a trace itself (it asks for gzip on its own)
-_TRACE_REQUEST_DROP: Final = HOP_BY_HOP | {"host", "accept-encoding", "content-length", "expect"}
+# request headers not forwarded when the bridge fetches a trace itself (it asks for gzip on its own; a browser's
+# cookies never go up)
+_TRACE_REQUEST_DROP: Final = HOP_BY_HOP | {"host", "accept-encoding", "content-length", "expect", "cookie"}
 
 
 def upstream_timeout(settings: Settings, ctx: CallContext) -> aiohttp.ClientTimeout:
