@@ -609,7 +609,7 @@ class Resolver:
     ) -> dict[str, frozenset[str]]:
         """The profile types the span's service uploads around the span, each with its ``pyroscope_spy`` values
         (Pyroscope's ``Series``). Cached per tenant, selector and quarter hour; an empty answer is not cached."""
-        key = (ctx.tenant_key, selector, look[0] // TYPES_BUCKET_MS)
+        key = (ctx.cache_scope, selector, look[0] // TYPES_BUCKET_MS)
         cached = self._types.get(key)
         if cached is not None:
             return cached
@@ -662,7 +662,7 @@ class Resolver:
     async def _lookup(
         self, span_id: str, ctx: CallContext, trace_id: str | None, start_ms: int | None, end_ms: int | None
     ) -> Found | None:
-        tenant = ctx.tenant_key
+        tenant = ctx.cache_scope
         cached = self._from_span_cache(tenant, span_id)
         if cached is not None and cached.local_root is not None:
             self.metrics.cache_hits.labels("spans").inc()

@@ -52,7 +52,7 @@ class ProfiledServices:
 
     async def get(self, ctx: CallContext) -> frozenset[str] | None:
         """The set, or None when the backend could not say (and nothing was known before)."""
-        key = ctx.tenant_key
+        key = ctx.cache_scope
         entry = self._entries.get(key)
         if entry is not None and self.monotonic() - entry[0] < self.ttl:
             return entry[1]

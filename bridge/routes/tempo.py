@@ -128,7 +128,7 @@ def _remember(app: web.Application, ctx: CallContext, trace_id: str, enriched: E
         if not spans:
             return
         cache = app[SPAN_CACHE]
-        cache.put_trace(ctx.tenant, Trace.from_spans(spans, trace_id))
+        cache.put_trace(ctx.cache_scope, Trace.from_spans(spans, trace_id))
     except Exception:  # noqa: BLE001 - the answer is out; the cache is an optimisation
         log.exception("tempo: spans of trace %s could not be recorded in the span cache", trace_id)
         return
