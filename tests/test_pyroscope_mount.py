@@ -245,11 +245,12 @@ async def test_span_unknown_to_tempo_answers_a_placeholder_that_grafana_draws_sa
 
 async def test_span_cache_answers_before_tempo_search(stack: Stack) -> None:
     from bridge.state import SPAN_CACHE
+    from bridge.upstream.base import scope_key
 
     shop = load_shop()
     linked = stack.linked_ids()
     child = shop_span("backend-child", lambda s: shop.trace(s.trace_id).local_root(s.span_id).span_id in linked)
-    stack.app[SPAN_CACHE].put_trace(None, shop.trace(child.trace_id))
+    stack.app[SPAN_CACHE].put_trace(scope_key(None), shop.trace(child.trace_id))
     _, headers, _ = await resolve(stack, child)
     assert headers["X-Profile-Bridge-Resolution"] == "local-root"
     assert stack.tempo.requests == []
@@ -632,7 +633,8 @@ async def test_cookies_set_by_the_upstream_never_reach_another_request(
     resp = await stack.client.get("/pyroscope/ready")
     assert resp.status == 200
     seen = [r.headers.get("Cookie") for r in stack.pyroscope.requests]
-    assert seen == ["mine=1", None]  # the bridge's upstream session remembers nothing between requests
+    assert seen == [None, None]  # the caller's own cookie is never forwarded (issue 11, item 9), and the bridge's
+    # upstream session remembers nothing between requests
 
 
 async def test_a_zero_budget_fails_at_once_instead_of_waiting_forever(stack: Stack) -> None:
