@@ -217,6 +217,26 @@ async def test_bad_http_input_is_an_otlp_error_and_nothing_is_forwarded(
     assert rec.received == []
 
 
+@pytest.mark.parametrize("gzipped", [False, True])
+async def test_an_oversized_body_is_413_which_exporters_do_not_retry(
+    recorder: tuple[OtlpRecorder, str], bridge: BridgeFactory, gzipped: bool
+) -> None:
+    """Issue 11, item 13: 429 makes OTLP exporters retry a body that can never fit; 413 (Content Too Large) with
+    the RESOURCE_EXHAUSTED status says so once."""
+    rec, url = recorder
+    client = await bridge(url, max_body_bytes=4096)
+    body = sample_request().SerializeToString() + b"\x00" * 8192
+    headers = {"Content-Type": "application/x-protobuf"}
+    if gzipped:  # small on the wire, over the limit once inflated
+        body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
+        assert len(body) < 4096
+    resp = await client.post("/v1development/profiles", data=body, headers=headers)
+    assert resp.status == 413
+    status = status_pb2.Status.FromString(await resp.read())
+    assert status.code == 8 and "over the limit of 4096 bytes" in status.message  # RESOURCE_EXHAUSTED
+    assert rec.received == []
+
+
 @pytest.mark.parametrize(
     ("upstream", "status", "code"),
     [((400, "profile too old"), 400, 3), ((503, "ingester down"), 503, 14), ((401, "who are you"), 401, 16)],

@@ -501,10 +501,10 @@ async def test_oversized_bodies_raw_and_after_gzip(
     stack = await make_stack(aiohttp_server, aiohttp_client, auto_decompress=auto_decompress, max_body_bytes=4096)
     big = span_request(shop_span("frontend-root"), label_selector='{service_name="' + "x" * 8000 + '"}')
     status, _, raw = await call(stack.client, "SelectMergeSpanProfile", big, accept_gzip=False)
-    assert status == 429 and b"resource_exhausted" in raw
+    assert status == 413 and b"resource_exhausted" in raw  # Content Too Large; the code in the body
     status, _, raw = await call(stack.client, "SelectMergeSpanProfile", big, gzip_request=True, accept_gzip=False)
     assert len(gzip.compress(big.SerializeToString())) < 4096  # small on the wire, too big once inflated
-    assert status == 429 and b"resource_exhausted" in raw
+    assert status == 413 and b"resource_exhausted" in raw  # Content Too Large; the code in the body
     assert stack.pyroscope.requests == []
 
 

@@ -33,7 +33,7 @@ from bridge._proto import push_pb2
 from bridge.connect import Codec, decode_request, decompress, encode_response
 from bridge.errors import BridgeError, Code, InvalidArgument, ResourceExhausted, Unimplemented
 from bridge.middleware import ROUTE_LABEL
-from bridge.routes.otlp import status_response
+from bridge.routes.otlp import error_status, status_response
 from bridge.state import CLOCK, METRICS, SETTINGS, IngestSink, backends_of
 from bridge.store import model
 from bridge.upstream.proxy import read_body
@@ -111,8 +111,7 @@ async def v1_traces(request: web.Request) -> web.Response:
         await _sink(request).ingest_spans(batch, _tenant(request))
     except BridgeError as exc:
         metrics.ingest_rejected.labels("/v1/traces").inc()
-        status = 413 if isinstance(exc, ResourceExhausted) else exc.http_status
-        return status_response(exc.code, exc.message, as_json, http_status=status)
+        return error_status(exc, as_json)
     resp = otlp_trace_svc.ExportTraceServiceResponse()
     if batch.rejected:
         resp.partial_success.rejected_spans = batch.rejected
@@ -220,8 +219,8 @@ async def ingest(request: web.Request) -> web.Response:
         await _sink(request).ingest_profiles(records, _tenant(request))
     except BridgeError as exc:
         request.app[METRICS].ingest_rejected.labels("/ingest").inc()
-        status = 413 if isinstance(exc, ResourceExhausted) else exc.http_status
-        return web.Response(status=status, text=exc.message + "\n")
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+        return web.Response(status=exc.http_status, text=exc.message + "\n", headers=headers)
     return web.Response(status=200)
 
 
