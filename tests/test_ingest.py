@@ -324,3 +324,65 @@ async def test_background_retention_drops_expired_data(tmp_path: Path, aiohttp_c
             break
         await asyncio.sleep(0.1)
     assert (c.spans, c.samples, c.series) == (0, 0, 0)
+
+
+# --------------------------------------------------------------------------------------------- decompression budget
+
+
+def _padded_pprof(pad: int) -> bytes:
+    """The Go SDK's CPU profile with a ``pad``-byte string added to its string table, gzipped: a real profile, a few
+    KB on the wire, ``pad`` bytes once inflated."""
+    from bridge.pprof import decode_pprof
+
+    profile = decode_pprof(GO_CPU_PPROF.read_bytes())
+    profile.string_table.append("a" * pad)
+    return gzip.compress(profile.SerializeToString())
+
+
+async def test_nested_gzip_payloads_share_one_decompression_budget_per_request(
+    tmp_path: Path, aiohttp_client: Client
+) -> None:
+    """Issue 11, item 2: each pprof of a Push may inflate, but all of them together (and the body) at most 4 × the body
+    limit: past it the request is 413 and nothing of it is stored — however many payloads it carries."""
+    client = await aiohttp_client(make_app(tmp_path, max_body_bytes=1024**2))  # budget: 4 MiB per request
+    one = _padded_pprof(1536 * 1024)
+    assert len(one) < 16 * 1024
+    headers = {"Content-Type": "application/proto"}
+    ok = _push(GOOD_LABELS, [one, one]).SerializeToString()  # 3 MiB inflated: within the budget
+    resp = await client.post("/push.v1.PusherService/Push", data=ok, headers=headers)
+    assert resp.status == 200, await resp.text()
+    before = await store_of(client).counts()
+
+    bomb = _push(GOOD_LABELS, [one, one, one]).SerializeToString()  # 4.5 MiB inflated, 36 KB sent
+    resp = await client.post("/push.v1.PusherService/Push", data=bomb, headers=headers)
+    assert resp.status == 413
+    doc = await resp.json()
+    assert doc["code"] == "resource_exhausted" and "decompression budget of 4194304 bytes" in doc["message"]
+    assert await store_of(client).counts() == before  # nothing of it stored
+
+    # /ingest: the body's own gzip and the pprof's gzip inside it, charged to the same budget
+    raw = _padded_pprof(5 * 1024**2)
+    resp = await client.post("/ingest?name=bomb.cpu&format=pprof", data=gzip.compress(raw),
+                             headers={"Content-Encoding": "gzip"})
+    assert resp.status == 413 and "decompression budget" in await resp.text()
+    assert await store_of(client).counts() == before
+
+
+async def test_a_gzipped_multipart_part_is_inflated_whole_within_the_budget(tmp_path: Path,
+                                                                            aiohttp_client: Client) -> None:
+    client = await aiohttp_client(make_app(tmp_path, max_body_bytes=1024**2))
+    boundary = "pb-boundary"
+
+    def multipart(part: bytes) -> bytes:
+        return (f"--{boundary}\r\nContent-Disposition: form-data; name=\"profile\"; filename=\"p.pprof\"\r\n"
+                f"Content-Type: application/octet-stream\r\nContent-Encoding: gzip\r\n\r\n").encode() + part + \
+            f"\r\n--{boundary}--\r\n".encode()
+
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    fine = gzip.compress(gzip.decompress(_padded_pprof(200 * 1024)))  # 200 KB inflated: over 64 KiB, in budget
+    resp = await client.post("/ingest?name=part.cpu&format=pprof", data=multipart(fine), headers=headers)
+    assert resp.status == 200, await resp.text()
+    assert (await store_of(client).counts()).samples > 0
+    bomb = gzip.compress(gzip.decompress(_padded_pprof(5 * 1024**2)))
+    resp = await client.post("/ingest?name=part.cpu&format=pprof", data=multipart(bomb), headers=headers)
+    assert resp.status == 413 and "decompression budget" in await resp.text()

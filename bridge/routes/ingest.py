@@ -19,6 +19,8 @@ after it has committed: a malformed body stores nothing.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import functools
 import json
 from collections.abc import Callable
@@ -30,6 +32,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
 
 from bridge._proto import push_pb2
+from bridge.compression import Budget
 from bridge.connect import Codec, decode_request, decompress, encode_response
 from bridge.errors import BridgeError, Code, InvalidArgument, ResourceExhausted, Unimplemented
 from bridge.middleware import ROUTE_LABEL
@@ -62,10 +65,15 @@ def _sink(request: web.Request) -> IngestSink:
     return sink
 
 
-async def _body(request: web.Request, max_bytes: int) -> bytes:
-    """The whole body, bounded by ``max_bytes`` also after gzip."""
+async def _body(request: web.Request, max_bytes: int, budget: Budget) -> bytes:
+    """The whole body, bounded by ``max_bytes`` also after gzip (charged to the request's ``budget``)."""
     raw, encoding = await read_body(request, max_bytes)
-    return decompress(raw, encoding, max_bytes)
+    return decompress(raw, encoding, max_bytes, budget)
+
+
+def _budget(request: web.Request) -> Budget:
+    """The request's one decompression budget: its body and every gzipped payload inside it."""
+    return Budget.for_body_limit(request.app[SETTINGS].max_body_bytes)
 
 
 def _tenant(request: web.Request) -> str | None:
@@ -106,7 +114,7 @@ async def v1_traces(request: web.Request) -> web.Response:
             http_status=415,
         )
     try:
-        body = await _body(request, settings.max_body_bytes)
+        body = await _body(request, settings.max_body_bytes, _budget(request))
         batch = await off_loop(len(body), decode_traces, body, as_json)
         await _sink(request).ingest_spans(batch, _tenant(request))
     except BridgeError as exc:
@@ -125,9 +133,11 @@ async def v1_traces(request: web.Request) -> web.Response:
 
 
 def decode_push(raw: bytes, content_type: str | None, encoding: str | None, max_bytes: int,
-                now_ns: int) -> tuple[Codec, list[model.ProfileRecord]]:
-    req, codec = decode_request(raw, content_type, encoding, push_pb2.PushRequest, max_bytes)
-    return codec, model.records_from_push(req, now_ns=now_ns)
+                now_ns: int, budget: Budget | None = None) -> tuple[Codec, list[model.ProfileRecord]]:
+    """A Push body → records; the body and every gzipped pprof in it inflate within one ``budget``."""
+    budget = budget if budget is not None else Budget.for_body_limit(max_bytes)
+    req, codec = decode_request(raw, content_type, encoding, push_pb2.PushRequest, max_bytes, budget)
+    return codec, model.records_from_push(req, now_ns=now_ns, budget=budget)
 
 
 async def push(request: web.Request) -> web.Response:
@@ -137,7 +147,7 @@ async def push(request: web.Request) -> web.Response:
         raw, encoding = await read_body(request, settings.max_body_bytes)
         codec, records = await off_loop(
             len(raw), decode_push, raw, request.headers.get("Content-Type"), encoding, settings.max_body_bytes,
-            _now_ns(request),
+            _now_ns(request), _budget(request),
         )
         await _sink(request).ingest_profiles(records, _tenant(request))
     except BridgeError:
@@ -160,19 +170,38 @@ def _opt_int(request: web.Request, name: str) -> int | None:
         raise InvalidArgument(f"{name}={raw!r} is not a whole number") from None
 
 
-async def _read_part(part: BodyPartReader, budget: int) -> bytes:
+async def _read_part(part: BodyPartReader, max_bytes: int, inflate: Budget) -> bytes:
+    """One part, at most ``max_bytes`` as sent, its transfer and content encodings undone — a gzipped part inflates
+    within the request's ``inflate`` budget (aiohttp's own ``part.decode`` would cut it at 64 KiB without a word)."""
     chunks: list[bytes] = []
     size = 0
     while chunk := await part.read_chunk():
         size += len(chunk)
-        if size > budget:
-            raise ResourceExhausted(f"multipart body is over the limit of {budget} bytes")
+        if size > max_bytes:
+            raise ResourceExhausted(f"multipart body is over the limit of {max_bytes} bytes")
         chunks.append(chunk)
-    return part.decode(b"".join(chunks))
+    data = b"".join(chunks)
+    name = part.name or "(unnamed)"
+    transfer = part.headers.get("Content-Transfer-Encoding", "").strip().lower()
+    if transfer == "base64":
+        try:
+            data = base64.b64decode(data, validate=False)
+        except ValueError as exc:
+            raise InvalidArgument(f"multipart part {name!r} is not valid base64 ({exc})") from exc
+    elif transfer == "quoted-printable":
+        data = binascii.a2b_qp(data)
+    elif transfer not in ("", "binary", "8bit", "7bit"):
+        raise InvalidArgument(f"multipart part {name!r} has Content-Transfer-Encoding {transfer!r}: send binary")
+    encoding = (part.headers.get("Content-Encoding") or "identity").strip().lower()
+    if encoding == "identity":
+        return data
+    if encoding != "gzip":
+        raise InvalidArgument(f"multipart part {name!r} has Content-Encoding {encoding!r}: send gzip or identity")
+    return await off_loop(len(data), decompress, data, encoding, inflate.limit, inflate)
 
 
 async def _multipart_profile(
-    request: web.Request, max_bytes: int
+    request: web.Request, max_bytes: int, inflate: Budget
 ) -> tuple[bytes, set[str] | None, dict[str, str] | None]:
     """The ``profile`` part, and from ``sample_type_config`` (when sent) the sample types to keep and their display
     names (Pyroscope names the profile by them)."""
@@ -193,7 +222,7 @@ async def _multipart_profile(
         if not isinstance(part, BodyPartReader):
             raise InvalidArgument("nested multipart bodies are not accepted")
         name = part.name
-        data = await _read_part(part, budget)
+        data = await _read_part(part, budget, inflate)
         budget -= len(data)
         if name == "profile":
             profile = bytes(data)
@@ -242,20 +271,22 @@ async def _decode_ingest(request: web.Request) -> list[model.ProfileRecord]:
             f"format={fmt!r} is not accepted in standalone mode: send format=pprof, folded or lines"
         )
     now = _now_ns(request)
+    inflate = _budget(request)
     if multipart:
         if fmt != "pprof":
             raise InvalidArgument("a multipart body must carry a pprof profile (format=pprof)")
-        profile, only_types, display_names = await _multipart_profile(request, settings.max_body_bytes)
+        profile, only_types, display_names = await _multipart_profile(request, settings.max_body_bytes, inflate)
         return await off_loop(len(profile), functools.partial(
             model.records_from_legacy_pprof, profile, name, from_s=from_s, until_s=until_s, now_ns=now,
-            only_types=only_types, display_names=display_names, spy=spy,
+            only_types=only_types, display_names=display_names, spy=spy, budget=inflate,
         ))
-    body = await _body(request, settings.max_body_bytes)
+    body = await _body(request, settings.max_body_bytes, inflate)
     if not body:
         raise InvalidArgument("request body is empty")
     if fmt == "pprof":
         return await off_loop(len(body), functools.partial(
             model.records_from_legacy_pprof, body, name, from_s=from_s, until_s=until_s, now_ns=now, spy=spy,
+            budget=inflate,
         ))
     return await off_loop(len(body), functools.partial(
         model.records_from_folded, body, name, from_s=from_s, until_s=until_s, sample_rate=sample_rate, now_ns=now,

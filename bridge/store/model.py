@@ -26,6 +26,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_tra
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
 from bridge._proto import profile_pb2, push_pb2
+from bridge.compression import Budget
 from bridge.errors import InvalidArgument
 from bridge.pprof import decode_pprof, iter_samples, period_type, sample_types
 from bridge.profiletype import NAME_LABEL, ProfileType
@@ -160,8 +161,9 @@ def records_from_pprof(
     return out
 
 
-def records_from_push(req: push_pb2.PushRequest, *, now_ns: int) -> list[ProfileRecord]:
-    """``push.v1.PushRequest`` (what pyroscope-io and the Go SDK's push path send) → records."""
+def records_from_push(req: push_pb2.PushRequest, *, now_ns: int, budget: Budget | None = None) -> list[ProfileRecord]:
+    """``push.v1.PushRequest`` (what pyroscope-io and the Go SDK's push path send) → records. Every gzipped sample
+    inflates within the request's one ``budget``."""
     out: list[ProfileRecord] = []
     for n, series in enumerate(req.series):
         base: dict[str, str] = {}
@@ -172,7 +174,7 @@ def records_from_push(req: push_pb2.PushRequest, *, now_ns: int) -> list[Profile
             raise InvalidArgument(f"series #{n} has no __name__ label (e.g. process_cpu)")
         for m, raw in enumerate(series.samples):
             try:
-                profile = decode_pprof(raw.raw_profile)
+                profile = decode_pprof(raw.raw_profile, budget=budget)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"series #{n} sample #{m}: {exc.message}") from exc
             out.extend(records_from_pprof(profile, base, now_ns=now_ns))
@@ -377,10 +379,11 @@ def _legacy_base(name: LegacyName, spy: str) -> dict[str, str]:
 def records_from_legacy_pprof(
     raw: bytes, name: LegacyName, *, from_s: int | None, until_s: int | None, now_ns: int,
     only_types: set[str] | None = None, display_names: Mapping[str, str] | None = None, spy: str = "",
+    budget: Budget | None = None,
 ) -> list[ProfileRecord]:
     """A pprof uploaded to ``/ingest``: named by ``pprof_profile_name`` (every sample type gets the same
     ``__name__``), stored at its true capture window (``upload_window``)."""
-    profile = decode_pprof(raw)
+    profile = decode_pprof(raw, budget=budget)
     from_ns = epoch_to_ns(from_s) if from_s else None
     until_ns = epoch_to_ns(until_s) if until_s else None
     start, duration = upload_window(profile.time_nanos, profile.duration_nanos, from_ns, until_ns, now_ns)
