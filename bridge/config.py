@@ -217,6 +217,7 @@ class Settings:
     services_cache_ttl: float = 60.0
     # limits
     max_body_bytes: int = 32 * 1024**2
+    max_upstream_answer_bytes: int = 64 * 1024**2
     # Tempo enrichment
     enrich: EnrichPolicy = "all"
     # standalone store
@@ -373,7 +374,11 @@ FIELDS: Final[tuple[FieldSpec, ...]] = (
     _f("SERVICES_CACHE_TTL", "services_cache_ttl", parse_seconds, "60s",
        "how long Pyroscope's list of profiled services is cached (enrich=profiled-services)"),
     _f("MAX_BODY_BYTES", "max_body_bytes", parse_bytes, "32MiB",
-       "largest request body the bridge decodes, also after gzip decompression"),
+       "largest request body the bridge decodes, also after gzip decompression; a request inflates at most 4 "
+       "times this across its body and every gzipped payload in it"),
+    _f("MAX_UPSTREAM_ANSWER_BYTES", "max_upstream_answer_bytes", parse_bytes, "64MiB",
+       "largest Tempo or Pyroscope answer the bridge reads whole (trace by ID, the resolver's queries), also after "
+       "gzip; pass-through answers stream and are not limited"),
     _f("ENRICH", "enrich", parse_choice("all", "profiled-services", "off"), "all",
        "which spans of trace-by-ID answers get pyroscope.profile.id: all, profiled-services or off"),
     _f("DATA_DIR", "data_dir", parse_nonempty, "./profile-bridge-data",

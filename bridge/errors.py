@@ -10,6 +10,7 @@ The tree, specialised only where a caller branches on it::
     ├── Unimplemented                          a route standalone mode does not serve (501)
     └── UpstreamError(upstream, code, message) Tempo, Pyroscope or another upstream failed
         ├── UpstreamTimeout                    no answer within the request's budget (deadline_exceeded, 504)
+        ├── UpstreamTooLarge                   an answer over PROFILE_BRIDGE_MAX_UPSTREAM_ANSWER_BYTES (502)
         └── UpstreamUnavailable                refused, reset, DNS, 5xx without a Connect body (unavailable, 503)
 
 Foreign exceptions are mapped to these at exactly one boundary per upstream (``bridge/upstream/``), most specific
@@ -155,3 +156,15 @@ class UpstreamTimeout(UpstreamError):
 
 class UpstreamUnavailable(UpstreamError):
     code = Code.UNAVAILABLE
+
+
+class UpstreamTooLarge(UpstreamError):
+    """An answer the bridge must read whole is larger than it will hold (``PROFILE_BRIDGE_MAX_UPSTREAM_ANSWER_BYTES``).
+    The upstream did answer, but with nothing the bridge can use: 502 Bad Gateway, ``resource_exhausted`` in the
+    body."""
+
+    code = Code.RESOURCE_EXHAUSTED
+
+    @property
+    def http_status(self) -> int:
+        return 502

@@ -38,7 +38,6 @@ from bridge.wire.tempo import TempoAnswer, is_protobuf_answer, trace_request
 log = logging.getLogger("bridge.tempo")
 
 MOUNT: Final = "/tempo"
-MAX_ANSWER_BYTES: Final = 256 * 1024**2  # a trace answer inflates to at most this much
 GZIP_LEVEL: Final = 1  # answers go to Grafana next door: speed over ratio
 _ANSWER_DROP: Final = HOP_BY_HOP | {"content-length", "content-encoding"}
 
@@ -68,7 +67,7 @@ async def trace_by_id(request: web.Request, version: int, trace_id: str, ctx: Ca
     protobuf = is_protobuf_answer(answer.headers.get("Content-Type", ""), request.headers.get("Accept", ""))
     metrics = app[METRICS]
     try:
-        plain = undo_content_encoding(answer.body, answer.encoding, MAX_ANSWER_BYTES)
+        plain = undo_content_encoding(answer.body, answer.encoding, app[SETTINGS].max_upstream_answer_bytes)
         enriched = enrich_trace_body(plain, version=version, protobuf=protobuf, policy=policy)
     except (EncodingError, UndecodableBody) as exc:
         reason = exc.reason if isinstance(exc, UndecodableBody) else "encoding"
@@ -97,7 +96,7 @@ async def _send(request: web.Request, answer: TempoAnswer, enriched: Enriched | 
             if "accept-encoding" not in headers.get("Vary", "").lower():
                 headers.add("Vary", "Accept-Encoding")
     elif encoding.lower() in ("gzip", "x-gzip") and not client_gzip:
-        body, encoding = _gunzip_or_raw(answer, enriched)
+        body, encoding = _gunzip_or_raw(answer, enriched, request.app[SETTINGS].max_upstream_answer_bytes)
     else:
         body = answer.body
     if encoding and encoding.lower() != "identity":
@@ -111,11 +110,11 @@ async def _send(request: web.Request, answer: TempoAnswer, enriched: Enriched | 
     return response
 
 
-def _gunzip_or_raw(answer: TempoAnswer, enriched: Enriched | None) -> tuple[bytes, str]:
+def _gunzip_or_raw(answer: TempoAnswer, enriched: Enriched | None, limit: int) -> tuple[bytes, str]:
     if enriched is not None:
         return enriched.body, ""  # the decompressed body, unchanged
     try:
-        return undo_content_encoding(answer.body, answer.encoding, MAX_ANSWER_BYTES), ""
+        return undo_content_encoding(answer.body, answer.encoding, limit), ""
     except EncodingError:
         return answer.body, answer.encoding  # corrupt: as it came, nothing better to send
 
