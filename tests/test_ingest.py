@@ -386,3 +386,59 @@ async def test_a_gzipped_multipart_part_is_inflated_whole_within_the_budget(tmp_
     bomb = gzip.compress(gzip.decompress(_padded_pprof(5 * 1024**2)))
     resp = await client.post("/ingest?name=part.cpu&format=pprof", data=multipart(bomb), headers=headers)
     assert resp.status == 413 and "decompression budget" in await resp.text()
+
+
+# --------------------------------------------------------------------------------------------- extreme but valid input
+
+
+@pytest.mark.parametrize("stamp", [2**63, 2**64 - 1, 7_258_118_400 * 10**9])
+async def test_span_times_past_2200_are_rejected_with_partial_success_and_the_good_spans_kept(
+    tmp_path: Path, aiohttp_client: Client, stamp: int
+) -> None:
+    """Issue 11, item 5: an OTLP timestamp ≥ 2^63 (valid uint64, no int64) rejected the whole batch with a 500; now
+    that span alone is rejected (OTLP partial success, with the reason) and the others are stored."""
+    client = await aiohttp_client(make_app(tmp_path))
+    req = _one_span_request(bytes.fromhex("11" * 16), bytes.fromhex("22" * 8), "good")
+    far = req.resource_spans[0].scope_spans[0].spans.add()
+    far.trace_id, far.span_id, far.name = bytes.fromhex("11" * 16), bytes.fromhex("33" * 8), "far"
+    far.start_time_unix_nano = far.end_time_unix_nano = stamp
+    resp = await client.post("/v1/traces", data=req.SerializeToString(),
+                             headers={"Content-Type": "application/x-protobuf"})
+    assert resp.status == 200
+    answer = otlp_trace_svc.ExportTraceServiceResponse.FromString(await resp.read())
+    assert answer.partial_success.rejected_spans == 1
+    assert "'far'" in answer.partial_success.error_message and "between 1970 and 2200" in \
+        answer.partial_success.error_message
+    trace = await store_of(client).trace_by_id("11" * 16, ctx())
+    assert trace is not None and set(trace.spans) == {"22" * 8}
+
+
+@pytest.mark.parametrize("query", [
+    "from=99999999999999999999999", "from=-99999999999999999999", "until=9223372036854775808",
+    "from=1795945290&until=99999999999999999999999999", "from=-5",
+])
+@pytest.mark.parametrize("fmt", ["folded", "pprof"])
+async def test_ingest_times_outside_1970_to_2200_are_a_400(tmp_path: Path, aiohttp_client: Client, query: str,
+                                                          fmt: str) -> None:
+    client = await aiohttp_client(make_app(tmp_path))
+    body = b"a;b 5\n" if fmt == "folded" else GO_CPU_PPROF.read_bytes()
+    resp = await client.post(f"/ingest?name=x.cpu&format={fmt}&{query}", data=body)
+    assert resp.status == 400
+    text = await resp.text()
+    assert "is not a Unix time between 1970 and 2200" in text and "Traceback" not in text
+    assert (await store_of(client).counts()).samples == 0
+
+
+@pytest.mark.parametrize(("start", "end"), [(0, 2**63 - 1), (-(2**63), 0), (-1, 1000), (5000, 1000)])
+async def test_span_queries_with_impossible_time_ranges_are_a_400(tmp_path: Path, aiohttp_client: Client,
+                                                                  start: int, end: int) -> None:
+    client = await aiohttp_client(make_app(tmp_path))
+    for method, cls in (("SelectMergeSpanProfile", qpb.SelectMergeSpanProfileRequest),
+                        ("SelectMergeStacktraces", qpb.SelectMergeStacktracesRequest)):
+        msg = cls(profile_typeID=CPU, label_selector='{service_name="x"}', start=start, end=end,
+                  span_selector=["0123456789abcdef"])
+        resp = await client.post(f"/pyroscope/querier.v1.QuerierService/{method}", data=msg.SerializeToString(),
+                                 headers={"Content-Type": "application/proto"})
+        assert resp.status == 400
+        doc = await resp.json()
+        assert doc["code"] == "invalid_argument" and f"({start}, {end})" in doc["message"]

@@ -566,3 +566,15 @@ async def test_gzip_bodies_work_whoever_undoes_the_gzip(
             assert resp.status == 400
     [got] = rec.received
     assert_linked(got.request)
+
+
+async def test_a_profile_stamped_past_2200_is_a_400_in_standalone_mode(aiohttp_client: Any, tmp_path: Any) -> None:
+    """Issue 11, item 5: ``time_unix_nano`` ≥ 2^63 (valid fixed64, no int64) made the store fail with a 500."""
+    settings = Settings.for_tests(mode="standalone", data_dir=str(tmp_path))
+    client = await aiohttp_client(create_app(settings))
+    req = sample_request()
+    req.resource_profiles[0].scope_profiles[0].profiles[0].time_unix_nano = 2**64 - 1
+    resp = await client.post("/v1development/profiles", data=req.SerializeToString(),
+                             headers={"Content-Type": "application/x-protobuf"})
+    assert resp.status == 400
+    assert "between 1970 and 2200" in status_pb2.Status.FromString(await resp.read()).message

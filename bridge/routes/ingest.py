@@ -35,6 +35,7 @@ from bridge._proto import push_pb2
 from bridge.compression import Budget
 from bridge.connect import Codec, decode_request, decompress, encode_response
 from bridge.errors import BridgeError, Code, InvalidArgument, ResourceExhausted, Unimplemented
+from bridge.limits import RANGE_TEXT, unix_ns_ok
 from bridge.middleware import ROUTE_LABEL
 from bridge.routes.otlp import error_status, status_response
 from bridge.state import CLOCK, METRICS, SETTINGS, IngestSink, backends_of
@@ -167,7 +168,16 @@ def _opt_int(request: web.Request, name: str) -> int | None:
     try:
         return int(raw)
     except ValueError:
-        raise InvalidArgument(f"{name}={raw!r} is not a whole number") from None
+        raise InvalidArgument(f"{name}={raw[:40]!r} is not a whole number") from None
+
+
+def _opt_time(request: web.Request, name: str) -> int | None:
+    """``from`` / ``until``: a Unix time in s, ms, µs or ns (told apart by size, as Pyroscope does), 1970–2200."""
+    value = _opt_int(request, name)
+    if value is not None and not (value >= 0 and unix_ns_ok(model.epoch_to_ns(value))):
+        raise InvalidArgument(f"{name}={str(value)[:40]} is not a Unix time {RANGE_TEXT} (seconds, milliseconds, "
+                              "microseconds or nanoseconds)")
+    return value
 
 
 async def _read_part(part: BodyPartReader, max_bytes: int, inflate: Budget) -> bytes:
@@ -259,8 +269,8 @@ async def _decode_ingest(request: web.Request) -> list[model.ProfileRecord]:
     if not name_param.strip():
         raise InvalidArgument("query parameter 'name' is required (e.g. name=myapp.cpu{env=prod})")
     name = model.parse_legacy_name(name_param)
-    from_s = _opt_int(request, "from")
-    until_s = _opt_int(request, "until")
+    from_s = _opt_time(request, "from")
+    until_s = _opt_time(request, "until")
     rate = _opt_int(request, "sampleRate")
     sample_rate = 100 if rate is None else rate  # Pyroscope's default; an explicit 0 keeps counts as samples
     spy = request.query.get("spyName", "").strip()

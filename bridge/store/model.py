@@ -28,6 +28,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 from bridge._proto import profile_pb2, push_pb2
 from bridge.compression import Budget
 from bridge.errors import InvalidArgument
+from bridge.limits import LATEST_NS, RANGE_TEXT, unix_ns_ok
 from bridge.pprof import decode_pprof, iter_samples, period_type, sample_types
 from bridge.profiletype import NAME_LABEL, ProfileType
 from bridge.spans import SERVICE_NAME, pb_any_value_to_str
@@ -508,6 +509,9 @@ def records_from_otlp_profiles(
                         labels[TRACE_ID_LABEL] = trace_id
                     value = (sum(sample.values) if sample.values else len(sample.timestamps_unix_nano)) * factor
                     samples.append((stack_of(sample.stack_index), value, labels))
+                if not unix_ns_ok(prof.time_unix_nano) or prof.duration_nano >= LATEST_NS:
+                    raise InvalidArgument(f"OTLP profiles: time_unix_nano {prof.time_unix_nano} (duration "
+                                          f"{prof.duration_nano}) must be a Unix time in nanoseconds {RANGE_TEXT}")
                 out.extend(
                     records_from_samples(resource, ptype, prof.time_unix_nano or now_ns, prof.duration_nano, samples)
                 )
@@ -569,6 +573,14 @@ def rows_from_export(req: otlp_trace_svc.ExportTraceServiceRequest) -> SpanBatch
                         reasons.append(
                             f"span {span.name!r}: trace id must be 16 non-zero bytes and span id 8 non-zero bytes "
                             f"(got {len(span.trace_id)} and {len(span.span_id)})"
+                        )
+                    continue
+                if not (unix_ns_ok(span.start_time_unix_nano) and unix_ns_ok(span.end_time_unix_nano)):
+                    rejected += 1
+                    if len(reasons) < 3:
+                        reasons.append(
+                            f"span {span.name[:80]!r}: start and end ({span.start_time_unix_nano}, "
+                            f"{span.end_time_unix_nano}) must be Unix times in nanoseconds {RANGE_TEXT}"
                         )
                     continue
                 for kv in span.attributes:
