@@ -157,6 +157,14 @@ class Metrics:
             "profile_bridge_link_samples", "OTLP profile samples seen by the link gateway, by outcome",
             ["outcome"], registry=r,
         ))
+        self.store_disk_full = Gauge(
+            "profile_bridge_store_disk_full", "1 while the standalone store's disk is full and ingest is refused",
+            registry=r,
+        )
+        self.store_full_refusals = Counter(
+            "profile_bridge_store_disk_full_refusals", "ingest writes refused because the store's disk was full",
+            registry=r,
+        )
         self.pprof_scrapes = self._closed(ClosedCounter(
             "profile_bridge_pprof_scrapes", "pprof pull scrapes by target and outcome (ok, error)",
             ["target", "outcome"], registry=r,

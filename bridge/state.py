@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 
 from bridge.config import Settings
 from bridge.connect import Codec, Deadline
+from bridge.diskfull import DiskFull
 from bridge.metrics import Metrics
 from bridge.otlp.gateway import Gateway
 from bridge.otlp.grpc_server import GrpcServer
@@ -103,6 +104,7 @@ class Backends:
     ingest: IngestSink | None = None  # None: this bridge keeps no data (SDKs send to Tempo and Pyroscope)
     grpc: GrpcServer | None = None  # the OTLP gRPC receiver, when it runs
     puller: Puller | None = None  # the pprof scraper, when targets are set
+    disk_full: DiskFull | None = None  # the store's disk-full episodes (standalone mode)
 
 
 class Runtime:

@@ -527,7 +527,7 @@ async def test_standalone_bridge_stores_linked_samples_received_over_grpc(
                                metadata=(("x-scope-orgid", "team-d"),))
 
     assert not answer.HasField("partial_success")
-    store = client.server.app[RUNTIME].backends.ingest
+    store = client.server.app[RUNTIME].backends.profiles
     ctx = CallContext(deadline=Deadline.start(None, 10.0), tenant="team-d")
     start_ms, end_ms = int(now * 1000) - 60_000, int(now * 1000) + 60_000
     [ptype] = (await store.profile_types(qpb.ProfileTypesRequest(start=start_ms, end=end_ms), ctx)).profile_types

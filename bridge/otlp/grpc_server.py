@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
 import grpc
+from google.protobuf import any_pb2
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import DecodeError, Message
+from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as psvc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as tsvc
 
@@ -74,6 +77,17 @@ def decode(cls: type[M], body: bytes) -> M:
 Handler = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[Message]]
 
 
+def status_details(code: grpc.StatusCode, exc: BridgeError) -> tuple[tuple[str, bytes], ...]:
+    """For a temporary failure (a full disk), ``RetryInfo`` in ``grpc-status-details-bin``, as the OTLP spec asks of
+    a server that wants the exporter to come back after a delay; nothing otherwise."""
+    if exc.retry_after is None:
+        return ()
+    info = any_pb2.Any()
+    info.Pack(error_details_pb2.RetryInfo(retry_delay=Duration(seconds=exc.retry_after)))
+    status = status_pb2.Status(code=code.value[0], message=exc.message, details=[info])
+    return (("grpc-status-details-bin", status.SerializeToString()),)
+
+
 def _guarded(name: str, fn: Handler) -> Handler:
     """Map errors once: BridgeError → its gRPC code and message; anything else → logged, INTERNAL."""
 
@@ -82,7 +96,8 @@ def _guarded(name: str, fn: Handler) -> Handler:
             return await fn(body, context)
         except BridgeError as exc:
             log.info("%s failed: %s (%s)", name, exc.message, exc.code.value)
-            await context.abort(CODE_TO_GRPC.get(exc.code, grpc.StatusCode.UNKNOWN), exc.message)
+            code = CODE_TO_GRPC.get(exc.code, grpc.StatusCode.UNKNOWN)
+            await context.abort(code, exc.message, trailing_metadata=status_details(code, exc))
         except Exception:
             log.exception("unhandled error in %s", name)
             await context.abort(grpc.StatusCode.INTERNAL, "internal error in profile-bridge (see its log)")

@@ -34,7 +34,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 from bridge._proto import profile_pb2
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
-from bridge.errors import BridgeError, InvalidArgument, Unimplemented
+from bridge.errors import BridgeError, InvalidArgument, StorageFull, Unimplemented
 from bridge.metrics import Metrics
 from bridge.profiletype import ProfileType
 from bridge.selector import Matcher, matches_any, parse_selector, parse_selectors
@@ -97,6 +97,19 @@ def _require_flamegraph_format(rpc: str, fmt: int) -> None:
 
 class StoreError(BridgeError):
     """The store cannot be opened or used (unwritable directory, corrupt database, newer schema)."""
+
+
+def _disk_full(exc: BaseException | None) -> StorageFull | None:
+    """SQLite's ``SQLITE_FULL`` (the disk or the file system quota is full) as the retryable ``StorageFull`` —
+    also when it is the cause of what failed next (SQLite rolls the whole transaction back on it, so the job's
+    ``ROLLBACK TO`` fails with "no such savepoint")."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_FULL:
+            return StorageFull(f"the store cannot write, its disk is full ({exc}): nothing of this request was "
+                               "stored; retry later")
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,7 +317,7 @@ class Store:
                     except Exception as exc:  # noqa: BLE001 - handed to the job's caller below
                         conn.execute(f"ROLLBACK TO job{n}")
                         self._forget_ids()  # ids handed out inside the rolled-back job no longer exist
-                        outcomes.append((None, exc))
+                        outcomes.append((None, _disk_full(exc) or exc))
                     conn.execute(f"RELEASE job{n}")
                 conn.execute("COMMIT")
             except BaseException:
@@ -315,7 +328,7 @@ class Store:
         except Exception as group_exc:  # noqa: BLE001 - the whole group failed: every caller hears it
             error: BaseException = (
                 group_exc if isinstance(group_exc, BridgeError)
-                else StoreError(f"the store could not commit: {group_exc}")
+                else _disk_full(group_exc) or StoreError(f"the store could not commit: {group_exc}")
             )
             outcomes = [(None, error)] * len(jobs)
         for (_, future, loop), (result, failure) in zip(jobs, outcomes, strict=True):
