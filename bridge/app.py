@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from bridge.config import Settings
+from bridge.logs import server_logger
 from bridge.metrics import Metrics
 from bridge.middleware import make_middleware
 from bridge.mode import Mode, choose_mode
@@ -25,8 +26,10 @@ from bridge.state import CLOCK, METRICS, RUNTIME, SETTINGS, SPAN_CACHE, Clock, R
 def create_app(settings: Settings, *, wall_clock: Callable[[], float] = time.time) -> web.Application:
     mode = choose_mode(settings)
     metrics = Metrics()
+    # handler_args: request bodies arrive as sent (see above); aiohttp's reports of requests it cannot parse (an
+    # oversize header…) go to bridge.server as one rate-limited line instead of a traceback each (bridge.logs)
     app = web.Application(middlewares=[make_middleware(metrics)], client_max_size=settings.max_body_bytes,
-                          handler_args={"auto_decompress": False})
+                          handler_args={"auto_decompress": False, "logger": server_logger()})
     app[SETTINGS] = settings
     app[METRICS] = metrics
     app[CLOCK] = Clock(wall_clock)
