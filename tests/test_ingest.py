@@ -442,3 +442,23 @@ async def test_span_queries_with_impossible_time_ranges_are_a_400(tmp_path: Path
         assert resp.status == 400
         doc = await resp.json()
         assert doc["code"] == "invalid_argument" and f"({start}, {end})" in doc["message"]
+
+
+async def test_no_answer_header_repeats_a_long_label_selector_uncapped(tmp_path: Path, aiohttp_client: Client) -> None:
+    """Issue 11, item 12: the reason header once repeated the caller's label selector whole. Every header the
+    bridge writes from caller text is cut at 400 characters, ASCII."""
+    from tests.doubles.shop import load_shop
+
+    client = await aiohttp_client(make_app(tmp_path))
+    await replay_capture(client)
+    span = load_shop().pick("frontend-io")  # known, no linked samples: the time window answers, or says why not
+    long_value = "x" * 60_000
+    for selector in (f'{{service_name="shop-frontend",pod="{long_value}"}}', f'{{service_name="{long_value}"}}'):
+        msg = qpb.SelectMergeSpanProfileRequest(profile_typeID=CPU, label_selector=selector, start=ALL_MS[0],
+                                                end=ALL_MS[1], span_selector=[span.span_id])
+        resp = await client.post("/pyroscope/querier.v1.QuerierService/SelectMergeSpanProfile",
+                                 data=msg.SerializeToString(), headers={"Content-Type": "application/proto"})
+        assert resp.status in (200, 400), await resp.text()
+        for name, value in resp.headers.items():
+            assert len(value) <= 400, (name, len(value))
+        assert sum(len(k) + len(v) for k, v in resp.headers.items()) < 4096
