@@ -110,8 +110,11 @@ async def answer_for(request: web.Request, params: ProfileParams, ctx: CallConte
 # --------------------------------------------------------------------------------------------- JSON shapes
 
 
+NOSNIFF: Final = {"X-Content-Type-Options": "nosniff"}  # frame names are anyone's text: never read as HTML
+
+
 def render(ans: Answer, fmt: str) -> web.Response:
-    headers = answer_headers(ans.resolution, ans.measure)
+    headers = {**answer_headers(ans.resolution, ans.measure), **NOSNIFF}
     base = f"{ans.span.span_id}-{ans.scope}"
     if fmt == "pprof":
         prof = flamegraph.to_pprof(ans.tree, ans.profile_type, duration_nanos=ans.span.duration_ns,
@@ -195,7 +198,7 @@ async def slowest_requests(request: web.Request) -> web.Response:
     rows = [row for _, service_rows in services for row in service_rows]
     resolutions = iter(await resolve_rows(backends.resolver, traces, [r.span for r in rows],
                                           profile_type=params.profile_type, settings=settings, ctx=ctx))
-    return web.json_response({
+    return web.json_response(headers=NOSNIFF, data={
         "mode": settings.mode,
         "since": params.since,
         "sinceSeconds": params.since_s,
