@@ -7,6 +7,8 @@ The tree, specialised only where a caller branches on it::
     ├── ResourceExhausted                      a body (or what it inflates to) over its size limit (413)
     ├── StorageFull                            the store's disk is full: retry later (unavailable, 503 Retry-After)
     ├── NotFound                               an id that is not there (404)
+    ├── Unauthenticated                        no token, or one the bridge does not accept (401)
+    ├── PermissionDenied                       a token without the permission or the tenant asked for (403)
     ├── Unimplemented                          a route standalone mode does not serve (501)
     └── UpstreamError(upstream, code, message) Tempo, Pyroscope or another upstream failed
         ├── UpstreamTimeout                    no answer within the request's budget (deadline_exceeded, 504)
@@ -134,6 +136,14 @@ class StorageFull(BridgeError):
 
 class NotFound(BridgeError):
     code = Code.NOT_FOUND
+
+
+class Unauthenticated(BridgeError):
+    code = Code.UNAUTHENTICATED
+
+
+class PermissionDenied(BridgeError):
+    code = Code.PERMISSION_DENIED
 
 
 class Unimplemented(BridgeError):

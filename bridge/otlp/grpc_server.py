@@ -6,7 +6,9 @@
 
 Requests arrive as bytes and are decoded here, so a malformed body is ``INVALID_ARGUMENT`` with a message (grpc's
 own deserialiser would say ``INTERNAL``). The tenant is the ``x-scope-orgid`` metadata entry, credentials
-``authorization``; the call's deadline (if the client set one) caps the budget. ``BridgeError`` codes map one to one
+``authorization``; with authentication on (``bridge.auth``) the caller's token (``x-profile-bridge-token`` or
+``authorization``) must allow ``ingest`` and fixes the tenant. The call's deadline (if the client set one) caps the
+budget. ``BridgeError`` codes map one to one
 onto gRPC status codes.
 """
 
@@ -25,6 +27,7 @@ from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as psvc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as tsvc
 
+from bridge.auth import Auth, grpc_grant
 from bridge.config import Settings
 from bridge.connect import Deadline
 from bridge.errors import BridgeError, InvalidArgument
@@ -55,13 +58,16 @@ class GrpcServer:
         await self.server.stop(grace)
 
 
-def call_context(context: grpc.aio.ServicerContext, settings: Settings) -> CallContext:
+def call_context(context: grpc.aio.ServicerContext, settings: Settings, auth: Auth | None = None) -> CallContext:
+    """The call's budget, tenant and credentials; with ``auth`` the caller's token must allow ingest (and the tenant
+    is the one bound to it): ``Unauthenticated`` / ``PermissionDenied`` otherwise."""
     metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+    tenant, authorization = grpc_grant(auth, metadata)
     remaining = context.time_remaining()
     return CallContext(
         deadline=Deadline.start(remaining, settings.max_request_timeout),
-        tenant=metadata.get("x-scope-orgid") or None,
-        authorization=metadata.get("authorization") or None,
+        tenant=tenant,
+        authorization=authorization,
     )
 
 
@@ -107,9 +113,12 @@ def _guarded(name: str, fn: Handler) -> Handler:
 
 
 def build_handlers(settings: Settings, gateway: Gateway, trace_sink: TraceSink | None) -> list[Any]:
+    auth = Auth.from_settings(settings)
+
     async def export_profiles(body: bytes, context: grpc.aio.ServicerContext) -> Message:
+        ctx = call_context(context, settings, auth)  # the caller first: nothing is decoded for a stranger
         req = decode(psvc.ExportProfilesServiceRequest, body)
-        return await gateway.export(req, call_context(context, settings), route="otlp_grpc_profiles", wire=body)
+        return await gateway.export(req, ctx, route="otlp_grpc_profiles", wire=body)
 
     handlers: list[Any] = [
         grpc.method_handlers_generic_handler(PROFILES_SERVICE, {
@@ -124,8 +133,8 @@ def build_handlers(settings: Settings, gateway: Gateway, trace_sink: TraceSink |
         sink = trace_sink
 
         async def export_traces(body: bytes, context: grpc.aio.ServicerContext) -> Message:
+            ctx = call_context(context, settings, auth)
             req = decode(tsvc.ExportTraceServiceRequest, body)
-            ctx = call_context(context, settings)
             rejected, message = await sink.ingest_otlp_traces(req, ctx.tenant)
             resp = tsvc.ExportTraceServiceResponse()
             if rejected or message:
