@@ -51,11 +51,33 @@ OFFLOAD_BYTES: Final = 256 * 1024
 INGEST_FORMATS: Final = ("pprof", "folded", "lines")
 
 
-async def off_loop(size: int, fn: Callable[..., T], *args: Any) -> T:
-    """Decode a body: inline when small, on a worker thread when large, so one big upload does not stall every
-    other request on the event loop."""
-    if size >= OFFLOAD_BYTES:
-        return await asyncio.to_thread(fn, *args)
+DECODE_SLOTS: Final = 2  # decodes on worker threads at once: more only multiplies memory (the GIL serialises them)
+
+
+class DecodeSlots:
+    """The app's worker-thread decodes, at most ``DECODE_SLOTS`` at a time: each may hold its request's whole
+    decompression budget, so this bounds what concurrent uploads cost together, not only each one."""
+
+    def __init__(self) -> None:
+        self._semaphore: asyncio.Semaphore | None = None  # made in the running loop, on first use
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(DECODE_SLOTS)
+        async with self._semaphore:
+            return await asyncio.to_thread(fn, *args)
+
+
+SLOTS = web.AppKey("decode_slots", DecodeSlots)
+
+
+async def off_loop(request: web.Request, size: int, fn: Callable[..., T], *args: Any,
+                   inflates: bool = False) -> T:
+    """Decode a body: inline when small, on a worker thread when large — or when it may inflate (``inflates``: a
+    gzipped payload inside, which a small body can carry) — so one upload does not stall every other request on
+    the event loop."""
+    if size >= OFFLOAD_BYTES or inflates:
+        return await request.app[SLOTS].run(fn, *args)
     return fn(*args)
 
 
@@ -116,7 +138,7 @@ async def v1_traces(request: web.Request) -> web.Response:
         )
     try:
         body = await _body(request, settings.max_body_bytes, _budget(request))
-        batch = await off_loop(len(body), decode_traces, body, as_json)
+        batch = await off_loop(request, len(body), decode_traces, body, as_json)
         await _sink(request).ingest_spans(batch, _tenant(request))
     except BridgeError as exc:
         metrics.ingest_rejected.labels("/v1/traces").inc()
@@ -147,8 +169,8 @@ async def push(request: web.Request) -> web.Response:
     try:
         raw, encoding = await read_body(request, settings.max_body_bytes)
         codec, records = await off_loop(
-            len(raw), decode_push, raw, request.headers.get("Content-Type"), encoding, settings.max_body_bytes,
-            _now_ns(request), _budget(request),
+            request, len(raw), decode_push, raw, request.headers.get("Content-Type"), encoding,
+            settings.max_body_bytes, _now_ns(request), _budget(request), inflates=True,  # its pprofs are gzipped
         )
         await _sink(request).ingest_profiles(records, _tenant(request))
     except BridgeError:
@@ -180,7 +202,7 @@ def _opt_time(request: web.Request, name: str) -> int | None:
     return value
 
 
-async def _read_part(part: BodyPartReader, max_bytes: int, inflate: Budget) -> bytes:
+async def _read_part(request: web.Request, part: BodyPartReader, max_bytes: int, inflate: Budget) -> bytes:
     """One part, at most ``max_bytes`` as sent, its transfer and content encodings undone — a gzipped part inflates
     within the request's ``inflate`` budget (aiohttp's own ``part.decode`` would cut it at 64 KiB without a word)."""
     chunks: list[bytes] = []
@@ -207,7 +229,7 @@ async def _read_part(part: BodyPartReader, max_bytes: int, inflate: Budget) -> b
         return data
     if encoding != "gzip":
         raise InvalidArgument(f"multipart part {name!r} has Content-Encoding {encoding!r}: send gzip or identity")
-    return await off_loop(len(data), decompress, data, encoding, inflate.limit, inflate)
+    return await off_loop(request, len(data), decompress, data, encoding, inflate.limit, inflate, inflates=True)
 
 
 async def _multipart_profile(
@@ -232,7 +254,7 @@ async def _multipart_profile(
         if not isinstance(part, BodyPartReader):
             raise InvalidArgument("nested multipart bodies are not accepted")
         name = part.name
-        data = await _read_part(part, budget, inflate)
+        data = await _read_part(request, part, budget, inflate)
         budget -= len(data)
         if name == "profile":
             profile = bytes(data)
@@ -286,19 +308,19 @@ async def _decode_ingest(request: web.Request) -> list[model.ProfileRecord]:
         if fmt != "pprof":
             raise InvalidArgument("a multipart body must carry a pprof profile (format=pprof)")
         profile, only_types, display_names = await _multipart_profile(request, settings.max_body_bytes, inflate)
-        return await off_loop(len(profile), functools.partial(
+        return await off_loop(request, len(profile), functools.partial(
             model.records_from_legacy_pprof, profile, name, from_s=from_s, until_s=until_s, now_ns=now,
             only_types=only_types, display_names=display_names, spy=spy, budget=inflate,
-        ))
+        ), inflates=True)
     body = await _body(request, settings.max_body_bytes, inflate)
     if not body:
         raise InvalidArgument("request body is empty")
     if fmt == "pprof":
-        return await off_loop(len(body), functools.partial(
+        return await off_loop(request, len(body), functools.partial(
             model.records_from_legacy_pprof, body, name, from_s=from_s, until_s=until_s, now_ns=now, spy=spy,
             budget=inflate,
-        ))
-    return await off_loop(len(body), functools.partial(
+        ), inflates=True)
+    return await off_loop(request, len(body), functools.partial(
         model.records_from_folded, body, name, from_s=from_s, until_s=until_s, sample_rate=sample_rate, now_ns=now,
         lines=fmt == "lines", spy=spy,
     ))
@@ -306,6 +328,7 @@ async def _decode_ingest(request: web.Request) -> list[model.ProfileRecord]:
 
 def setup(app: web.Application) -> None:
     """Register the ingest routes (``create_app`` does when the mode keeps data)."""
+    app[SLOTS] = DecodeSlots()
     app.router.add_post("/v1/traces", v1_traces)
     app.router.add_post("/push.v1.PusherService/Push", push)
     app.router.add_post("/ingest", ingest)
