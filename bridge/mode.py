@@ -23,7 +23,7 @@ from bridge.resolve import Resolver
 from bridge.services import ProfiledServices, service_label
 from bridge.spancache import SpanCache
 from bridge.state import Backends, Clock
-from bridge.store.db import Store
+from bridge.store.backend import Store
 from bridge.store.querier_api import StorePyroscope
 from bridge.store.runtime import retention_interval, retention_loop
 from bridge.store.tempo_api import StoreTempo

@@ -28,7 +28,7 @@ from bridge.otlp.pull import Puller
 from bridge.resolve import Resolver
 from bridge.services import ProfiledServices
 from bridge.spancache import SpanCache
-from bridge.store.model import ProfileRecord, SpanBatch
+from bridge.store.decode import ProfileRecord, SpanBatch
 from bridge.upstream.base import CallContext, ProfileSource, TraceSource
 from bridge.wire.tempo import TempoAnswer
 

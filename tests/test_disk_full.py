@@ -29,7 +29,7 @@ from bridge.diskfull import DiskFull
 from bridge.errors import StorageFull
 from bridge.state import RUNTIME
 from bridge.store import Store
-from bridge.store.model import ProfileRecord
+from bridge.store.decode import ProfileRecord
 from bridge.upstream.base import CallContext
 from tests.paths import GO_CPU_PPROF, SHOP_CAPTURE
 
@@ -77,7 +77,7 @@ async def set_max_pages(store: Store, pages: int | None) -> None:
         limit = pages if pages is not None else conn.execute("PRAGMA page_count").fetchone()[0]
         conn.execute(f"PRAGMA max_page_count = {int(limit)}").fetchone()
 
-    await store._commit(job)
+    await store.db.commit(job)
 
 
 async def test_a_full_disk_is_retryable_logged_once_not_ready_counted_and_recovers(

@@ -34,6 +34,7 @@ from bridge import flamegraph, ids
 from bridge.answer import SCOPES, Answer, Scope, answer, answer_json
 from bridge.config import parse_seconds
 from bridge.errors import InvalidArgument
+from bridge.pprof import encode_pprof
 from bridge.profiletype import ProfileType
 from bridge.recent import (
     INDEX_PER_SERVICE,
@@ -117,8 +118,8 @@ def render(ans: Answer, fmt: str) -> web.Response:
     headers = {**answer_headers(ans.resolution, ans.measure), **NOSNIFF}
     base = f"{ans.span.span_id}-{ans.scope}"
     if fmt == "pprof":
-        prof = flamegraph.to_pprof(ans.tree, ans.profile_type, duration_nanos=ans.span.duration_ns,
-                                   time_nanos=ans.span.start_ns)
+        prof = encode_pprof(flamegraph.iter_stacks(ans.tree), ans.profile_type, duration_nanos=ans.span.duration_ns,
+                            time_nanos=ans.span.start_ns)
         headers["Content-Disposition"] = f'attachment; filename="{base}.pb.gz"'
         return web.Response(body=gzip.compress(prof.SerializeToString()), content_type="application/octet-stream",
                             headers=headers)

@@ -39,7 +39,7 @@ from bridge.limits import RANGE_TEXT, unix_ns_ok
 from bridge.middleware import ROUTE_LABEL
 from bridge.routes.otlp import error_status, status_response
 from bridge.state import CLOCK, METRICS, SETTINGS, IngestSink, backends_of
-from bridge.store import model
+from bridge.store import decode
 from bridge.upstream.proxy import read_body
 
 T = TypeVar("T")
@@ -110,16 +110,16 @@ def _now_ns(request: web.Request) -> int:
 # --------------------------------------------------------------------------------------------- OTLP traces
 
 
-def decode_traces(body: bytes, as_json: bool) -> model.SpanBatch:
+def decode_traces(body: bytes, as_json: bool) -> decode.SpanBatch:
     if as_json:
-        req = model.parse_export_json(body)
+        req = decode.parse_export_json(body)
     else:
         req = otlp_trace_svc.ExportTraceServiceRequest()
         try:
             req.ParseFromString(body)
         except DecodeError as exc:
             raise InvalidArgument(f"request body is not a valid OTLP ExportTraceServiceRequest ({exc})") from exc
-    return model.rows_from_export(req)
+    return decode.rows_from_export(req)
 
 
 async def v1_traces(request: web.Request) -> web.Response:
@@ -156,11 +156,11 @@ async def v1_traces(request: web.Request) -> web.Response:
 
 
 def decode_push(raw: bytes, content_type: str | None, encoding: str | None, max_bytes: int,
-                now_ns: int, budget: Budget | None = None) -> tuple[Codec, list[model.ProfileRecord]]:
+                now_ns: int, budget: Budget | None = None) -> tuple[Codec, list[decode.ProfileRecord]]:
     """A Push body → records; the body and every gzipped pprof in it inflate within one ``budget``."""
     budget = budget if budget is not None else Budget.for_body_limit(max_bytes)
     req, codec = decode_request(raw, content_type, encoding, push_pb2.PushRequest, max_bytes, budget)
-    return codec, model.records_from_push(req, now_ns=now_ns, budget=budget)
+    return codec, decode.records_from_push(req, now_ns=now_ns, budget=budget)
 
 
 async def push(request: web.Request) -> web.Response:
@@ -196,7 +196,7 @@ def _opt_int(request: web.Request, name: str) -> int | None:
 def _opt_time(request: web.Request, name: str) -> int | None:
     """``from`` / ``until``: a Unix time in s, ms, µs or ns (told apart by size, as Pyroscope does), 1970–2200."""
     value = _opt_int(request, name)
-    if value is not None and not (value >= 0 and unix_ns_ok(model.epoch_to_ns(value))):
+    if value is not None and not (value >= 0 and unix_ns_ok(decode.epoch_to_ns(value))):
         raise InvalidArgument(f"{name}={str(value)[:40]} is not a Unix time {RANGE_TEXT} (seconds, milliseconds, "
                               "microseconds or nanoseconds)")
     return value
@@ -285,12 +285,12 @@ async def ingest(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-async def _decode_ingest(request: web.Request) -> list[model.ProfileRecord]:
+async def _decode_ingest(request: web.Request) -> list[decode.ProfileRecord]:
     settings = request.app[SETTINGS]
     name_param = request.query.get("name", "")
     if not name_param.strip():
         raise InvalidArgument("query parameter 'name' is required (e.g. name=myapp.cpu{env=prod})")
-    name = model.parse_legacy_name(name_param)
+    name = decode.parse_legacy_name(name_param)
     from_s = _opt_time(request, "from")
     until_s = _opt_time(request, "until")
     rate = _opt_int(request, "sampleRate")
@@ -309,7 +309,7 @@ async def _decode_ingest(request: web.Request) -> list[model.ProfileRecord]:
             raise InvalidArgument("a multipart body must carry a pprof profile (format=pprof)")
         profile, only_types, display_names = await _multipart_profile(request, settings.max_body_bytes, inflate)
         return await off_loop(request, len(profile), functools.partial(
-            model.records_from_legacy_pprof, profile, name, from_s=from_s, until_s=until_s, now_ns=now,
+            decode.records_from_legacy_pprof, profile, name, from_s=from_s, until_s=until_s, now_ns=now,
             only_types=only_types, display_names=display_names, spy=spy, budget=inflate,
         ), inflates=True)
     body = await _body(request, settings.max_body_bytes, inflate)
@@ -317,11 +317,11 @@ async def _decode_ingest(request: web.Request) -> list[model.ProfileRecord]:
         raise InvalidArgument("request body is empty")
     if fmt == "pprof":
         return await off_loop(request, len(body), functools.partial(
-            model.records_from_legacy_pprof, body, name, from_s=from_s, until_s=until_s, now_ns=now, spy=spy,
+            decode.records_from_legacy_pprof, body, name, from_s=from_s, until_s=until_s, now_ns=now, spy=spy,
             budget=inflate,
         ), inflates=True)
     return await off_loop(request, len(body), functools.partial(
-        model.records_from_folded, body, name, from_s=from_s, until_s=until_s, sample_rate=sample_rate, now_ns=now,
+        decode.records_from_folded, body, name, from_s=from_s, until_s=until_s, sample_rate=sample_rate, now_ns=now,
         lines=fmt == "lines", spy=spy,
     ))
 
