@@ -8,7 +8,7 @@ rotating order):
 
 - json: ``answer_json`` + ``json.dumps`` — what ``GET /api/v1/spans/…/profile`` serialises (the baseline);
 - page: ``span_context`` + the ``span.html`` template — layout with folding, SVG frames, span tree;
-- pprof: ``to_pprof`` + gzip — ``format=pprof``;
+- pprof: ``encode_pprof`` of the tree's stacks + gzip — ``format=pprof``;
 - collapsed: ``to_collapsed`` — ``format=collapsed``.
 
 Prints medians and p99 in ms, the page size, and the ratio lines. Absolute times on shared machines are noise; the
@@ -34,6 +34,7 @@ from bridge import (
 )
 from bridge.answer import Answer, answer_json  # noqa: E402
 from bridge.config import Settings  # noqa: E402
+from bridge.pprof import encode_pprof  # noqa: E402
 from bridge.resolve import Mode, Resolution  # noqa: E402
 from tests.doubles.shop import load_shop  # noqa: E402
 from tests.test_flamegraph_render import random_tree  # noqa: E402
@@ -70,7 +71,7 @@ def main() -> int:
         return len(views.render_html("span.html", **views.span_context(ans, settings, {}, "")))
 
     def pprof() -> int:
-        return len(gzip.compress(flamegraph.to_pprof(tree, CPU).SerializeToString()))
+        return len(gzip.compress(encode_pprof(flamegraph.iter_stacks(tree), CPU).SerializeToString()))
 
     def collapsed() -> int:
         return len(flamegraph.to_collapsed(tree))

@@ -7,7 +7,7 @@ gzip-compressed Connect pushes).
 
 1. Throughput: ``--rounds`` replays, each under its own tenant (``X-Scope-OrgID``) so every span is new to the
    store. Interleaved with each replay, the same bodies are decoded in this process without storing anything
-   (``model.rows_from_export`` / ``model.records_from_push``): the ratio says what HTTP + SQLite cost on top of
+   (``decode.rows_from_export`` / ``decode.records_from_push``): the ratio says what HTTP + SQLite cost on top of
    decoding. Then ``--senders`` clients replay concurrently.
 2. RSS: ``--senders`` clients ingest continuously for ``--duration`` seconds (traces get fresh random trace and
    span ids every replay, like a live service); the child's VmRSS is sampled every second, and VmHWM (peak) is
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bridge._proto import push_pb2  # noqa: E402
-from bridge.store import model  # noqa: E402
+from bridge.store import decode  # noqa: E402
 
 CAPTURE = ROOT / "tests" / "fixtures" / "shop-capture"
 TIMEOUT = aiohttp.ClientTimeout(total=60, connect=5)
@@ -138,11 +138,11 @@ def decode_only(capture: list[tuple[str, dict[str, str], bytes, bytes]]) -> tupl
     for path, _, wire, raw in capture:
         started = time.perf_counter()
         if path == "/v1/traces":
-            model.rows_from_export(otlp_trace_svc.ExportTraceServiceRequest.FromString(wire))
+            decode.rows_from_export(otlp_trace_svc.ExportTraceServiceRequest.FromString(wire))
             t_traces += time.perf_counter() - started
         else:
             body = gzip.decompress(wire) if wire[:2] == b"\x1f\x8b" else raw
-            model.records_from_push(push_pb2.PushRequest.FromString(body), now_ns=0)
+            decode.records_from_push(push_pb2.PushRequest.FromString(body), now_ns=0)
             t_push += time.perf_counter() - started
     return t_traces, t_push
 

@@ -13,7 +13,8 @@ Queries, each measured ``--reps`` times, the store and the baseline alternating:
 Baseline ("dict"): ``SELECT stack_id, value`` for every matching sample row, merged in a Python dict keyed by stack id,
 then the same frame lookup, a call tree (``flamegraph.build_tree``) and its encoding (``flamegraph.encode``). Both
 answers are checked equal. (The store merges without a span selector read its per-profile stack totals,
-``profile_stacks``; with one, the span index; it encodes straight from the sorted stacks, ``query.encode_stacks``.)
+``profile_stacks``; with one, the span index; it encodes straight from the sorted stacks,
+``flamegraph.encode_stacks``.)
 
 Lines: ``merge`` is the merge alone (rows → (frames, value) per distinct stack); ``flamegraph`` the whole answer.
 
@@ -41,8 +42,9 @@ sys.path.insert(0, str(ROOT))
 from bridge import flamegraph  # noqa: E402
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
 from bridge.connect import Deadline  # noqa: E402
-from bridge.store import Store, model  # noqa: E402
-from bridge.store.db import DB_FILE, DEFAULT_MAX_NODES  # noqa: E402
+from bridge.store import Store, decode  # noqa: E402
+from bridge.store.database import DB_FILE  # noqa: E402
+from bridge.store.query import DEFAULT_MAX_NODES  # noqa: E402
 from bridge.upstream.base import CallContext  # noqa: E402
 
 CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
@@ -64,16 +66,16 @@ def vocabulary(rng: random.Random, service: int) -> list[tuple[str, ...]]:
     return out
 
 
-def generate(services: int, minutes: int, seed: int = 7) -> tuple[list[model.ProfileRecord], int]:
+def generate(services: int, minutes: int, seed: int = 7) -> tuple[list[decode.ProfileRecord], int]:
     rng = random.Random(seed)
     weights = [1.0 / (i + 1) for i in range(STACKS_PER_SERVICE)]
-    records: list[model.ProfileRecord] = []
+    records: list[decode.ProfileRecord] = []
     a_span = 0
     for svc in range(services):
         stacks = vocabulary(rng, svc)
         name = f"svc-{svc}"
         labels = tuple(sorted({
-            **model.ProfileType("process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds").labels(),
+            **decode.ProfileType("process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds").labels(),
             "service_name": name, "env": "bench",
         }.items()))
         for w in range(minutes * 60 // WINDOW_S):
@@ -87,7 +89,7 @@ def generate(services: int, minutes: int, seed: int = 7) -> tuple[list[model.Pro
             for stack_i, span_i in zip(picks, owners, strict=True):
                 counts[(stack_i, span_i)] = counts.get((stack_i, span_i), 0) + 1
             samples = [(stacks[s], n * 10_000_000, spans[p], trace) for (s, p), n in counts.items()]
-            records.append(model.ProfileRecord(
+            records.append(decode.ProfileRecord(
                 labels=labels, profile_type=CPU, service=name,
                 time_ns=(T0_S + w * WINDOW_S) * 1_000_000_000, duration_ns=WINDOW_S * 1_000_000_000,
                 samples=samples,
@@ -173,7 +175,7 @@ async def main() -> None:
                                                         start=start, end=end)
                 span_ids = None
                 if span is not None:
-                    req.span_selector.append(model.int_to_span_id(span))
+                    req.span_selector.append(decode.int_to_span_id(span))
                     span_ids = [span]
 
                 async def ours_merge(selector: str = selector, start: int = start, end: int = end,

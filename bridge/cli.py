@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import os
 import signal
@@ -107,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=settings_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    serve.add_argument("--listen", metavar="HOST:PORT", help="PROFILE_BRIDGE_LISTEN (default 0.0.0.0:4041)")
+    serve.add_argument("--listen", metavar="HOST:PORT",
+                       help="PROFILE_BRIDGE_LISTEN (default 127.0.0.1:4041; 0.0.0.0:4041 for every interface)")
     serve.add_argument("--pyroscope-url", metavar="URL", help="PROFILE_BRIDGE_PYROSCOPE_URL")
     serve.add_argument("--tempo-url", metavar="URL", help="PROFILE_BRIDGE_TEMPO_URL")
     serve.add_argument("--data-dir", metavar="DIR", help="PROFILE_BRIDGE_DATA_DIR (standalone store)")
@@ -115,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="PROFILE_BRIDGE_WORKERS: processes sharing the port (default auto: one per processor; "
                        "proxy mode only)")
     serve.add_argument("--otlp-grpc-listen", metavar="HOST:PORT",
-                       help="PROFILE_BRIDGE_OTLP_GRPC_LISTEN (default 0.0.0.0:4317)")
+                       help="PROFILE_BRIDGE_OTLP_GRPC_LISTEN (default 127.0.0.1:4317)")
     mode = serve.add_mutually_exclusive_group()
     mode.add_argument("--standalone", action="store_true", help="force standalone mode (embedded store)")
     mode.add_argument("--proxy", action="store_true", help="force proxy mode (Tempo and Pyroscope)")
@@ -275,7 +277,13 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 
 def _check_demo_mode(settings: Settings, args: argparse.Namespace) -> None:
-    """``serve --demo`` feeds the embedded store: refuse proxy mode in one line, saying what selected it."""
+    """``serve --demo`` feeds the embedded store without credentials: refuse proxy mode (saying what selected it) and
+    authentication, in one line."""
+    if settings.auth_tokens:
+        raise _UsageError(
+            "profile-bridge serve: --demo sends the demo shop's data without a token, but PROFILE_BRIDGE_AUTH_TOKENS"
+            "_FILE / PROFILE_BRIDGE_AUTH_TOKENS turn authentication on: run the demo with a bridge that has none"
+        )
     if settings.is_standalone:
         return
     if args.proxy:
@@ -343,10 +351,11 @@ def run_serve(settings: Settings, args: argparse.Namespace, env: Mapping[str, st
     base = _display_base(host, port)
 
     def on_ready() -> None:
-        log.info("profile-bridge listening on http://%s (%s mode): pages at %s/; %d worker processes (pid %d: "
-                 "SIGHUP restarts them, SIGTERM stops)", _host_port(host, port), settings.mode, base, count,
-                 os.getpid())
+        log.info("profile-bridge listening on http://%s (%s mode, %s): pages at %s/; %d worker processes (pid %d: "
+                 "SIGHUP restarts them, SIGTERM stops)", _host_port(host, port), settings.mode,
+                 _auth_words(settings), base, count, os.getpid())
         _log_mode(settings, base)
+        _warn_if_exposed(settings, port)
 
     try:
         with workers.metrics_directory() as metrics_dir:
@@ -443,9 +452,10 @@ async def serve(settings: Settings, *, demo: bool = False, environ: Mapping[str,
         return EXIT_FAILED
     port = int(runner.addresses[0][1]) if runner.addresses else settings.listen_port
     base = _display_base(settings.listen_host, port)
-    log.info("profile-bridge listening on http://%s (%s mode): pages at %s/", _host_port(settings.listen_host, port),
-             settings.mode, base)
+    log.info("profile-bridge listening on http://%s (%s mode, %s): pages at %s/",
+             _host_port(settings.listen_host, port), settings.mode, _auth_words(settings), base)
     _log_mode(settings, base)
+    _warn_if_exposed(settings, port)
     shop = None
     quiet = _QuietIngest()
     if demo:
@@ -467,6 +477,34 @@ async def serve(settings: Settings, *, demo: bool = False, environ: Mapping[str,
         await runner.cleanup()
         logging.getLogger("bridge.http").removeFilter(quiet)
     return EXIT_OK
+
+
+def _auth_words(settings: Settings) -> str:
+    tokens = len(settings.auth_tokens)
+    return f"authentication on: {tokens} token{'s' if tokens != 1 else ''}" if tokens else "no authentication"
+
+
+def _reachable_from_elsewhere(host: str) -> bool:
+    """Whether a listen address accepts connections from other hosts (anything but loopback)."""
+    try:
+        return not ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host != "localhost"  # a host name: whatever it resolves to, assume it is reachable
+
+
+def _warn_if_exposed(settings: Settings, port: int) -> None:
+    """One WARNING per listener reachable from other hosts while no token is configured."""
+    if settings.auth_tokens:
+        return
+    exposed = [f"HTTP on {_host_port(settings.listen_host, port)}"] if _reachable_from_elsewhere(
+        settings.listen_host) else []
+    grpc_host, grpc_port = settings.otlp_grpc_listen
+    if settings.otlp_grpc_enabled and _reachable_from_elsewhere(grpc_host):
+        exposed.append(f"OTLP gRPC on {_host_port(grpc_host, grpc_port)}")
+    if exposed:
+        log.warning("%s: reachable from other hosts WITHOUT AUTHENTICATION — anyone who can reach it reads and "
+                    "writes every tenant's data. Set PROFILE_BRIDGE_AUTH_TOKENS_FILE (docs/security.md), or listen on "
+                    "127.0.0.1", " and ".join(exposed))
 
 
 class _QuietIngest(logging.Filter):

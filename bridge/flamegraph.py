@@ -3,21 +3,20 @@
 Encoding (../shared/contracts/pyroscope.md §4): ``names[0]`` is ``"total"``; ``levels[i].values`` holds one
 4-tuple per node of row *i*, left to right: ``[x_offset_delta, total, self, name_index]``, the offset delta-encoded
 against the end of the previous node in the same row. "No data" is a missing flame graph or one holding only
-``total`` with a single ``[0,0,0,0]`` level.
+``total`` with a single ``[0,0,0,0]`` level. One level writer encodes both inputs: a call tree (``encode``) and
+merged stacks (``encode_stacks``, the store's answers, without building the tree); ``max_nodes`` folds by one rule.
 
-Exports: ``to_collapsed`` (folded stacks), ``to_pprof`` (``google.v1.Profile``), ``layout`` (SVG-ready rectangles
-with narrow frames folded, for the bridge's pages).
+Exports: ``to_collapsed`` (folded stacks), ``layout`` (SVG-ready rectangles with narrow frames folded, for the
+bridge's pages); pprof is ``bridge.pprof.encode_pprof`` of ``iter_stacks``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
-from bridge._proto import profile_pb2 as ppb
 from bridge._proto import querier_pb2 as pb
-from bridge.profiletype import ProfileType
 
 ROOT_NAME: Final = "total"
 OTHER_NAME: Final = "other"
@@ -135,71 +134,147 @@ def decode(fg: pb.FlameGraph | None) -> Node:
 
 
 def encode(root: Node, max_nodes: int | None = None) -> pb.FlameGraph:
-    """A call tree → Pyroscope's flame graph encoding. With ``max_nodes`` (> 0), nodes whose total is below the
-    ``max_nodes``-th largest total are folded, per parent, into one node named ``other``."""
-    threshold = _fold_threshold(root, max_nodes)
-    names: list[str] = [ROOT_NAME]
-    name_index: dict[str, int] = {ROOT_NAME: 0}
-    levels: list[list[int]] = []
-    prev_end: list[int] = []
-    max_self = 0
-
-    def index_of(name: str) -> int:
-        idx = name_index.get(name)
-        if idx is None:
-            idx = name_index[name] = len(names)
-            names.append(name)
-        return idx
-
-    # iterative pre-order walk: (node, depth, x)
-    work: list[tuple[Node, int, int]] = [(root, 0, 0)]
-    while work:
-        node, depth, x = work.pop()
-        if depth == len(levels):
-            levels.append([])
-            prev_end.append(0)
-        levels[depth].extend((x - prev_end[depth], node.total, node.self, index_of(node.name)))
-        prev_end[depth] = x + node.total
-        if node.self > max_self:
-            max_self = node.self
-        kept: list[Node] = []
-        other_total = 0
-        for child in _sorted_children(node):
-            if child.total <= 0:
-                continue
-            if child.total < threshold:
-                other_total += child.total
-            else:
-                kept.append(child)
-        if other_total:
-            kept.append(Node(OTHER_NAME, other_total, other_total))
-        child_x = x
-        placed: list[tuple[Node, int, int]] = []
-        for child in kept:
-            placed.append((child, depth + 1, child_x))
-            child_x += child.total
-        work.extend(reversed(placed))
-    return pb.FlameGraph(
-        names=names,
-        levels=[pb.Level(values=vals) for vals in levels],
-        total=root.total,
-        max_self=max_self,
-    )
-
-
-def _fold_threshold(root: Node, max_nodes: int | None) -> int:
-    if not max_nodes or max_nodes <= 0:
-        return 0
+    """A call tree → Pyroscope's flame graph encoding (the request scope's merged trees, decoded answers). The root
+    keeps its own name (a relabelled root reads its label); ``max_nodes`` folds as ``encode_stacks`` does."""
     totals: list[int] = []
     stack = list(root.children.values())
     while stack:
         node = stack.pop()
         totals.append(node.total)
         stack.extend(node.children.values())
-    if len(totals) <= max_nodes:
+    threshold = fold_threshold(totals, max_nodes)
+    # pre-order, kept children by name; the children below the threshold are summed into one ``other`` child listed
+    # last, which the writer places (after the kept children, as it places the ``other`` it folds itself)
+    nodes: list[tuple[int, str, int, int]] = []
+    work: list[tuple[Node, int]] = [(root, 0)]
+    while work:
+        node, depth = work.pop()
+        if depth:
+            nodes.append((depth, node.name, node.total, node.self))
+        children = node.children
+        if children:
+            other = 0
+            kept: list[tuple[Node, int]] = []
+            for name in sorted(children, reverse=True):
+                child = children[name]
+                if child.total >= threshold:
+                    kept.append((child, depth + 1))
+                elif child.total > 0:
+                    other += child.total
+            if other:
+                work.append((Node(OTHER_NAME, other, other), depth + 1))
+            work += kept
+    return _write_levels(nodes, root.name, root.total, root.self, threshold)
+
+
+def encode_stacks(stacks: Iterable[tuple[tuple[str, ...], int]], max_nodes: int | None = None) -> pb.FlameGraph:
+    """Merged stacks (root frame first, with their value) → the flame graph ``encode(build_tree(stacks), max_nodes)``
+    returns, without building the tree: stacks sorted by frames are the tree's pre-order with children sorted by
+    name, so node totals come from one pass over them (the store encodes its merged rows this way)."""
+    nodes: list[list[Any]] = []  # [depth, name, total, self] in pre-order
+    path: list[int] = []  # indexes in ``nodes`` of the current stack's frames
+    prev: tuple[str, ...] = ()
+    root_total = root_self = 0
+    for frames, value in sorted(stacks):
+        if value == 0:
+            continue
+        root_total += value
+        if not frames:
+            root_self += value
+            continue
+        common = 0
+        limit = min(len(prev), len(frames))
+        while common < limit and prev[common] == frames[common]:
+            common += 1
+        del path[common:]
+        for depth in range(common, len(frames)):
+            path.append(len(nodes))
+            nodes.append([depth + 1, frames[depth], 0, 0])
+        for index in path:
+            nodes[index][2] += value
+        nodes[path[-1]][3] += value
+        prev = frames
+    threshold = fold_threshold([n[2] for n in nodes], max_nodes)
+    return _write_levels(nodes, ROOT_NAME, root_total, root_self, threshold)
+
+
+def fold_threshold(totals: list[int], max_nodes: int | None) -> int:
+    """The smallest total a node may have and not be folded into ``other``, given every node's total (the root's
+    excluded); 0 when nothing folds. At most ``max_nodes`` nodes stay: when the ``max_nodes``-th largest total ties
+    with the next one, the tied nodes fold too."""
+    if not max_nodes or max_nodes <= 0 or len(totals) <= max_nodes:
         return 0
-    totals.sort(reverse=True)
+    totals = sorted(totals, reverse=True)
     return totals[max_nodes - 1] + 1 if totals[max_nodes - 1] == totals[max_nodes] else totals[max_nodes - 1]
+
+
+def _write_levels(
+    nodes: Iterable[Sequence[Any]], root_name: str, root_total: int, root_self: int, threshold: int
+) -> pb.FlameGraph:
+    """The one level writer (../shared/contracts/pyroscope.md §4). ``nodes`` are ``(depth, name, total, self)`` in
+    pre-order with children sorted by name (depth 1 = the root's children). A node with a total below ``threshold``
+    is added, with its subtree, to one ``other`` node per parent, placed after the parent's kept children; a node
+    with a total of 0 or less is dropped with its subtree. Children start at their parent's x."""
+    names: list[str] = [ROOT_NAME]
+    name_index: dict[str, int] = {ROOT_NAME: 0}
+    root_idx = name_index.setdefault(root_name, len(names))
+    if root_idx == len(names):
+        names.append(root_name)
+    levels: list[list[int]] = [[0, root_total, root_self, root_idx]]
+    prev_end: list[int] = [root_total]  # per row: where its last node ends
+    max_self = root_self
+
+    def place_other(depth: int, x: int, total: int) -> None:
+        nonlocal max_self
+        max_self = max(max_self, total)
+        idx = name_index.setdefault(OTHER_NAME, len(names))
+        if idx == len(names):
+            names.append(OTHER_NAME)
+        if depth == len(levels):
+            levels.append([])
+            prev_end.append(0)
+        levels[depth] += (x - prev_end[depth], total, total, idx)
+        prev_end[depth] = x + total
+
+    # open parents, innermost last: [depth, x of its next child, total folded into its ``other``]
+    open_: list[list[int]] = [[0, 0, 0]]
+    skip_below = 0  # skip nodes deeper than this (inside a folded or empty subtree); 0 = skip nothing
+    for depth, name, total, self_value in nodes:
+        if skip_below:
+            if depth > skip_below:
+                continue
+            skip_below = 0
+        while open_[-1][0] >= depth:  # the root (depth 0) stays open: every node is deeper
+            d, next_x, other = open_.pop()
+            if other:
+                place_other(d + 1, next_x, other)
+        parent = open_[-1]
+        if total < threshold or total <= 0:
+            if total > 0:
+                parent[2] += total
+            skip_below = depth
+            continue
+        x = parent[1]
+        parent[1] = x + total
+        idx = name_index.get(name)
+        if idx is None:
+            idx = name_index[name] = len(names)
+            names.append(name)
+        if depth == len(levels):
+            levels.append([x, total, self_value, idx])
+            prev_end.append(x + total)
+        else:
+            levels[depth] += (x - prev_end[depth], total, self_value, idx)
+            prev_end[depth] = x + total
+        if self_value > max_self:
+            max_self = self_value
+        open_.append([depth, x, 0])
+    while open_:
+        d, next_x, other = open_.pop()
+        if other:
+            place_other(d + 1, next_x, other)
+    return pb.FlameGraph(names=names, levels=[pb.Level(values=v) for v in levels], total=root_total,
+                         max_self=max_self)
 
 
 def empty(root_name: str = ROOT_NAME) -> pb.FlameGraph:
@@ -263,50 +338,6 @@ def to_collapsed(root: Node) -> str:
 
 def _collapsed_frame(name: str) -> str:
     return name.replace(";", ":").replace("\n", " ").replace("\r", " ")
-
-
-def to_pprof(root: Node, profile_type: str, *, period: int = 0, time_nanos: int = 0,
-             duration_nanos: int = 0) -> ppb.Profile:
-    """A call tree → a ``google.v1.Profile`` that ``go tool pprof`` opens: string table with ``""`` first, one sample
-    type and the period type from the profile type id, one function and one location per distinct frame name (all
-    under one mapping flagged ``has_functions`` so pprof does not try to symbolise), one sample per stack with its
-    self value, locations leaf first as pprof orders them."""
-    ptype = ProfileType.parse(profile_type)
-    strings: list[str] = [""]
-    string_index: dict[str, int] = {"": 0}
-
-    def sid(text: str) -> int:
-        idx = string_index.get(text)
-        if idx is None:
-            idx = string_index[text] = len(strings)
-            strings.append(text)
-        return idx
-
-    prof = ppb.Profile()
-    prof.sample_type.add(type=sid(ptype.sample_type), unit=sid(ptype.sample_unit))
-    prof.period_type.type = sid(ptype.period_type)
-    prof.period_type.unit = sid(ptype.period_unit)
-    prof.period = period
-    prof.time_nanos = time_nanos
-    prof.duration_nanos = duration_nanos
-    prof.mapping.add(id=1, filename=sid(ptype.name), has_functions=True)
-
-    location_of: dict[str, int] = {}
-
-    def location_id(name: str) -> int:
-        loc = location_of.get(name)
-        if loc is None:
-            loc = location_of[name] = len(location_of) + 1
-            prof.function.add(id=loc, name=sid(name), system_name=sid(name))
-            prof.location.add(id=loc, mapping_id=1).line.add(function_id=loc)
-        return loc
-
-    for frames, value in iter_stacks(root):
-        ids = [location_id(name) for name in frames]
-        ids.reverse()
-        prof.sample.add(location_id=ids, value=[value])
-    prof.string_table.extend(strings)
-    return prof
 
 
 # --------------------------------------------------------------------------------------------- SVG-ready layout

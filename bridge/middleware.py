@@ -33,15 +33,23 @@ ROUTE_LABEL = web.RequestKey("route_label", str)
 PASSED_THROUGH = web.RequestKey("passed_through", bool)
 
 
-def error_response(path: str, code: Code, message: str) -> web.Response:
-    status = CODE_TO_HTTP[code]
+def error_response(path: str, code: Code, message: str, *, status: int | None = None,
+                   retry_after: int | None = None) -> web.Response:
+    """The error in the shape the caller at ``path`` speaks; ``status`` overrides the code's own HTTP status (413 for
+    a body too large), ``retry_after`` adds a ``Retry-After`` header (a temporary failure)."""
+    status = status or CODE_TO_HTTP[code]
+    extra = {"Retry-After": str(retry_after)} if retry_after is not None else {}
     if path.startswith("/api/"):
         body = json.dumps({"error": {"code": code.value, "message": message}})
-        return web.Response(status=status, body=body.encode(), content_type="application/json")
+        return web.Response(status=status, body=body.encode(), content_type="application/json", headers=extra)
     if path.startswith("/tempo/"):
-        return web.Response(status=status, text=message + "\n", content_type="text/plain")
-    status, data, headers = encode_error(code, message)
-    return web.Response(status=status, body=data, headers=headers)
+        return web.Response(status=status, text=message + "\n", content_type="text/plain", headers=extra)
+    _, data, headers = encode_error(code, message)
+    return web.Response(status=status, body=data, headers={**headers, **extra})
+
+
+def bridge_error_response(path: str, exc: BridgeError) -> web.Response:
+    return error_response(path, exc.code, exc.message, status=exc.http_status, retry_after=exc.retry_after)
 
 
 def make_middleware(metrics: Metrics) -> Middleware:
@@ -54,7 +62,7 @@ def make_middleware(metrics: Metrics) -> Middleware:
             status = response.status
             return response
         except BridgeError as exc:
-            response = error_response(request.path, exc.code, exc.message)
+            response = bridge_error_response(request.path, exc)
             status = response.status
             return response
         except web.HTTPException as exc:

@@ -16,13 +16,14 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from bridge.config import Settings
+from bridge.diskfull import DiskFull, WatchedSink
 from bridge.metrics import Metrics
 from bridge.otlp.runtime import open_gateway
 from bridge.resolve import Resolver
 from bridge.services import ProfiledServices, service_label
 from bridge.spancache import SpanCache
 from bridge.state import Backends, Clock
-from bridge.store.db import Store
+from bridge.store.backend import Store
 from bridge.store.querier_api import StorePyroscope
 from bridge.store.runtime import retention_interval, retention_loop
 from bridge.store.tempo_api import StoreTempo
@@ -79,8 +80,11 @@ class StandaloneMode:
                    span_cache: SpanCache) -> AsyncIterator[Backends]:
         store = await Store.open(settings.data_dir, clock=clock.now, metrics=metrics)
         retention = spawn(retention_loop(store, settings, retention_interval(settings)), "store-retention")
+        # every write goes through the watch: a full disk is one episode (503 Retry-After, ERROR once, not ready)
+        disk_full = DiskFull(settings.data_dir, metrics, wall_clock=clock.now)
+        sink = WatchedSink(store, disk_full)
         try:
-            async with open_gateway(settings, metrics, sink=store, trace_sink=store, wall_clock=clock.now) as otlp:
+            async with open_gateway(settings, metrics, sink=sink, trace_sink=sink, wall_clock=clock.now) as otlp:
                 log.info("standalone mode: store at %s", store.path)
                 yield Backends(
                     name=self.name,
@@ -92,9 +96,10 @@ class StandaloneMode:
                     profiled_services=ProfiledServices(store, service_label(settings), settings.services_cache_ttl,
                                                        wall_clock=clock.now),
                     gateway=otlp.gateway,
-                    ingest=store,
+                    ingest=sink,
                     grpc=otlp.grpc,
                     puller=otlp.puller,
+                    disk_full=disk_full,
                 )
         finally:
             await cancel_all([retention])

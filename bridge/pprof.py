@@ -1,5 +1,6 @@
-"""Pure pprof helpers: decode a ``google.v1.Profile`` (gzip-compressed or plain, as SDKs send it) and walk its
-samples as (frames root first, value, string labels).
+"""Pure pprof: decode a ``google.v1.Profile`` (gzip-compressed or plain, as SDKs send it) and walk its samples as
+(frames root first, value, string labels); encode merged stacks as one (the bridge's one pprof encoder: the API's
+``format=pprof`` export and the store's ``SelectMergeProfile``; callers gzip it).
 
 pprof facts used here: ``Sample.location_id[0]`` is the leaf; a ``Location`` with several ``Line`` entries holds
 inlined frames, innermost first; label keys and values are indexes into ``string_table``; a label with ``str == 0``
@@ -8,25 +9,30 @@ is numeric (skipped here). A location without lines (unsymbolised) is named by i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Final
 
 from google.protobuf.message import DecodeError
 
 from bridge._proto import profile_pb2 as pb
-from bridge.compression import GZIP_MAGIC, GzipError, gunzip
-from bridge.errors import InvalidArgument
+from bridge.compression import GZIP_MAGIC, Budget, GzipError, GzipTooLarge, gunzip
+from bridge.errors import InvalidArgument, ResourceExhausted
+from bridge.profiletype import ProfileType
 
 # a decompressed pprof larger than this is refused (a gzip bomb is not a profile)
 MAX_PPROF_BYTES: Final = 256 * 1024**2
 
 
-def decode_pprof(raw: bytes, max_bytes: int = MAX_PPROF_BYTES) -> pb.Profile:
-    """pprof bytes (gzip or plain) → ``Profile``. Anything else is an ``InvalidArgument`` saying what is wrong."""
+def decode_pprof(raw: bytes, max_bytes: int = MAX_PPROF_BYTES, budget: Budget | None = None) -> pb.Profile:
+    """pprof bytes (gzip or plain) → ``Profile``. Anything else is an ``InvalidArgument`` saying what is wrong; a
+    profile that inflates past ``max_bytes`` or past what is left of the request's ``budget`` (shared by every
+    payload of one request) is ``ResourceExhausted``."""
     data = raw
     if raw[:2] == GZIP_MAGIC:
         try:
-            data = gunzip(raw, max_bytes)
+            data = budget.gunzip(raw, max_bytes) if budget is not None else gunzip(raw, max_bytes)
+        except GzipTooLarge as exc:
+            raise ResourceExhausted(f"pprof profile is {exc}") from exc
         except GzipError as exc:
             raise InvalidArgument(f"pprof profile is {exc}") from exc
     profile = pb.Profile()
@@ -111,3 +117,49 @@ def iter_samples(profile: pb.Profile, value_index: int) -> Iterator[tuple[tuple[
             if label.str and 0 <= label.key < n_strings and 0 < label.str < n_strings:
                 labels[st[label.key]] = st[label.str]
         yield frames, sample.value[value_index], labels
+
+
+def encode_pprof(
+    stacks: Iterable[tuple[tuple[str, ...], int]], profile_type: str, *, period: int = 0, time_nanos: int = 0,
+    duration_nanos: int = 0,
+) -> pb.Profile:
+    """Stacks (root frame first, with their value) → a ``google.v1.Profile`` that ``go tool pprof`` opens: string
+    table with ``""`` first, one sample type and the period type from the profile type id (a malformed id is an
+    ``InvalidArgument``), one function and one location per distinct frame name, all under one mapping flagged
+    ``has_functions`` so pprof does not try to symbolise, one sample per stack in the order given, locations leaf
+    first as pprof orders them. Stacks with a zero value are left out."""
+    ptype = ProfileType.parse(profile_type)
+    strings: list[str] = [""]
+    string_index: dict[str, int] = {"": 0}
+
+    def sid(text: str) -> int:
+        idx = string_index.get(text)
+        if idx is None:
+            idx = string_index[text] = len(strings)
+            strings.append(text)
+        return idx
+
+    prof = pb.Profile()
+    prof.sample_type.add(type=sid(ptype.sample_type), unit=sid(ptype.sample_unit))
+    prof.period_type.type = sid(ptype.period_type)
+    prof.period_type.unit = sid(ptype.period_unit)
+    prof.period = period
+    prof.time_nanos = time_nanos
+    prof.duration_nanos = duration_nanos
+    prof.mapping.add(id=1, filename=sid(ptype.name), has_functions=True)
+
+    location_of: dict[str, int] = {}
+    for frames, value in stacks:
+        if not value:
+            continue
+        ids: list[int] = []
+        for name in reversed(frames):
+            loc = location_of.get(name)
+            if loc is None:
+                loc = location_of[name] = len(location_of) + 1
+                prof.function.add(id=loc, name=sid(name), system_name=sid(name))
+                prof.location.add(id=loc, mapping_id=1).line.add(function_id=loc)
+            ids.append(loc)
+        prof.sample.add(location_id=ids, value=[value])
+    prof.string_table.extend(strings)
+    return prof

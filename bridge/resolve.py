@@ -624,7 +624,7 @@ class Resolver:
     ) -> dict[str, frozenset[str]]:
         """The profile types the span's service uploads around the span, each with its ``pyroscope_spy`` values
         (Pyroscope's ``Series``). Cached per tenant, selector and quarter hour; an empty answer is not cached."""
-        key = (ctx.tenant_key, selector, look[0] // TYPES_BUCKET_MS)
+        key = (ctx.cache_scope, selector, look[0] // TYPES_BUCKET_MS)
         cached = self._types.get(key)
         if cached is not None:
             return cached
@@ -680,7 +680,7 @@ class Resolver:
     async def _lookup(
         self, span_id: str, ctx: CallContext, trace_id: str | None, start_ms: int | None, end_ms: int | None
     ) -> Found | None:
-        tenant = ctx.tenant_key
+        tenant = ctx.cache_scope
         cached = self._from_span_cache(tenant, span_id)
         if cached is not None and cached.local_root is not None:
             self.metrics.cache_hits.labels("spans").inc()
@@ -766,10 +766,10 @@ class Resolver:
         """A trace by ID: from the span cache (a big trace the Tempo mount served is parsed now, in a thread), else
         from Tempo — fetched once however many clicks ask for its spans at the same time, and remembered in the
         span cache: the next click on any of its spans in this process asks nobody."""
-        held = self.span_cache.get_trace(ctx.tenant, trace_id)
+        held = self.span_cache.get_trace(ctx.cache_scope, trace_id)
         if held is not None:
             return held
-        key = (ctx.tenant_key, trace_id)
+        key = (ctx.cache_scope, trace_id)
         pending = self._trace_fetches.get(key)
         if pending is None:
             pending = asyncio.ensure_future(self._load_or_fetch(trace_id, ctx, start_s, end_s))
@@ -780,11 +780,11 @@ class Resolver:
         except TimeoutError as exc:
             raise UpstreamTimeout("tempo", f"trace {trace_id}: not fetched within the request's budget") from exc
         if trace is not None and len(trace):
-            self.span_cache.put_trace(ctx.tenant, trace)
+            self.span_cache.put_trace(ctx.cache_scope, trace)
         return trace
 
     async def _load_or_fetch(self, trace_id: str, ctx: CallContext, start_s: int, end_s: int) -> Trace | None:
-        load = self.span_cache.pending(ctx.tenant, trace_id)
+        load = self.span_cache.pending(ctx.cache_scope, trace_id)
         if load is not None:
             try:
                 return await asyncio.to_thread(load)

@@ -1,5 +1,6 @@
-"""The span cache: spans the Tempo mount served, per tenant, so a click right after opening a trace resolves
-without Tempo's search (which lags ingest by 15–30 s).
+"""The span cache: spans the Tempo mount served, per caller scope (``CallContext.cache_scope``: the tenant header as
+sent and the caller's credentials), so a click right after opening a trace resolves without Tempo's search (which
+lags ingest by 15–30 s).
 
 One bounded entry per trace (a cachetools TTL cache whose ``maxsize`` is in bytes), plus a plain dictionary from
 span id to trace id. Each trace is charged ``max(estimated bytes, spans × bytes/entries)``, so the byte bound also
@@ -21,8 +22,6 @@ from dataclasses import dataclass
 from cachetools import TTLCache
 
 from bridge.spans import Span, Trace
-
-ANONYMOUS = "anonymous"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +46,7 @@ def _estimate(trace: Trace) -> int:
 
 
 class SpanCache:
-    """Per-tenant span and trace memory. Keys are ``(tenant, id)``; tenants never see each other's spans."""
+    """Per-scope span and trace memory. Keys are ``(scope, id)``; scopes never see each other's spans."""
 
     def __init__(self, max_entries: int, max_bytes: int, ttl: float) -> None:
         self._floor = max(1, max_bytes // max(1, max_entries))
@@ -57,9 +56,9 @@ class SpanCache:
         )
         self._index: dict[tuple[str, str], str] = {}
 
-    def put_trace(self, tenant: str | None, trace: Trace) -> int:
+    def put_trace(self, scope: str, trace: Trace) -> int:
         """Remember every span of ``trace`` (replacing an earlier copy); returns how many were stored."""
-        t = tenant or ANONYMOUS
+        t = scope
         size = max(_estimate(trace), self._floor * max(1, len(trace)))
         entry = _Entry(trace, trace.local_roots(), size)
         try:
@@ -74,24 +73,24 @@ class SpanCache:
             self._rebuild_index()
         return len(trace)
 
-    def put_pending(self, tenant: str | None, trace_id: str, load: Callable[[], Trace], span_count: int,
+    def put_pending(self, scope: str, trace_id: str, load: Callable[[], Trace], span_count: int,
                     size: int) -> None:
         """Remember a trace without parsing it: ``load`` parses it when a click needs it. ``size``: the bytes
         ``load`` holds."""
-        t = tenant or ANONYMOUS
+        t = scope
         charged = max(256 + size, self._floor * max(1, span_count))
         try:
             self._traces[(t, trace_id)] = _Entry(None, {}, charged, load, span_count)
         except ValueError:  # larger than the whole cache
             return
 
-    def pending(self, tenant: str | None, trace_id: str) -> Callable[[], Trace] | None:
+    def pending(self, scope: str, trace_id: str) -> Callable[[], Trace] | None:
         """The parser of a trace that is held but not parsed yet; None when it is parsed, or not held."""
-        entry = self._traces.get((tenant or ANONYMOUS, trace_id))
+        entry = self._traces.get((scope, trace_id))
         return entry.load if entry is not None and entry.trace is None else None
 
-    def get(self, tenant: str | None, span_id: str) -> CachedSpan | None:
-        key = (tenant or ANONYMOUS, span_id)
+    def get(self, scope: str, span_id: str) -> CachedSpan | None:
+        key = (scope, span_id)
         trace_id = self._index.get(key)
         if trace_id is None:
             return None
@@ -103,8 +102,8 @@ class SpanCache:
         root_id = entry.local_roots.get(span_id, span_id)
         return CachedSpan(span, root_id, root_id == span_id)
 
-    def get_trace(self, tenant: str | None, trace_id: str) -> Trace | None:
-        entry = self._traces.get((tenant or ANONYMOUS, trace_id))
+    def get_trace(self, scope: str, trace_id: str) -> Trace | None:
+        entry = self._traces.get((scope, trace_id))
         return entry.trace if entry is not None else None
 
     def _rebuild_index(self) -> None:

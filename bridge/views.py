@@ -44,7 +44,9 @@ _env = jinja2.Environment(
 
 
 def render_html(name: str, **context: Any) -> str:
-    """A page template, rendered (autoescaped, strict)."""
+    """A page template, rendered (autoescaped, strict). ``csp_nonce``: the nonce of the page's Content-Security-Policy
+    (``bridge.routes.pages``) its script and style block carry."""
+    context.setdefault("csp_nonce", "")
     return _env.get_template(name).render(**context)
 
 

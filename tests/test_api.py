@@ -179,6 +179,7 @@ async def test_collapsed_lists_folded_stacks_that_add_up(stack: Stack) -> None:
     root = stack.shop.pick("frontend-root", where=lambda r: linked_total(r.span_id) > 0)
     resp = await stack.http.get(path(root.trace_id, root.span_id), params={"format": "collapsed"})
     assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/plain")
+    assert resp.headers["X-Content-Type-Options"] == "nosniff"  # frame names are never read as HTML
     text = await resp.text()
     stacks = Counter[tuple[str, ...]]()
     for line in text.splitlines():

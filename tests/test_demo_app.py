@@ -40,7 +40,11 @@ from tests.doubles.recorder import RECORDER, Recorder, build_recorder
 from tests.paths import ROOT
 
 STARTUP_SECONDS = 20.0
-DRIVE_ROUNDS = 8  # each round: two /checkout (render_json + the backend's count_primes), /health, /slow-io
+DRIVE_ROUNDS = 8  # each round: two /checkout (render_json + the backend's count_primes) and /health
+DRIVE_ROUND = ("/checkout", "/checkout", "/health")
+# spans that only wait (300 ms each), sent together after the rounds so their waits overlap; several, because a
+# request's own bit of CPU is now and then sampled and links its span, and one unlinked span must remain
+SLOW_IO_REQUESTS = 8
 STOP_SECONDS = 20.0
 INGEST_SECONDS = 10.0
 
@@ -73,11 +77,10 @@ def _spans(recorder: Recorder) -> list[Span]:
     return [span for request in recorder.traces for span in spans_from_otlp(request.resource_spans)]
 
 
-async def _drive(session: ClientSession, base: str) -> None:
-    for path in ("/checkout", "/checkout", "/health", "/slow-io"):
-        async with session.get(base + path) as resp:
-            assert resp.status == 200, (path, resp.status, await resp.text())
-            await resp.read()
+async def _get(session: ClientSession, url: str) -> None:
+    async with session.get(url) as resp:
+        assert resp.status == 200, (url, resp.status, await resp.text())
+        await resp.read()
 
 
 async def _wait_ready(session: ClientSession, urls: list[str]) -> None:
@@ -145,7 +148,9 @@ async def run_demo(sink_args: list[str], log_path: Path) -> AsyncIterator[tuple[
 async def _drive_rounds(session: ClientSession, urls: list[str]) -> None:
     await _wait_ready(session, urls)
     for _ in range(DRIVE_ROUNDS):
-        await _drive(session, urls[0])
+        for path in DRIVE_ROUND:
+            await _get(session, urls[0] + path)
+    await asyncio.gather(*(_get(session, urls[0] + "/slow-io") for _ in range(SLOW_IO_REQUESTS)))
 
 
 async def _eventually(done: Callable[[], Awaitable[bool]], what: str) -> None:

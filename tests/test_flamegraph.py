@@ -31,11 +31,22 @@ def folded(stacks: list[tuple[tuple[str, ...], int]]) -> Counter[tuple[str, ...]
     return out
 
 
+Stacks = list[tuple[tuple[str, ...], int]]
+
+
+def encode_via_tree(stacks: Stacks, max_nodes: int | None = None) -> qpb.FlameGraph:
+    return flamegraph.encode(flamegraph.build_tree(stacks), max_nodes)
+
+
+# the encoder's two entry points: a call tree, and merged stacks without a tree; every encoding test runs on both
+ENCODERS = pytest.mark.parametrize("encode", [encode_via_tree, flamegraph.encode_stacks], ids=["tree", "stacks"])
+
+
+@ENCODERS
 @pytest.mark.parametrize("source", [shop_stacks, go_stacks], ids=["shop-capture", "go-cpu"])
-def test_encode_decode_round_trip_on_real_profiles(source: object) -> None:
+def test_encode_decode_round_trip_on_real_profiles(source: object, encode: object) -> None:
     stacks = source()  # type: ignore[operator]
-    tree = flamegraph.build_tree(stacks)
-    fg = flamegraph.encode(tree)
+    fg = encode(stacks)  # type: ignore[operator]
     assert fg.names[0] == "total" and len(set(fg.names)) == len(fg.names)
     assert fg.total == sum(v for _, v in stacks) > 0
     assert list(fg.levels[0].values) == [0, fg.total, 0, 0]
@@ -52,8 +63,9 @@ def test_shop_capture_totals_match_the_fixture_readme() -> None:
     assert tree.total == 3_590_000_000  # "201 pprof samples worth 3.59 s of CPU"
 
 
-def test_rows_are_delta_encoded_and_children_sit_inside_their_parents() -> None:
-    fg = flamegraph.encode(flamegraph.build_tree(shop_stacks()))
+@ENCODERS
+def test_rows_are_delta_encoded_and_children_sit_inside_their_parents(encode: object) -> None:
+    fg = encode(shop_stacks())  # type: ignore[operator]
     prev: list[tuple[int, int]] = [(0, fg.total)]
     for level in fg.levels[1:]:
         row: list[tuple[int, int]] = []
@@ -66,11 +78,12 @@ def test_rows_are_delta_encoded_and_children_sit_inside_their_parents() -> None:
         prev = row
 
 
+@ENCODERS
 @pytest.mark.parametrize("max_nodes", [1, 5, 20, 50])
-def test_folding_keeps_totals_and_bounds_nodes(max_nodes: int) -> None:
+def test_folding_keeps_totals_and_bounds_nodes(max_nodes: int, encode: object) -> None:
     tree = flamegraph.build_tree(shop_stacks())
     full = tree.count() - 1
-    fg = flamegraph.encode(tree, max_nodes)
+    fg = encode(shop_stacks(), max_nodes)  # type: ignore[operator]
     assert fg.total == tree.total
     nodes = sum(len(level.values) // 4 for level in fg.levels[1:])
     names = [fg.names[level.values[i]] for level in fg.levels[1:] for i in range(3, len(level.values), 4)]
@@ -79,14 +92,46 @@ def test_folding_keeps_totals_and_bounds_nodes(max_nodes: int) -> None:
     assert len(kept) <= max_nodes + 1  # ties at the threshold may keep one more
     assert flamegraph.OTHER_NAME in names
     assert flamegraph.decode(fg).total == tree.total
+    assert fg.max_self == max(level.values[i] for level in fg.levels for i in range(2, len(level.values), 4))
     for level in fg.levels[1:]:  # a parent's children never exceed it
         assert all(level.values[i + 1] > 0 for i in range(0, len(level.values), 4))
 
 
-def test_no_folding_when_under_the_limit() -> None:
-    tree = flamegraph.build_tree(shop_stacks())
-    assert flamegraph.encode(tree, 10_000) == flamegraph.encode(tree)
-    assert flamegraph.encode(tree, 0) == flamegraph.encode(tree)
+@ENCODERS
+def test_no_folding_when_under_the_limit(encode: object) -> None:
+    stacks = shop_stacks()
+    assert encode(stacks, 10_000) == encode(stacks)  # type: ignore[operator]
+    assert encode(stacks, 0) == encode(stacks)  # type: ignore[operator]
+
+
+def _random_stacks(seed: int) -> Stacks:
+    """Small random stacks over a tiny alphabet (shared prefixes, repeated stacks, zero values, frames named like
+    the root and like the fold) — the cases where two encodings of the same tree could part."""
+    import random
+
+    rng = random.Random(seed)
+    alphabet = ["a", "b", "c", "d", "other", "total"]
+    out: Stacks = []
+    for _ in range(rng.randint(0, 60)):
+        frames = tuple(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
+        out.append((frames, rng.choice([0, 1, 1, 2, 3, 5, 10, 100])))
+    return out
+
+
+@pytest.mark.parametrize("max_nodes", [None, 0, 1, 2, 3, 5, 8, 16, 50, 10_000])
+def test_encoding_merged_stacks_equals_encoding_their_tree(max_nodes: int | None) -> None:
+    cases = [shop_stacks(), go_stacks()] + [_random_stacks(seed) for seed in range(60)]
+    for stacks in cases:
+        assert flamegraph.encode_stacks(stacks, max_nodes) == encode_via_tree(stacks, max_nodes)
+
+
+def test_a_relabelled_root_keeps_its_label_when_encoded_again() -> None:
+    fg = flamegraph.encode_stacks([(("main", "total"), 5), (("main",), 1)])
+    label = flamegraph.root_label("linked: because")
+    again = flamegraph.encode(flamegraph.decode(flamegraph.relabel_root(fg, label)))
+    assert again.names[0] == "total" and again.names[again.levels[0].values[3]] == label
+    assert [list(level.values)[:3] for level in again.levels] == [list(level.values)[:3] for level in fg.levels]
+    assert again.names[again.levels[2].values[3]] == "total"  # the function called "total", not the root's label
 
 
 def test_relabel_renames_only_the_root_bar() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import random
-import subprocess
 from collections import Counter
 
 import pytest
@@ -12,7 +11,6 @@ import pytest
 from bridge import flamegraph
 from bridge._proto import profile_pb2
 from tests.paths import GO_CPU_PPROF
-from tests.tools import require_tool
 
 CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
 
@@ -90,85 +88,6 @@ def test_collapsed_round_trips_a_real_profile() -> None:
 def test_collapsed_keeps_lines_parseable_when_names_hold_separators() -> None:
     tree = flamegraph.build_tree([(("a;b", "line\nbreak"), 3)])
     assert flamegraph.to_collapsed(tree) == "a:b;line break 3\n"
-
-
-# --------------------------------------------------------------------------------------------- pprof
-
-
-def test_pprof_layout_is_what_go_tool_pprof_expects() -> None:
-    prof = profile_pb2.Profile.FromString(flamegraph.to_pprof(small_tree(), CPU, period=10_000_000)
-                                          .SerializeToString())
-    strings = list(prof.string_table)
-    assert strings[0] == ""
-    assert len(set(strings)) == len(strings)
-    assert [(strings[t.type], strings[t.unit]) for t in prof.sample_type] == [("cpu", "nanoseconds")]
-    assert (strings[prof.period_type.type], strings[prof.period_type.unit]) == ("cpu", "nanoseconds")
-    assert prof.period == 10_000_000
-    assert [m.id for m in prof.mapping] == [1] and prof.mapping[0].has_functions
-    function_ids = {f.id for f in prof.function}
-    assert all(f.id > 0 and strings[f.name] for f in prof.function)
-    for loc in prof.location:
-        assert loc.id > 0 and loc.mapping_id == 1
-        assert [line.function_id for line in loc.line] and all(line.function_id in function_ids for line in loc.line)
-    # one sample per stack, leaf first
-    assert len(prof.sample) == 4
-    assert all(len(s.value) == 1 for s in prof.sample)
-    leafs = {strings[next(f.name for f in prof.function if f.id == s.location_id[0])] for s in prof.sample}
-    assert leafs == {"gc", "handle", "count_primes", "render_json"}
-    assert stacks_of_pprof(prof) == Counter({
-        ("main", "gc"): 5, ("main", "handle"): 5, ("main", "handle", "count_primes"): 70,
-        ("main", "handle", "render_json"): 20,
-    })
-
-
-@pytest.mark.parametrize(
-    ("type_id", "sample", "period"),
-    [
-        ("process_cpu:cpu:nanoseconds:cpu:nanoseconds", ("cpu", "nanoseconds"), ("cpu", "nanoseconds")),
-        ("memory:alloc_space:bytes:space:bytes", ("alloc_space", "bytes"), ("space", "bytes")),
-        ("goroutine:goroutine:count:goroutine:count", ("goroutine", "count"), ("goroutine", "count")),
-    ],
-)
-def test_pprof_sample_and_period_types_come_from_the_profile_type_id(
-    type_id: str, sample: tuple[str, str], period: tuple[str, str]
-) -> None:
-    prof = flamegraph.to_pprof(small_tree(), type_id)
-    strings = list(prof.string_table)
-    assert (strings[prof.sample_type[0].type], strings[prof.sample_type[0].unit]) == sample
-    assert (strings[prof.period_type.type], strings[prof.period_type.unit]) == period
-
-
-@pytest.mark.parametrize("bad", ["", "cpu", "a:b:c:d", "a:b::d:e", "a:b:c:d:e:f"])
-def test_pprof_rejects_a_malformed_profile_type(bad: str) -> None:
-    with pytest.raises(ValueError, match="name:sample_type:sample_unit:period_type:period_unit"):
-        flamegraph.to_pprof(small_tree(), bad)
-
-
-def test_pprof_round_trips_a_real_go_profile() -> None:
-    tree = go_cpu_tree()
-    prof = flamegraph.to_pprof(tree, CPU)
-    again = profile_pb2.Profile.FromString(gzip.decompress(gzip.compress(prof.SerializeToString())))
-    assert stacks_of_pprof(again) == Counter(dict(flamegraph.iter_stacks(tree)))
-    assert sum(s.value[0] for s in again.sample) == tree.total
-
-
-def test_pprof_of_an_empty_tree_is_still_a_valid_profile() -> None:
-    prof = flamegraph.to_pprof(flamegraph.Node(flamegraph.ROOT_NAME), CPU)
-    assert list(prof.string_table)[0] == "" and len(prof.sample_type) == 1 and not prof.sample
-
-
-def test_go_tool_pprof_reads_the_export(tmp_path: object) -> None:
-    require_tool("go", package="golang-go", purpose="check the pprof export with go tool pprof")
-    from pathlib import Path
-
-    out = Path(str(tmp_path)) / "span.pb.gz"
-    out.write_bytes(gzip.compress(flamegraph.to_pprof(small_tree(), CPU, period=10_000_000).SerializeToString()))
-    done = subprocess.run(["go", "tool", "pprof", "-top", "-nodecount=10", str(out)], capture_output=True,
-                          text=True, timeout=120, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
-                                                       "GOCACHE": str(Path(str(tmp_path)) / "gocache")})
-    assert done.returncode == 0, done.stderr
-    assert "count_primes" in done.stdout and "render_json" in done.stdout
-    assert "Type: cpu" in done.stdout
 
 
 # --------------------------------------------------------------------------------------------- layout

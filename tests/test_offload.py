@@ -20,6 +20,7 @@ from bridge.config import DEFAULT_PROFILE_TYPE, Settings
 from bridge.enrich import EnrichPolicy, enrich_encoded
 from bridge.routes import tempo as tempo_route
 from bridge.state import METRICS, SPAN_CACHE
+from bridge.upstream.base import scope_key
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.shop import load_shop
 from tests.doubles.tempo import GARBAGE, TempoDouble
@@ -81,7 +82,8 @@ async def test_a_click_after_a_big_answer_parses_the_held_answer_instead_of_aski
     status, _, _ = await fetch(client, f"/api/v2/traces/{child.trace_id}", True, True)
     assert status == 200
     cache = app[SPAN_CACHE]
-    assert cache.pending(None, child.trace_id) is not None and cache.get(None, child.span_id) is None
+    scope = scope_key(None)
+    assert cache.pending(scope, child.trace_id) is not None and cache.get(scope, child.span_id) is None
     span = shop.trace(child.trace_id).spans[child.span_id]
     req = qpb.SelectMergeSpanProfileRequest(
         profile_typeID=DEFAULT_PROFILE_TYPE, label_selector=f'{{service_name="{span.service}"}}',
@@ -93,7 +95,7 @@ async def test_a_click_after_a_big_answer_parses_the_held_answer_instead_of_aski
     assert resp.headers["X-Profile-Bridge-Resolution"] in ("local-root", "time-window")
     assert "not found" not in resp.headers["X-Profile-Bridge-Reason"]
     assert len(tempo.calls("/api/")) == 1 and tempo.search_calls == []  # the trace view only
-    assert cache.pending(None, child.trace_id) is None and cache.get(None, child.span_id) is not None
+    assert cache.pending(scope, child.trace_id) is None and cache.get(scope, child.span_id) is not None
 
 
 async def test_an_undecodable_big_answer_passes_through_unchanged(

@@ -154,6 +154,7 @@ async def test_method_path_query_body_and_end_to_end_headers_are_forwarded(
             "Connection": "keep-alive, X-Secret",
             "X-Secret": "hop only",
             "TE": "trailers",
+            "Cookie": "grafana_session=secret; other=1",
         },
     )
     assert resp.status == 201
@@ -171,6 +172,7 @@ async def test_method_path_query_body_and_end_to_end_headers_are_forwarded(
     assert h["Connect-Timeout-Ms"] == "1500"
     assert h["Content-Type"] == "application/proto"
     assert "X-Secret" not in h and "TE" not in h
+    assert "Cookie" not in h  # a browser's cookies never go up (issue 11, item 9)
 
 
 async def test_large_bodies_stream_both_ways_byte_for_byte(
@@ -339,3 +341,17 @@ def test_client_errors_map_most_specific_first(exc: Exception, cls: type[Upstrea
     assert err.code is code
     assert err.upstream == "pyroscope"
     assert "pyroscope" in err.message
+
+
+@pytest.mark.parametrize(
+    ("exc", "words"),
+    [
+        (aiohttp.ConnectionTimeoutError(), "tempo did not answer: no connection within 2 s"),
+        (aiohttp.SocketTimeoutError(), "tempo did not answer: nothing arrived for 3 s"),
+        (TimeoutError(), "tempo did not answer within 6 s"),
+    ],
+)
+def test_timeout_messages_name_the_figure_of_the_timeout_that_fired(exc: BaseException, words: str) -> None:
+    err = map_client_error("tempo", exc, aiohttp.ClientTimeout(total=6, connect=2, sock_read=3))
+    assert isinstance(err, UpstreamTimeout)
+    assert err.message == words

@@ -30,7 +30,7 @@ from bridge.resolve import (
 from bridge.selector import Matcher, format_selector, merge_selector, parse_selector
 from bridge.spancache import CachedSpan, SpanCache
 from bridge.spans import Span, Trace
-from bridge.upstream.base import CallContext
+from bridge.upstream.base import CallContext, scope_key
 from bridge.upstream.http import open_clients
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.shop import capture_now, load_shop
@@ -301,7 +301,7 @@ async def test_a_cancelled_leader_hands_the_lookup_to_a_waiter(env: Env) -> None
 async def test_span_cache_is_per_tenant(env: Env) -> None:
     shop = load_shop()
     child = shop.span(shop.pick("frontend-child").span_id)
-    env.cache.put_trace("team-a", shop.trace(child.trace_id))
+    env.cache.put_trace(scope_key("team-a"), shop.trace(child.trace_id))
     found = await env.resolver.lookup_span(child.span_id, ctx("team-a"))
     assert found is not None and env.tempo.requests == []
     found = await env.resolver.lookup_span(child.span_id, ctx("team-b"),
@@ -328,7 +328,7 @@ async def test_a_cached_span_whose_root_was_evicted_is_completed_from_its_trace_
             return None
 
     cache = Forgetful(1000, 1024**2, 60)
-    cache.put_trace(None, shop.trace(child.trace_id))
+    cache.put_trace(scope_key(None), shop.trace(child.trace_id))
     env.resolver.span_cache = cache
     res = await env.resolver.resolve(query_for(child), ctx())
     assert res.mode is Mode.LOCAL_ROOT and res.local_root is not None and res.local_root.name == "GET /checkout"

@@ -14,7 +14,7 @@ import pytest
 from bridge.pprof import decode_pprof
 from bridge.profiletype import ProfileType
 from bridge.resolve import Stamp, cpu_equivalents, stamp_of, stamp_window, typical_window_ms
-from bridge.store import model
+from bridge.store import decode
 from tests.doubles.pyroscope import ingest_metric_name, ingested_profiles
 from tests.node_sdk import load_capture
 
@@ -39,7 +39,7 @@ NODE_CPU: Final = "wall:cpu:nanoseconds:wall:nanoseconds"
     (["exceptions"], None, "exceptions"),
 ])
 def test_pprof_profile_name(types: list[str], display: dict[str, str] | None, name: str) -> None:
-    assert model.pprof_profile_name(types, display) == name
+    assert decode.pprof_profile_name(types, display) == name
     if display is None:
         assert ingest_metric_name(types) == name  # the Pyroscope double's own reading agrees
 
@@ -59,7 +59,7 @@ def test_pprof_profile_name(types: list[str], display: dict[str, str] | None, na
     ("milliseconds", 100, "wall:wall:nanoseconds:cpu:nanoseconds", 10_000_000),
 ])
 def test_folded_profile_type(suffix: str, rate: int, type_id: str, factor: int) -> None:
-    ptype, got = model.folded_profile_type(suffix, rate)
+    ptype, got = decode.folded_profile_type(suffix, rate)
     assert (ptype.id, got) == (type_id, factor)
 
 
@@ -71,7 +71,7 @@ def test_folded_profile_type(suffix: str, rate: int, type_id: str, factor: int) 
     (("alloc_space", "bytes", "space", "bytes"), 524_288, "process_cpu:alloc_space:bytes:space:bytes", 1),
 ])
 def test_otlp_profile_type(kind: tuple[str, str, str, str], period: int, type_id: str, factor: int) -> None:
-    ptype, got = model.otlp_profile_type(*kind, period)
+    ptype, got = decode.otlp_profile_type(*kind, period)
     assert (ptype.id, got) == (type_id, factor)
 
 
@@ -80,7 +80,7 @@ def test_otlp_profile_type(kind: tuple[str, str, str, str], period: int, type_id
     (1_796_000_000_123_456_789, T0 + 123_456_789),
 ])
 def test_from_and_until_in_any_unit(value: int, ns: int) -> None:
-    assert model.epoch_to_ns(value) == ns
+    assert decode.epoch_to_ns(value) == ns
 
 
 NOW: Final = T0 + 3600 * S
@@ -104,9 +104,9 @@ NOW: Final = T0 + 3600 * S
 ])
 def test_upload_window(time_ns: int, duration: int, from_s: int | None, until_s: int | None,
                        window: tuple[int, int]) -> None:
-    from_ns = model.epoch_to_ns(from_s) if from_s else None
-    until_ns = model.epoch_to_ns(until_s) if until_s else None
-    assert model.upload_window(time_ns, duration, from_ns, until_ns, NOW) == window
+    from_ns = decode.epoch_to_ns(from_s) if from_s else None
+    until_ns = decode.epoch_to_ns(until_s) if until_s else None
+    assert decode.upload_window(time_ns, duration, from_ns, until_ns, NOW) == window
 
 
 # --------------------------------------------------------------------------------------------- resolver decisions
@@ -190,8 +190,8 @@ def test_recorded_node_uploads_are_named_wall_and_stored_at_their_window_start()
         profile = decode_pprof(upload.body)
         from_ns, until_ns = int(query["from"]) * S, int(query["until"]) * S
         assert until_ns <= profile.time_nanos < until_ns + S  # @datadog/pprof stamps the end
-        records = model.records_from_legacy_pprof(
-            upload.body, model.parse_legacy_name(query["name"]), from_s=int(query["from"]),
+        records = decode.records_from_legacy_pprof(
+            upload.body, decode.parse_legacy_name(query["name"]), from_s=int(query["from"]),
             until_s=int(query["until"]), now_ns=NOW, spy=query["spyName"],
         )
         assert {r.profile_type for r in records} <= {

@@ -20,8 +20,8 @@ from bridge._proto import types_pb2 as tpb
 from bridge.connect import Deadline
 from bridge.errors import InvalidArgument, Unimplemented
 from bridge.pprof import decode_pprof, iter_samples
-from bridge.store import Store, model, schema
-from bridge.store.db import DB_FILE
+from bridge.store import Store, decode, schema
+from bridge.store.database import DB_FILE
 from bridge.upstream.base import CallContext
 from tests.paths import SHOP_CAPTURE
 
@@ -47,7 +47,7 @@ async def ingest_capture(store: Store, tenant: str | None = None) -> None:
         if path == "/v1/traces":
             await store.ingest_otlp_traces(otlp_trace_svc.ExportTraceServiceRequest.FromString(body), tenant)
         else:
-            records = model.records_from_push(push_pb2.PushRequest.FromString(body), now_ns=0)
+            records = decode.records_from_push(push_pb2.PushRequest.FromString(body), now_ns=0)
             await store.ingest_profiles(records, tenant)
 
 
@@ -376,7 +376,7 @@ async def test_group_commit_isolates_a_failing_job(tmp_path: Path) -> None:
     store = await Store.open(tmp_path, clock=lambda: CAPTURE_END_S)
     try:
         pushes = [body for path, body in capture_requests() if path != "/v1/traces"]
-        batches = [model.records_from_push(push_pb2.PushRequest.FromString(b), now_ns=0) for b in pushes]
+        batches = [decode.records_from_push(push_pb2.PushRequest.FromString(b), now_ns=0) for b in pushes]
 
         def failing(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT INTO functions (name) VALUES ('ghost')")
@@ -384,7 +384,7 @@ async def test_group_commit_isolates_a_failing_job(tmp_path: Path) -> None:
 
         results = await asyncio.gather(
             *(store.ingest_profiles(b, None) for b in batches[:3]),
-            store._commit(failing),
+            store.db.commit(failing),
             *(store.ingest_profiles(b, None) for b in batches[3:]),
             return_exceptions=True,
         )
@@ -446,29 +446,6 @@ async def test_select_series_average_limit_and_profile_type_window(store: Store)
     first = min(t for *_, t in samples)
     none = await store.profile_types(qpb.ProfileTypesRequest(start=1, end=first // 1_000_000 - 1), ctx())
     assert list(none.profile_types) == []
-
-
-def _random_stacks(seed: int) -> list[tuple[tuple[str, ...], int]]:
-    import random
-
-    rng = random.Random(seed)
-    alphabet = ["a", "b", "c", "d", "other", "total"]
-    out: list[tuple[tuple[str, ...], int]] = []
-    for _ in range(rng.randint(0, 60)):
-        frames = tuple(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
-        out.append((frames, rng.choice([0, 1, 1, 2, 3, 5, 10, 100])))
-    return out
-
-
-@pytest.mark.parametrize("max_nodes", [None, 0, 1, 2, 3, 5, 8, 16, 50, 10_000])
-def test_encode_stacks_equals_encoding_the_tree(max_nodes: int | None) -> None:
-    from bridge.store.query import encode_stacks
-
-    cases = [[(frames, value) for frames, value, *_ in capture_samples()]]
-    cases += [_random_stacks(seed) for seed in range(60)]
-    for stacks in cases:
-        expected = flamegraph.encode(flamegraph.build_tree(stacks), max_nodes)
-        assert encode_stacks(stacks, max_nodes) == expected
 
 
 async def test_go_tool_pprof_reads_select_merge_profile(store: Store, tmp_path: Path) -> None:

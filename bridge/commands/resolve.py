@@ -26,6 +26,7 @@ from google.protobuf import json_format
 from bridge import flamegraph, ids
 from bridge._proto import querier_pb2 as qpb
 from bridge.answer import SCOPES, Scope, answer, answer_json
+from bridge.auth import TOKEN_HEADER
 from bridge.config import Settings
 from bridge.connect import Deadline
 from bridge.errors import BridgeError, InvalidArgument, UpstreamUnavailable
@@ -143,6 +144,11 @@ def bridge_url(settings: Settings) -> str:
     return f"http://{host}:{settings.listen_port}"
 
 
+def bridge_headers(settings: Settings) -> dict[str, str]:
+    """What a command sends the running bridge: its token (``PROFILE_BRIDGE_TOKEN``) when one is set."""
+    return {TOKEN_HEADER: settings.client_token} if settings.client_token else {}
+
+
 def client_timeout(settings: Settings) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=settings.max_request_timeout, connect=settings.connect_timeout)
 
@@ -155,7 +161,7 @@ async def fetch_from_bridge(settings: Settings, trace_id: str, span_id: str, *, 
     params = {"scope": scope, "profile_type": profile_type, "format": "json"}
     try:
         async with aiohttp.ClientSession(timeout=client_timeout(settings)) as session, session.get(
-            url, params=params
+            url, params=params, headers=bridge_headers(settings)
         ) as resp:
             body = await resp.json(content_type=None)
             if resp.status != 200:

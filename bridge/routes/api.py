@@ -34,6 +34,7 @@ from bridge import flamegraph, ids
 from bridge.answer import SCOPES, Answer, Scope, answer, answer_json
 from bridge.config import parse_seconds
 from bridge.errors import InvalidArgument
+from bridge.pprof import encode_pprof
 from bridge.profiletype import ProfileType
 from bridge.recent import (
     INDEX_PER_SERVICE,
@@ -111,12 +112,15 @@ async def answer_for(request: web.Request, params: ProfileParams, ctx: CallConte
 # --------------------------------------------------------------------------------------------- JSON shapes
 
 
+NOSNIFF: Final = {"X-Content-Type-Options": "nosniff"}  # frame names are anyone's text: never read as HTML
+
+
 def render(ans: Answer, fmt: str) -> web.Response:
-    headers = answer_headers(ans.resolution, ans.measure)
+    headers = {**answer_headers(ans.resolution, ans.measure), **NOSNIFF}
     base = f"{ans.span.span_id}-{ans.scope}"
     if fmt == "pprof":
-        prof = flamegraph.to_pprof(ans.tree, ans.profile_type, duration_nanos=ans.span.duration_ns,
-                                   time_nanos=ans.span.start_ns)
+        prof = encode_pprof(flamegraph.iter_stacks(ans.tree), ans.profile_type, duration_nanos=ans.span.duration_ns,
+                            time_nanos=ans.span.start_ns)
         headers["Content-Disposition"] = f'attachment; filename="{base}.pb.gz"'
         return web.Response(body=gzip.compress(prof.SerializeToString()), content_type="application/octet-stream",
                             headers=headers)
@@ -196,7 +200,7 @@ async def slowest_requests(request: web.Request) -> web.Response:
     rows = [row for _, service_rows in services for row in service_rows]
     resolutions = iter(await resolve_rows(backends.resolver, traces, [r.span for r in rows],
                                           profile_type=params.profile_type, settings=settings, ctx=ctx))
-    return web.json_response({
+    return web.json_response(headers=NOSNIFF, data={
         "mode": settings.mode,
         "since": params.since,
         "sinceSeconds": params.since_s,

@@ -41,7 +41,6 @@ from bridge.wire.tempo import TempoAnswer, is_protobuf_answer, trace_request
 log = logging.getLogger("bridge.tempo")
 
 MOUNT: Final = "/tempo"
-MAX_ANSWER_BYTES: Final = 256 * 1024**2  # a trace answer inflates to at most this much
 GZIP_LEVEL: Final = 1  # answers go to Grafana next door: speed over ratio
 # answers this large (as received, usually gzipped: about 500 spans) are enriched in the helper process
 # (bridge.offload); below it the work takes a few milliseconds and the round trip would cost more than it saves
@@ -76,7 +75,7 @@ async def trace_by_id(request: web.Request, version: int, trace_id: str, ctx: Ca
     if len(answer.body) >= OFFLOAD_BYTES:
         return await _big_answer(request, answer, version, protobuf, policy, trace_id, ctx)
     try:
-        plain = undo_content_encoding(answer.body, answer.encoding, MAX_ANSWER_BYTES)
+        plain = undo_content_encoding(answer.body, answer.encoding, app[SETTINGS].max_upstream_answer_bytes)
         enriched = enrich_trace_body(plain, version=version, protobuf=protobuf, policy=policy, trace_id=trace_id)
     except (EncodingError, UndecodableBody) as exc:
         reason = exc.reason if isinstance(exc, UndecodableBody) else "encoding"
@@ -105,7 +104,7 @@ async def _send(request: web.Request, answer: TempoAnswer, enriched: Enriched | 
             if "accept-encoding" not in headers.get("Vary", "").lower():
                 headers.add("Vary", "Accept-Encoding")
     elif encoding.lower() in ("gzip", "x-gzip") and not client_gzip:
-        body, encoding = _gunzip_or_raw(answer, enriched)
+        body, encoding = _gunzip_or_raw(answer, enriched, request.app[SETTINGS].max_upstream_answer_bytes)
     else:
         body = answer.body
     if encoding and encoding.lower() != "identity":
@@ -122,11 +121,11 @@ async def _write(request: web.Request, response: web.Response) -> web.Response:
     return response
 
 
-def _gunzip_or_raw(answer: TempoAnswer, enriched: Enriched | None) -> tuple[bytes, str]:
+def _gunzip_or_raw(answer: TempoAnswer, enriched: Enriched | None, limit: int) -> tuple[bytes, str]:
     if enriched is not None:
         return enriched.body, ""  # the decompressed body, unchanged
     try:
-        return undo_content_encoding(answer.body, answer.encoding, MAX_ANSWER_BYTES), ""
+        return undo_content_encoding(answer.body, answer.encoding, limit), ""
     except EncodingError:
         return answer.body, answer.encoding  # corrupt: as it came, nothing better to send
 
@@ -138,9 +137,10 @@ async def _big_answer(request: web.Request, answer: TempoAnswer, version: int, p
     app = request.app
     metrics = app[METRICS]
     client_gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
+    limit = app[SETTINGS].max_upstream_answer_bytes
     done = await app[OFFLOAD].run(
         partial(enrich_encoded, version=version, protobuf=protobuf, policy=policy, trace_id=trace_id,
-                gzip_level=GZIP_LEVEL if client_gzip else None, max_bytes=MAX_ANSWER_BYTES),
+                gzip_level=GZIP_LEVEL if client_gzip else None, max_bytes=limit),
         answer.body, answer.encoding,
     )
     if done.failure:
@@ -159,9 +159,9 @@ async def _big_answer(request: web.Request, answer: TempoAnswer, version: int, p
         metrics.enriched_spans.inc(done.added)
     if done.span_count:
         load = partial(load_trace, body, encoding, version=version, protobuf=protobuf, trace_id=trace_id,
-                       max_bytes=MAX_ANSWER_BYTES)
+                       max_bytes=limit)
         cache = app[SPAN_CACHE]
-        cache.put_pending(ctx.tenant, trace_id, load, done.span_count, len(body))
+        cache.put_pending(ctx.cache_scope, trace_id, load, done.span_count, len(body))
         metrics.cache_entries.labels("spans").set(len(cache))
     return response
 
@@ -174,7 +174,7 @@ def _remember(app: web.Application, ctx: CallContext, trace_id: str, enriched: E
         if not spans:
             return
         cache = app[SPAN_CACHE]
-        cache.put_trace(ctx.tenant, Trace.from_spans(spans, trace_id))
+        cache.put_trace(ctx.cache_scope, Trace.from_spans(spans, trace_id))
     except Exception:  # noqa: BLE001 - the answer is out; the cache is an optimisation
         log.exception("tempo: spans of trace %s could not be recorded in the span cache", trace_id)
         return
@@ -183,4 +183,5 @@ def _remember(app: web.Application, ctx: CallContext, trace_id: str, enriched: E
 
 def setup(app: web.Application) -> None:
     app.router.add_route("*", MOUNT + "/{tail:.*}", handle)
+    app[METRICS].allow("route", f"{MOUNT}/*", f"{MOUNT}/api/v2/traces/{{id}}", f"{MOUNT}/api/traces/{{id}}")
     offload.setup(app)

@@ -14,7 +14,7 @@ from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
 from bridge.connect import Codec, decode_message
 from bridge.errors import Unimplemented
-from bridge.store.db import Store
+from bridge.store.backend import Store
 from bridge.upstream.base import CallContext
 
 Handler = Callable[[Any, CallContext], Awaitable[Message]]

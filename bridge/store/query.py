@@ -1,5 +1,6 @@
-"""Pure pieces of the store's queries: Pyroscope's time window and selectors, TraceQL attribute values and Tempo's
-search span shape, call-site filtering and pprof building. No database access here."""
+"""Pure pieces of the store's queries, no database access: Pyroscope's time window, span and trace selectors and
+call-site filter (for ``profiles``); the value of a TraceQL attribute on a stored span and Tempo's search span shape
+(for ``traces``)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,9 @@ from google.protobuf import json_format
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
-from bridge import flamegraph
-from bridge._proto import profile_pb2
-from bridge._proto import querier_pb2 as qpb
 from bridge.errors import InvalidArgument
-from bridge.profiletype import ProfileType
 from bridge.spans import pb_any_value_to_str
-from bridge.store import model, traceql
+from bridge.store import decode, traceql
 
 DEFAULT_MAX_NODES: Final = 8192  # Pyroscope's querier.max-flamegraph-nodes-default
 FAR_FUTURE_NS: Final = 2**62
@@ -48,7 +45,7 @@ def parse_span_selector(values: Iterable[str]) -> list[int]:
     """``span_selector`` entries → stored span ids. One bad entry fails the whole request, as Pyroscope does."""
     out: list[int] = []
     for value in values:
-        number = model.span_id_to_int(value) if len(value) == 16 else None
+        number = decode.span_id_to_int(value) if len(value) == 16 else None
         if len(value) != 16:
             raise InvalidArgument(f'invalid span id length: "{value}"')
         if number is None:
@@ -95,7 +92,7 @@ def attr_value(
 ) -> traceql.Value | None:
     if attr.scope == "intrinsic":
         if attr.key == "span:id":
-            return model.int_to_span_id(span_id)
+            return decode.int_to_span_id(span_id)
         if attr.key == "trace:id":
             return trace_id.hex()
         if attr.key == "name":
@@ -129,7 +126,7 @@ def search_span(
     """A span of Tempo's search answer: ``name`` only when span:name is filtered or selected; selected (and
     filtered) attributes under their key, ``resource.service.name`` as ``service.name``."""
     out: dict[str, Any] = {
-        "spanID": model.int_to_span_id(span_id),
+        "spanID": decode.int_to_span_id(span_id),
         "startTimeUnixNano": str(start_ns),
         "durationNanos": str(end_ns - start_ns),
         "_name": name,
@@ -168,130 +165,3 @@ def filter_call_site(
     n = len(call_site)
     prefix = tuple(call_site)
     return [(frames, v) for frames, v in stacks if frames[:n] == prefix]
-
-
-def build_pprof(
-    stacks: Sequence[tuple[tuple[str, ...], int]], ptype: ProfileType, start_ms: int, end_ms: int
-) -> profile_pb2.Profile:
-    """Merged stacks → a pprof ``google.v1.Profile`` (one function and one location per name)."""
-    profile = profile_pb2.Profile()
-    strings: dict[str, int] = {"": 0}
-
-    def s(text: str) -> int:
-        idx = strings.get(text)
-        if idx is None:
-            idx = strings[text] = len(strings)
-        return idx
-
-    profile.sample_type.add(type=s(ptype.sample_type), unit=s(ptype.sample_unit))
-    profile.period_type.type = s(ptype.period_type)
-    profile.period_type.unit = s(ptype.period_unit)
-    function_ids: dict[str, int] = {}
-    for frames, value in stacks:
-        location_ids: list[int] = []
-        for name in reversed(frames):
-            fid = function_ids.get(name)
-            if fid is None:
-                fid = function_ids[name] = len(function_ids) + 1
-                profile.function.add(id=fid, name=s(name), system_name=s(name))
-                profile.location.add(id=fid).line.add(function_id=fid)
-            location_ids.append(fid)
-        profile.sample.add(location_id=location_ids, value=[value])
-    profile.time_nanos = max(0, start_ms) * 1_000_000
-    if end_ms > start_ms:
-        profile.duration_nanos = (end_ms - start_ms) * 1_000_000
-    profile.string_table.extend(strings)
-    return profile
-
-
-def encode_stacks(stacks: Iterable[tuple[tuple[str, ...], int]], max_nodes: int | None = None) -> qpb.FlameGraph:
-    """Merged stacks → the flame graph ``flamegraph.encode(flamegraph.build_tree(stacks), max_nodes)`` returns,
-    without building the tree: stacks sorted by frames are the tree's depth-first order with children sorted by
-    name, so node totals come from one pass over them and the levels from a second (folding into ``other`` with
-    the same threshold)."""
-    # pass 1: nodes in pre-order as [depth, name, total, self]
-    nodes: list[list[Any]] = []
-    path: list[int] = []
-    prev: tuple[str, ...] = ()
-    root_total = root_self = 0
-    for frames, value in sorted(stacks):
-        if value == 0:
-            continue
-        root_total += value
-        if not frames:
-            root_self += value
-            continue
-        common = 0
-        limit = min(len(prev), len(frames))
-        while common < limit and prev[common] == frames[common]:
-            common += 1
-        del path[common:]
-        for depth in range(common, len(frames)):
-            path.append(len(nodes))
-            nodes.append([depth + 1, frames[depth], 0, 0])
-        for index in path:
-            nodes[index][2] += value
-        nodes[path[-1]][3] += value
-        prev = frames
-    threshold = _fold_threshold([n[2] for n in nodes], max_nodes)
-
-    # pass 2: levels, left to right per row
-    names: list[str] = [flamegraph.ROOT_NAME]
-    name_index: dict[str, int] = {flamegraph.ROOT_NAME: 0}
-    levels: list[list[int]] = [[0, root_total, root_self, 0]]
-    prev_end: list[int] = [root_total]
-    max_self = root_self
-
-    def emit(depth: int, x: int, total: int, self_value: int, name: str) -> None:
-        nonlocal max_self
-        idx = name_index.get(name)
-        if idx is None:
-            idx = name_index[name] = len(names)
-            names.append(name)
-        if depth == len(levels):
-            levels.append([])
-            prev_end.append(0)
-        levels[depth].extend((x - prev_end[depth], total, self_value, idx))
-        prev_end[depth] = x + total
-        if self_value > max_self:
-            max_self = self_value
-
-    # open parents: [depth, next child x, folded total]
-    open_: list[list[int]] = [[0, 0, 0]]
-
-    def close_to(depth: int) -> None:
-        while open_ and open_[-1][0] >= depth:
-            d, next_x, other = open_.pop()
-            if other:
-                emit(d + 1, next_x, other, other, flamegraph.OTHER_NAME)
-
-    skip_below = 0  # skip nodes deeper than this (inside a folded or empty subtree); 0 = skip nothing
-    for depth, name, total, self_value in nodes:
-        if skip_below and depth > skip_below:
-            continue
-        skip_below = 0
-        close_to(depth)
-        parent = open_[-1]
-        if total <= 0:
-            skip_below = depth
-            continue
-        if total < threshold:
-            parent[2] += total
-            skip_below = depth
-            continue
-        x = parent[1]
-        emit(depth, x, total, self_value, name)
-        parent[1] += total
-        open_.append([depth, x, 0])
-    close_to(0)
-    return qpb.FlameGraph(names=names, levels=[qpb.Level(values=v) for v in levels], total=root_total,
-                          max_self=max_self)
-
-
-def _fold_threshold(totals: list[int], max_nodes: int | None) -> int:
-    """The smallest total a node may have without being folded into ``other`` (0: no folding) — the same rule as
-    ``flamegraph.encode``."""
-    if not max_nodes or max_nodes <= 0 or len(totals) <= max_nodes:
-        return 0
-    totals = sorted(totals, reverse=True)
-    return totals[max_nodes - 1] + 1 if totals[max_nodes - 1] == totals[max_nodes] else totals[max_nodes - 1]

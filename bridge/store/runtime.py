@@ -7,7 +7,7 @@ import logging
 from typing import Final
 
 from bridge.config import Settings
-from bridge.store.db import Store
+from bridge.store.backend import Store
 
 log = logging.getLogger("bridge.store")
 

@@ -17,6 +17,9 @@ Layout (ids are integers; span ids are stored as signed 64-bit integers, trace i
 from __future__ import annotations
 
 import sqlite3
+import sys
+from array import array
+from collections.abc import Sequence
 from typing import Final
 
 MIGRATIONS: Final[tuple[str, ...]] = (
@@ -148,3 +151,23 @@ def migrate(conn: sqlite3.Connection, target: int = LATEST) -> int:
 
 def _statements(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
+
+
+_BIG_ENDIAN: Final = sys.byteorder == "big"
+
+
+def pack_frames(function_ids: Sequence[int]) -> bytes:
+    """``stacks.frames``: function ids, root first, as little-endian int32."""
+    arr = array("i", function_ids)
+    if _BIG_ENDIAN:
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def unpack_frames(blob: bytes) -> array[int]:
+    """The function ids of a ``stacks.frames`` blob, root first."""
+    arr = array("i")
+    arr.frombytes(blob)
+    if _BIG_ENDIAN:
+        arr.byteswap()
+    return arr

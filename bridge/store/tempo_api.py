@@ -23,7 +23,7 @@ from bridge._proto import tempo_pb2
 from bridge.connect import headers_get
 from bridge.errors import BridgeError, InvalidArgument
 from bridge.store import traceql
-from bridge.store.db import Store
+from bridge.store.backend import Store
 from bridge.upstream.base import CallContext
 from bridge.upstream.proxy import HOP_BY_HOP, end_to_end
 from bridge.wire.tempo import PROTOBUF, TempoAnswer, wants_protobuf

@@ -3,7 +3,7 @@
 Bodies are never decoded or buffered whole: the request body streams up as it arrives, the response body streams
 down chunk by chunk, ``Content-Encoding`` untouched both ways (the session must not decompress). End-to-end headers
 survive (tenant, auth, ``Connect-*``, content type and encoding); hop-by-hop headers (RFC 9110 §7.6.1, plus any
-named in ``Connection``) are dropped in both directions.
+named in ``Connection``) are dropped in both directions, and a browser's ``Cookie`` never goes up.
 
 Failures before the answer's headers are sent become ``UpstreamError``s (the middleware turns them into the
 caller's error shape). A failure after the headers went out cannot be reported any more: the client connection is
@@ -48,8 +48,9 @@ HOP_BY_HOP: Final = frozenset(
         "upgrade",
     }
 )
-# set by aiohttp from the target URL / the body it sends
-_REQUEST_DROP: Final = HOP_BY_HOP | {"host", "expect"}
+# set by aiohttp from the target URL / the body it sends; and the browser's cookies, which are the bridge's page
+# session at most, never the upstream's business
+_REQUEST_DROP: Final = HOP_BY_HOP | {"host", "expect", "cookie"}
 # aiohttp would otherwise add these itself when the client did not send them
 _SKIP_AUTO: Final = ("Accept-Encoding", "User-Agent", "Content-Type")
 MIN_TIMEOUT: Final = 0.001  # seconds; less is a spent budget
@@ -181,7 +182,7 @@ async def stream_through(
                 read_bufsize=RELAY_BUFFER,
             )
         except Exception as exc:  # noqa: BLE001 - mapped at this boundary, re-raised typed
-            err = map_client_error(upstream, exc, timeout.total)
+            err = map_client_error(upstream, exc, timeout)
             outcome = err.code.value
             raise err from exc
         async with upstream_resp:
@@ -219,7 +220,8 @@ async def _lean(request: web.Request, pool: relay.Pool, url: URL, headers: CIMul
     try:
         try:
             conn = await exchange.start(head, body, head_only=request.method == "HEAD",
-                                        connect_timeout=timeout.connect, total=timeout.total)
+                                        connect_timeout=timeout.sock_connect or timeout.connect, total=timeout.total,
+                                        sock_read=timeout.sock_read)
         except UpstreamError as exc:
             outcome = exc.code.value
             raise

@@ -459,13 +459,19 @@ class Exchange:
         self.conn: Connection | None = None
 
     async def start(self, head: bytes, body: bytes, *, head_only: bool, connect_timeout: float | None,
-                    total: float | None) -> Connection:
+                    total: float | None, sock_read: float | None = None) -> Connection:
+        """Send the request, wait for the answer's head: at most ``connect_timeout`` for the connection, then
+        ``sock_read`` (when shorter than ``total``) or ``total``. The timeout messages name the figure that fired,
+        as ``bridge.upstream.faults`` does for aiohttp's."""
+        head_wait, read_fires = total, False
+        if sock_read is not None and (total is None or sock_read < total):
+            head_wait, read_fires = sock_read, True
         for attempt in (1, 2):
             try:
                 conn, reused = await self.pool.acquire(connect_timeout)
             except TimeoutError as exc:
-                within = f" within {total:.3g} s" if total is not None else " in time"
-                raise UpstreamTimeout(self.upstream, f"{self.upstream} did not answer{within}") from exc
+                figure = f" within {connect_timeout:.3g} s" if connect_timeout is not None else ""
+                raise UpstreamTimeout(self.upstream, f"{self.upstream} did not answer: no connection{figure}") from exc
             except OSError as exc:
                 why = (os.strerror(exc.errno) if exc.errno else str(exc) or type(exc).__name__).lower()
                 raise UpstreamUnavailable(self.upstream, f"cannot connect to {self.upstream} ({why})") from exc
@@ -474,13 +480,17 @@ class Exchange:
             assert conn.transport is not None
             conn.transport.writelines((head, body) if body else (head,))
             try:
-                async with asyncio.timeout(total):
+                async with asyncio.timeout(head_wait):
                     await waiter
                 return conn
             except TimeoutError as exc:
                 conn.abort()
-                within = f" within {total:.3g} s" if total is not None else " in time"
-                raise UpstreamTimeout(self.upstream, f"{self.upstream} did not answer{within}") from exc
+                if read_fires:
+                    message = f"{self.upstream} did not answer: nothing arrived for {head_wait:.3g} s"
+                else:
+                    within = f" within {total:.3g} s" if total is not None else " in time"
+                    message = f"{self.upstream} did not answer{within}"
+                raise UpstreamTimeout(self.upstream, message) from exc
             except _Closed as exc:
                 conn.abort()
                 if reused and not conn.received and attempt == 1 and _idempotent(head):

@@ -11,8 +11,9 @@ capture window, in ms) and its samples with their ``span_id`` labels (``../share
 - ``SelectMergeStacktraces`` / ``SelectMergeSpanProfile``: profiles of the profile type whose series labels match
   the label selector and whose timestamp is in ``[start, end]`` (inclusive), samples filtered by ``span_selector``
   (each entry must be 16 hex, else ``invalid span id length``; an EMPTY selector filters nothing, as in Pyroscope),
-  merged into a flame graph (``bridge.flamegraph``), ``max_nodes`` honoured. No data → v2.2's ``total``-only flame
-  graph (``empty_style="v2.2"``) or no ``flamegraph`` at all (``"v2.0"``). Pyroscope < 2.2 ignores
+  merged into a flame graph by the double's own encoder (``encode_flamegraph``, written from Pyroscope's
+  ``NewFlameGraph``, never the bridge's), ``max_nodes`` honoured. No data → v2.2's ``total``-only flame graph
+  (``empty_style="v2.2"``) or no ``flamegraph`` at all (``"v2.0"``). Pyroscope < 2.2 ignores
   ``SelectMergeStacktraces.span_selector``: ``ignores_stacktraces_span_selector=True``.
 - ``ProfileTypes``, ``LabelNames``, ``LabelValues``, ``Series`` (with ``__name__`` and ``__profile_type__``, as
   Pyroscope answers), ``SelectSeries`` from the same data; ``/ready``.
@@ -25,6 +26,10 @@ capture window, in ms) and its samples with their ``span_id`` labels (``../share
 - Faults (``double.faults``): ``delay`` seconds, ``code`` (answer with that Connect error), ``reset`` (drop the
   connection before answering), ``garbage`` (200 with bytes that are not the message), ``paths`` prefix filter.
   ``refused_url()`` (from the Tempo double) gives a URL where nothing listens.
+
+Independence: the double reads pprof and encodes its answers with code of its own (``read_pprof``,
+``pprof_samples``, ``encode_flamegraph``); it imports the bridge's generated protobuf classes (the wire contract) and
+its Connect error codes, nothing of ``bridge.flamegraph``, ``bridge.pprof`` or ``bridge.store``.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import gzip
+import json
 import re
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,10 +49,8 @@ from aiohttp import web
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
-from bridge import flamegraph
-from bridge._proto import push_pb2, querier_pb2, types_pb2
-from bridge.errors import CODE_TO_HTTP, Code
-from bridge.pprof import decode_pprof, iter_samples, period_type, sample_types
+from bridge._proto import profile_pb2, push_pb2, querier_pb2, types_pb2
+from bridge.errors import Code
 from tests.paths import SHOP_CAPTURE
 
 QUERIER: Final = "/querier.v1.QuerierService/"
@@ -94,7 +99,7 @@ def _load(directory: Path) -> tuple[StoredProfile, ...]:
             labels = {lp.name: lp.value for lp in series.labels}
             name = labels.pop("__name__", "unknown")
             for raw in series.samples:
-                profile = decode_pprof(raw.raw_profile)
+                profile = read_pprof(raw.raw_profile)
                 ptype, punit = period_type(profile)
                 for index, (stype, sunit) in enumerate(sample_types(profile)):
                     out.append(
@@ -102,7 +107,7 @@ def _load(directory: Path) -> tuple[StoredProfile, ...]:
                             type_id=f"{name}:{stype}:{sunit}:{ptype}:{punit}",
                             labels=dict(labels),
                             time_ms=profile.time_nanos // 1_000_000,
-                            samples=list(iter_samples(profile, index)),
+                            samples=pprof_samples(profile, index),
                         )
                     )
     return tuple(out)
@@ -179,10 +184,10 @@ class PyroscopeDouble:
         return stacks
 
     def flame(self, stacks: list[tuple[tuple[str, ...], int]], max_nodes: int | None) -> querier_pb2.FlameGraph | None:
-        tree = flamegraph.build_tree(stacks)
-        if tree.total == 0:
-            return None if self.empty_style == "v2.0" else flamegraph.empty()
-        return flamegraph.encode(tree, max_nodes or None)
+        fg = encode_flamegraph(stacks, max_nodes or 0)
+        if fg.total == 0 and self.empty_style == "v2.0":
+            return None
+        return fg  # with no samples: v2.2's "no data", names ["total"] and one level [0, 0, 0, 0]
 
     # ------------------------------------------------------------------------------------------- handlers
 
@@ -348,6 +353,124 @@ class PyroscopeDouble:
         return found
 
 
+# ------------------------------------------------------------------------------------- the double's own pprof
+
+
+def read_pprof(raw: bytes) -> profile_pb2.Profile:
+    """pprof bytes, gzip-compressed or plain."""
+    return profile_pb2.Profile.FromString(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+
+def sample_types(profile: profile_pb2.Profile) -> list[tuple[str, str]]:
+    return [(profile.string_table[t.type], profile.string_table[t.unit]) for t in profile.sample_type]
+
+
+def period_type(profile: profile_pb2.Profile) -> tuple[str, str]:
+    return profile.string_table[profile.period_type.type], profile.string_table[profile.period_type.unit]
+
+
+def pprof_samples(profile: profile_pb2.Profile, index: int) -> list[tuple[tuple[str, ...], int, dict[str, str]]]:
+    """Every sample as (frames root first, its value of sample type ``index``, its string labels). A sample lists its
+    locations leaf first; a location lists its inlined lines innermost first; a location without lines is named by
+    its address in hex, as Pyroscope names it."""
+    strings = profile.string_table
+    function_name = {f.id: strings[f.name] for f in profile.function}
+    location_frames = {
+        loc.id: [function_name[line.function_id] for line in loc.line] or [f"{loc.address:x}"]
+        for loc in profile.location
+    }
+    out = []
+    for sample in profile.sample:
+        leaf_first = [name for loc_id in sample.location_id for name in location_frames[loc_id]]
+        labels = {strings[label.key]: strings[label.str] for label in sample.label if label.str}
+        out.append((tuple(reversed(leaf_first)), sample.value[index], labels))
+    return out
+
+
+# ------------------------------------------------------------------------------------- the double's own flame graph
+
+
+@dataclass(slots=True)
+class Frame:
+    """A node of the double's call tree: children by name, ``total`` = ``self`` + the children's totals."""
+
+    name: str
+    total: int = 0
+    self: int = 0
+    children: dict[str, Frame] = field(default_factory=dict)
+
+
+def call_tree(stacks: Iterable[tuple[tuple[str, ...], int]]) -> Frame:
+    """Stacks (root frame first) → a call tree. As Pyroscope's tree, it keeps only positive values and has no root
+    frame of its own: a stack without frames adds nothing."""
+    root = Frame("total")
+    for frames, value in stacks:
+        if value <= 0 or not frames:
+            continue
+        root.total += value
+        node = root
+        for name in frames:
+            node = node.children.setdefault(name, Frame(name))
+            node.total += value
+        node.self += value
+    return root
+
+
+def fold_threshold(root: Frame, max_nodes: int) -> int:
+    """Pyroscope's ``minValue``: with more than ``max_nodes`` nodes (the root not counted), the ``max_nodes``-th
+    largest total; a node is kept when its total is at least that (so ties are all kept). 0: nothing folds."""
+    totals: list[int] = []
+    pending = list(root.children.values())
+    while pending:
+        node = pending.pop()
+        totals.append(node.total)
+        pending.extend(node.children.values())
+    if max_nodes < 1 or len(totals) <= max_nodes:
+        return 0
+    return sorted(totals, reverse=True)[max_nodes - 1]
+
+
+def encode_flamegraph(stacks: Iterable[tuple[tuple[str, ...], int]], max_nodes: int = 0) -> querier_pb2.FlameGraph:
+    """Pyroscope's flame graph of merged stacks (``../shared/contracts/pyroscope.md`` §4, as ``NewFlameGraph``
+    writes it): ``names[0]`` is ``total``; one row per depth of ``[x delta, total, self, name index]``, the x of a
+    node delta-encoded against the end of the previous node in its row. A node's own (self) width comes first, its
+    children after it, by name; children below the fold threshold — and any child called ``other`` — are summed
+    into one ``other`` child placed last."""
+    root = call_tree(stacks)
+    threshold = fold_threshold(root, max_nodes)
+    rows: list[list[tuple[int, Frame]]] = []  # per depth: (x, node), in placing order
+
+    def place(node: Frame, depth: int, x: int) -> None:
+        if depth == len(rows):
+            rows.append([])
+        rows[depth].append((x, node))
+        child_x = x + node.self
+        other = 0
+        for name in sorted(node.children):
+            child = node.children[name]
+            if child.total >= threshold and child.name != "other":
+                place(child, depth + 1, child_x)
+                child_x += child.total
+            else:
+                other += child.total
+        if other:
+            place(Frame("other", other, other), depth + 1, child_x)
+
+    place(root, 0, 0)
+    name_index = {"total": 0}  # a function called "total" shares the root's name, as in Pyroscope
+    fg = querier_pb2.FlameGraph(total=root.total, max_self=max(node.self for row in rows for _, node in row))
+    for row in rows:
+        values: list[int] = []
+        prev_end = 0
+        for x, node in sorted(row, key=lambda placed: placed[0]):
+            index = name_index.setdefault(node.name, len(name_index))
+            values += [x - prev_end, node.total, node.self, index]
+            prev_end = x + node.total
+        fg.levels.add(values=values)
+    fg.names.extend(name_index)  # a dict keeps insertion order: names[i] is the name of index i
+    return fg
+
+
 # ------------------------------------------------------------------------------------------- /ingest, as Pyroscope
 
 # the display names Pyroscope reads pprof sample types by (its DefaultSampleTypeMapping)
@@ -384,18 +507,19 @@ def ingested_profiles(query: Mapping[str, str], raw: bytes) -> list[StoredProfil
         if key.strip() and not key.strip().startswith("__"):
             labels[key.strip()] = value.strip()
     try:
-        profile = decode_pprof(raw)
-    except Exception as exc:  # the bridge's decoder raises its own error type; the double answers 400 either way
-        raise ValueError(f"not a pprof profile: {exc}") from exc
+        profile = read_pprof(raw)
+        kinds = sample_types(profile)
+        ptype, punit = period_type(profile)
+        samples = [[s for s in pprof_samples(profile, index) if s[1]] for index in range(len(kinds))]
+    except (OSError, EOFError, zlib.error, DecodeError, LookupError) as exc:  # gzip, protobuf, dangling indexes
+        raise ValueError(f"not a pprof profile: {exc!r}") from exc
     stamp = profile.time_nanos
     if stamp < _YEAR_1971_NS:  # zero or 1970: Pyroscope uses the upload's from (seconds), else "now"
         stamp = int(query.get("from") or 0) * 10**9
-    kinds = sample_types(profile)
     name = ingest_metric_name([k for k, _ in kinds])
-    ptype, punit = period_type(profile)
     return [
         StoredProfile(type_id=f"{name}:{stype}:{sunit}:{ptype}:{punit}", labels=dict(labels),
-                      time_ms=stamp // 1_000_000, samples=[s for s in iter_samples(profile, index) if s[1]])
+                      time_ms=stamp // 1_000_000, samples=samples[index])
         for index, (stype, sunit) in enumerate(kinds)
     ]
 
@@ -424,11 +548,18 @@ def _check_span_ids(ids: Iterable[str]) -> list[str]:
     return out
 
 
-def _error(code: Code, message: str) -> web.Response:
-    import json
+# Connect's status per code, as the contract lists it (Pyroscope §1), written here rather than taken from the bridge
+CONNECT_STATUS: Final = {
+    "canceled": 499, "unknown": 500, "invalid_argument": 400, "deadline_exceeded": 504, "not_found": 404,
+    "already_exists": 409, "permission_denied": 403, "resource_exhausted": 429, "failed_precondition": 400,
+    "aborted": 409, "out_of_range": 400, "unimplemented": 501, "internal": 500, "unavailable": 503,
+    "data_loss": 500, "unauthenticated": 401,
+}
 
+
+def _error(code: Code, message: str) -> web.Response:
     return web.Response(
-        status=CODE_TO_HTTP[code],
+        status=CONNECT_STATUS[code.value],
         body=json.dumps({"code": code.value, "message": message, "details": []}).encode(),
         content_type="application/json",
     )

@@ -26,7 +26,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_tra
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
 from bridge._proto import profile_pb2, push_pb2
+from bridge.compression import Budget
 from bridge.errors import InvalidArgument
+from bridge.limits import LATEST_NS, RANGE_TEXT, unix_ns_ok
 from bridge.pprof import decode_pprof, iter_samples, period_type, sample_types
 from bridge.profiletype import NAME_LABEL, ProfileType
 from bridge.spans import SERVICE_NAME, pb_any_value_to_str
@@ -160,8 +162,9 @@ def records_from_pprof(
     return out
 
 
-def records_from_push(req: push_pb2.PushRequest, *, now_ns: int) -> list[ProfileRecord]:
-    """``push.v1.PushRequest`` (what pyroscope-io and the Go SDK's push path send) → records."""
+def records_from_push(req: push_pb2.PushRequest, *, now_ns: int, budget: Budget | None = None) -> list[ProfileRecord]:
+    """``push.v1.PushRequest`` (what pyroscope-io and the Go SDK's push path send) → records. Every gzipped sample
+    inflates within the request's one ``budget``."""
     out: list[ProfileRecord] = []
     for n, series in enumerate(req.series):
         base: dict[str, str] = {}
@@ -172,7 +175,7 @@ def records_from_push(req: push_pb2.PushRequest, *, now_ns: int) -> list[Profile
             raise InvalidArgument(f"series #{n} has no __name__ label (e.g. process_cpu)")
         for m, raw in enumerate(series.samples):
             try:
-                profile = decode_pprof(raw.raw_profile)
+                profile = decode_pprof(raw.raw_profile, budget=budget)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"series #{n} sample #{m}: {exc.message}") from exc
             out.extend(records_from_pprof(profile, base, now_ns=now_ns))
@@ -377,10 +380,11 @@ def _legacy_base(name: LegacyName, spy: str) -> dict[str, str]:
 def records_from_legacy_pprof(
     raw: bytes, name: LegacyName, *, from_s: int | None, until_s: int | None, now_ns: int,
     only_types: set[str] | None = None, display_names: Mapping[str, str] | None = None, spy: str = "",
+    budget: Budget | None = None,
 ) -> list[ProfileRecord]:
     """A pprof uploaded to ``/ingest``: named by ``pprof_profile_name`` (every sample type gets the same
     ``__name__``), stored at its true capture window (``upload_window``)."""
-    profile = decode_pprof(raw)
+    profile = decode_pprof(raw, budget=budget)
     from_ns = epoch_to_ns(from_s) if from_s else None
     until_ns = epoch_to_ns(until_s) if until_s else None
     start, duration = upload_window(profile.time_nanos, profile.duration_nanos, from_ns, until_ns, now_ns)
@@ -505,6 +509,9 @@ def records_from_otlp_profiles(
                         labels[TRACE_ID_LABEL] = trace_id
                     value = (sum(sample.values) if sample.values else len(sample.timestamps_unix_nano)) * factor
                     samples.append((stack_of(sample.stack_index), value, labels))
+                if not unix_ns_ok(prof.time_unix_nano) or prof.duration_nano >= LATEST_NS:
+                    raise InvalidArgument(f"OTLP profiles: time_unix_nano {prof.time_unix_nano} (duration "
+                                          f"{prof.duration_nano}) must be a Unix time in nanoseconds {RANGE_TEXT}")
                 out.extend(
                     records_from_samples(resource, ptype, prof.time_unix_nano or now_ns, prof.duration_nano, samples)
                 )
@@ -566,6 +573,14 @@ def rows_from_export(req: otlp_trace_svc.ExportTraceServiceRequest) -> SpanBatch
                         reasons.append(
                             f"span {span.name!r}: trace id must be 16 non-zero bytes and span id 8 non-zero bytes "
                             f"(got {len(span.trace_id)} and {len(span.span_id)})"
+                        )
+                    continue
+                if not (unix_ns_ok(span.start_time_unix_nano) and unix_ns_ok(span.end_time_unix_nano)):
+                    rejected += 1
+                    if len(reasons) < 3:
+                        reasons.append(
+                            f"span {span.name[:80]!r}: start and end ({span.start_time_unix_nano}, "
+                            f"{span.end_time_unix_nano}) must be Unix times in nanoseconds {RANGE_TEXT}"
                         )
                     continue
                 for kv in span.attributes:

@@ -1,0 +1,242 @@
+"""The store's SQLite database and the threads that own its connections; the event loop never blocks on SQLite.
+
+- Writes run on one writer thread with its own connection and explicit ``BEGIN IMMEDIATE`` … ``COMMIT``, so an ingest
+  is acknowledged only once its transaction has committed and a failed one leaves nothing behind. Group commit
+  (``commit``): jobs that arrive while the writer is busy share the next transaction, each inside its own savepoint.
+- Reads run on a small pool of reader threads, each with its own read-only connection; WAL mode lets them read while
+  the writer writes.
+- Writers may cache row ids (``ingest``'s get-or-insert caches); they register a hook with ``on_forget_ids``, called
+  whenever rows those ids name may be gone: after any rollback, and when retention drops rows (``forget_ids``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from bridge.errors import BridgeError, StorageFull
+from bridge.store.schema import migrate
+
+log = logging.getLogger("bridge.store")
+
+T = TypeVar("T")
+
+DB_FILE: Final = "store.sqlite3"
+
+
+class StoreError(BridgeError):
+    """The store cannot be opened or used (unwritable directory, corrupt database, newer schema)."""
+
+
+def _disk_full(exc: BaseException | None) -> StorageFull | None:
+    """SQLite's ``SQLITE_FULL`` (the disk or the file system quota is full) as the retryable ``StorageFull`` —
+    also when it is the cause of what failed next (SQLite rolls the whole transaction back on it, so the job's
+    ``ROLLBACK TO`` fails with "no such savepoint")."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_FULL:
+            return StorageFull(f"the store cannot write, its disk is full ({exc}): nothing of this request was "
+                               "stored; retry later")
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+class Database:
+    """One SQLite database: a writer thread (``write``, ``commit``, ``transaction``) and a reader pool (``read``)."""
+
+    def __init__(self, path: Path, *, readers: int = 3, synchronous: str = "FULL") -> None:
+        self.path = path
+        self._synchronous = synchronous
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="store-writer")
+        self._readers = ThreadPoolExecutor(readers, thread_name_prefix="store-reader")
+        self._local = threading.local()
+        self._reader_conns: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._wconn: sqlite3.Connection | None = None
+        self._closed = False
+        self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any],
+                                  asyncio.AbstractEventLoop]] = []
+        self._flush_scheduled = False
+        self._forget_hooks: list[Callable[[], None]] = []
+
+    # ----------------------------------------------------------------------------------------- lifetime
+
+    @classmethod
+    async def open(cls, path: Path, *, readers: int = 3, synchronous: str = "FULL") -> Database:
+        """Open (creating, or migrating to the latest schema) the database at ``path``; ``StoreError`` if it cannot."""
+        db = cls(path, readers=readers, synchronous=synchronous)
+        try:
+            await asyncio.get_running_loop().run_in_executor(db._writer, db._open_writer)
+        except BaseException:
+            db._shutdown_pools()
+            raise
+        return db
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        conn.execute("PRAGMA busy_timeout = 30000")
+        return conn
+
+    def _open_writer(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = self._connect()
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect on a new database only
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            conn.execute("PRAGMA foreign_keys = OFF")
+            migrate(conn)
+        except (OSError, sqlite3.Error, RuntimeError) as exc:
+            raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
+        self._wconn = conn
+
+    async def close(self) -> None:
+        """Checkpoint the WAL and close every connection; a second call does nothing."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._writer, self._close_writer)
+        finally:
+            self._shutdown_pools()
+            with self._lock:
+                for conn in self._reader_conns:
+                    conn.close()
+                self._reader_conns.clear()
+
+    def _close_writer(self) -> None:
+        if self._wconn is not None:
+            try:
+                self._wconn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                self._wconn.close()
+                self._wconn = None
+
+    def _shutdown_pools(self) -> None:
+        self._writer.shutdown(wait=True)
+        self._readers.shutdown(wait=True)
+
+    # ----------------------------------------------------------------------------------------- reads
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(connection, *args)`` on a reader thread (a read-only connection of its own)."""
+        return await asyncio.get_running_loop().run_in_executor(self._readers, self._with_reader, fn, args)
+
+    def _with_reader(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            conn.execute("PRAGMA query_only = ON")
+            self._local.conn = conn
+            with self._lock:
+                self._reader_conns.append(conn)
+        return fn(conn, *args)
+
+    # ----------------------------------------------------------------------------------------- writes
+
+    async def write(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(writer connection, *args)`` on the writer thread, outside any transaction: ``fn`` opens its own with
+        ``transaction`` (retention does, several times)."""
+        return await asyncio.get_running_loop().run_in_executor(self._writer, self._with_writer, fn, args)
+
+    def _with_writer(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        return fn(self._w(), *args)
+
+    def _w(self) -> sqlite3.Connection:
+        if self._wconn is None:
+            raise StoreError("the store is closed")
+        return self._wconn
+
+    def on_forget_ids(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` (on the writer thread) whenever cached row ids may name rows that are gone."""
+        self._forget_hooks.append(hook)
+
+    def forget_ids(self) -> None:
+        for hook in self._forget_hooks:
+            hook()
+
+    def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(writer connection)`` in one ``BEGIN IMMEDIATE`` … ``COMMIT``; rolled back if it raises. Call it on the
+        writer thread only (inside ``write``)."""
+        conn = self._w()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            self.forget_ids()  # ids handed out inside the rolled-back transaction no longer exist
+            raise
+        conn.execute("COMMIT")
+        return result
+
+    async def commit(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``job`` in a write transaction and return once that transaction has committed.
+
+        Group commit: jobs that arrive while the writer is busy are written together in the next transaction, each
+        inside its own savepoint — one job's failure rolls back only that job, and the commit (one fsync) is
+        shared. Each caller is answered only after the shared COMMIT."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        with self._lock:
+            if self._closed:
+                raise StoreError("the store is closed")
+            self._pending.append((job, future, loop))
+            schedule = not self._flush_scheduled
+            self._flush_scheduled = True
+        if schedule:
+            self._writer.submit(self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        with self._lock:
+            jobs, self._pending = self._pending, []
+            self._flush_scheduled = False
+        if not jobs:
+            return
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        try:
+            conn = self._w()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for n, (job, _, _) in enumerate(jobs):
+                    conn.execute(f"SAVEPOINT job{n}")
+                    try:
+                        outcomes.append((job(conn), None))
+                    except Exception as exc:  # noqa: BLE001 - handed to the job's caller below
+                        conn.execute(f"ROLLBACK TO job{n}")
+                        self.forget_ids()  # ids handed out inside the rolled-back job no longer exist
+                        outcomes.append((None, _disk_full(exc) or exc))
+                    conn.execute(f"RELEASE job{n}")
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                self.forget_ids()
+                raise
+        except Exception as group_exc:  # noqa: BLE001 - the whole group failed: every caller hears it
+            error: BaseException = (
+                group_exc if isinstance(group_exc, BridgeError)
+                else _disk_full(group_exc) or StoreError(f"the store could not commit: {group_exc}")
+            )
+            outcomes = [(None, error)] * len(jobs)
+        for (_, future, loop), (result, failure) in zip(jobs, outcomes, strict=True):
+            try:
+                loop.call_soon_threadsafe(_settle, future, result, failure)
+            except RuntimeError:  # the caller's event loop has closed: nobody is waiting for this answer
+                log.debug("store: an ingest finished after its event loop closed")
+
+
+def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if future.done():  # the caller went away (cancelled); its data is committed or rolled back all the same
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)

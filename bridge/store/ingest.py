@@ -1,0 +1,195 @@
+"""Ingest: decoded profiles and spans written into the store's tables, and the OTLP sinks that decode first.
+
+Every ingest is one group-committed job (``Database.commit``): acknowledged once committed, gone without a trace if it
+fails. Rows that repeat (function names, stacks, series, OTLP resources and scopes) are de-duplicated through
+get-or-insert id caches kept on the writer thread, bounded in size and forgotten whenever the ids they hold may name
+rows that are gone (a rollback, a retention pass).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from typing import Final, TypeVar
+
+from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as otlp_profiles_svc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
+
+from bridge.errors import InvalidArgument
+from bridge.metrics import Metrics
+from bridge.store import decode
+from bridge.store.database import Database
+from bridge.store.schema import pack_frames
+
+K = TypeVar("K")
+
+OFFLOAD_BYTES: Final = 256 * 1024  # requests at least this large are decoded on a worker thread
+ID_CACHE_ENTRIES: Final = 200_000  # per id cache (functions, stacks, series, span bodies): bounded memory
+
+
+def _intern(
+    conn: sqlite3.Connection, cache: dict[K, int], key: K, select: str, select_args: Sequence[object],
+    insert: str, insert_args: Sequence[object],
+) -> int:
+    """The id of a de-duplicated row: from ``cache``, else the table, else a new row. The cache is dropped whole when
+    it reaches ``ID_CACHE_ENTRIES`` (and whenever the database forgets ids), so memory stays bounded."""
+    rid = cache.get(key)
+    if rid is None:
+        row = conn.execute(select, select_args).fetchone()
+        rid = int(row[0]) if row is not None else int(conn.execute(insert, insert_args).lastrowid or 0)
+        if len(cache) >= ID_CACHE_ENTRIES:
+            cache.clear()
+        cache[key] = rid
+    return rid
+
+
+class Ingest:
+    """The store's ingest sinks: ``ingest_profiles`` / ``ingest_spans`` for decoded rows, ``ingest_otlp_profiles`` /
+    ``ingest_otlp_traces`` for OTLP export requests."""
+
+    def __init__(self, db: Database, *, clock: Callable[[], float] = time.time,
+                 metrics: Metrics | None = None) -> None:
+        self._db = db
+        self._clock = clock
+        self._metrics = metrics
+        # writer-side id caches, touched on the writer thread only
+        self._function_ids: dict[str, int] = {}
+        self._stack_ids: dict[tuple[str, ...], int] = {}
+        self._series_ids: dict[tuple[str, str], int] = {}
+        self._blob_ids: dict[tuple[str, bytes], int] = {}
+        db.on_forget_ids(self._forget_ids)
+
+    def _forget_ids(self) -> None:
+        self._function_ids.clear()
+        self._stack_ids.clear()
+        self._series_ids.clear()
+        self._blob_ids.clear()
+
+    # ----------------------------------------------------------------------------------------- profiles
+
+    async def ingest_profiles(self, records: Sequence[decode.ProfileRecord], tenant: str | None) -> int:
+        """Write decoded profiles in one transaction; returns the number of samples stored."""
+        if not records:
+            return 0
+        key = tenant or "anonymous"
+        stored = await self._db.commit(lambda conn: self._insert_profiles(conn, key, records))
+        if self._metrics is not None:
+            self._metrics.ingested.labels("profiles").inc(sum(1 for r in records if r.samples))
+            self._metrics.ingested.labels("samples").inc(stored)
+        return stored
+
+    async def ingest_otlp_profiles(
+        self, req: otlp_profiles_svc.ExportProfilesServiceRequest, tenant: str | None
+    ) -> None:
+        """The profile sink (link gateway in standalone mode). Raises ``InvalidArgument`` on bad content."""
+        read = functools.partial(decode.records_from_otlp_profiles, req,
+                                 now_ns=int(self._clock() * 1_000_000_000))
+        try:
+            records = await asyncio.to_thread(read) if req.ByteSize() >= OFFLOAD_BYTES else read()
+        except InvalidArgument:
+            if self._metrics is not None:
+                self._metrics.ingest_rejected.labels("otlp-profiles").inc()
+            raise
+        await self.ingest_profiles(records, tenant)
+
+    def _function_id(self, conn: sqlite3.Connection, name: str) -> int:
+        return _intern(conn, self._function_ids, name, "SELECT id FROM functions WHERE name = ?", (name,),
+                       "INSERT INTO functions (name) VALUES (?)", (name,))
+
+    def _stack_id(self, conn: sqlite3.Connection, frames: tuple[str, ...]) -> int:
+        sid = self._stack_ids.get(frames)
+        if sid is not None:
+            return sid
+        blob = pack_frames([self._function_id(conn, name) for name in frames])
+        return _intern(conn, self._stack_ids, frames, "SELECT id FROM stacks WHERE frames = ?", (blob,),
+                       "INSERT INTO stacks (frames) VALUES (?)", (blob,))
+
+    def _series_id(self, conn: sqlite3.Connection, tenant: str, record: decode.ProfileRecord) -> int:
+        labels = json.dumps(dict(record.labels), sort_keys=True, separators=(",", ":"))
+        key = (tenant, labels)
+        return _intern(conn, self._series_ids, key, "SELECT id FROM series WHERE tenant = ? AND labels = ?", key,
+                       "INSERT INTO series (tenant, labels, service, profile_type) VALUES (?, ?, ?, ?)",
+                       (tenant, labels, record.service, record.profile_type))
+
+    def _insert_profiles(self, conn: sqlite3.Connection, tenant: str, records: Sequence[decode.ProfileRecord]) -> int:
+        stored = 0
+        for record in records:
+            if not record.samples:
+                continue
+            series_id = self._series_id(conn, tenant, record)
+            cur = conn.execute(
+                "INSERT INTO profiles (series_id, time_ns, duration_ns, total) VALUES (?, ?, ?, ?)",
+                (series_id, record.time_ns, record.duration_ns, record.total),
+            )
+            profile_id = cur.lastrowid
+            stack_id = self._stack_id
+            rows = [
+                (profile_id, series_id, stack_id(conn, frames), value, span, trace)
+                for frames, value, span, trace in record.samples
+            ]
+            conn.executemany(
+                "INSERT INTO samples (profile_id, series_id, stack_id, value, span_id, trace_id) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            per_stack: dict[int, int] = {}
+            for row in rows:
+                per_stack[row[2]] = per_stack.get(row[2], 0) + row[3]
+            conn.executemany(
+                "INSERT INTO profile_stacks (profile_id, stack_id, value) VALUES (?, ?, ?)",
+                [(profile_id, stack, value) for stack, value in per_stack.items()],
+            )
+            stored += len(rows)
+        return stored
+
+    # ----------------------------------------------------------------------------------------- traces
+
+    async def ingest_spans(self, batch: decode.SpanBatch, tenant: str | None) -> int:
+        """Write decoded spans (and their tags) in one transaction; returns the number of spans stored."""
+        if not batch.rows:
+            return 0
+        key = tenant or "anonymous"
+        stored = await self._db.commit(lambda conn: self._insert_spans(conn, key, batch))
+        if self._metrics is not None:
+            self._metrics.ingested.labels("spans").inc(stored)
+        return stored
+
+    async def ingest_otlp_traces(
+        self, req: otlp_trace_svc.ExportTraceServiceRequest, tenant: str | None
+    ) -> tuple[int, str]:
+        """The trace sink (``/v1/traces`` and gRPC TraceService): returns (rejected spans, message)."""
+        batch = await asyncio.to_thread(decode.rows_from_export, req) if req.ByteSize() >= OFFLOAD_BYTES else (
+            decode.rows_from_export(req)
+        )
+        await self.ingest_spans(batch, tenant)
+        return batch.rejected, batch.message
+
+    def _blob_id(self, conn: sqlite3.Connection, table: str, body: bytes) -> int:
+        return _intern(conn, self._blob_ids, (table, body), f"SELECT id FROM {table} WHERE body = ?", (body,),
+                       f"INSERT INTO {table} (body) VALUES (?)", (body,))
+
+    def _insert_spans(self, conn: sqlite3.Connection, tenant: str, batch: decode.SpanBatch) -> int:
+        rows = [
+            (
+                tenant, r.trace_id, r.span_id, r.parent_span_id, r.service, r.name, r.start_ns, r.end_ns,
+                self._blob_id(conn, "resources", r.resource), self._blob_id(conn, "scopes", r.scope), r.body,
+            )
+            for r in batch.rows
+        ]
+        conn.executemany(
+            "INSERT OR REPLACE INTO spans (tenant, trace_id, span_id, parent_span_id, service, name, start_ns, "
+            "end_ns, resource_id, scope_id, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        if batch.tags:
+            last = max(r.end_ns for r in batch.rows)
+            conn.executemany(
+                "INSERT INTO tags (tenant, scope, key, value, last_ns) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (tenant, scope, key, value) DO UPDATE SET last_ns = max(last_ns, excluded.last_ns)",
+                [(tenant, scope, key, value, last) for scope, key, value in batch.tags],
+            )
+        return len(rows)
