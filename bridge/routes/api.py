@@ -39,6 +39,7 @@ from aiohttp import web
 from bridge import flamegraph, ids
 from bridge.answer import SCOPES, Answer, Scope, answer, answer_json
 from bridge.burners import function_answer_json, spans_for_function
+from bridge.compare import compare, compare_collapsed, compare_json, parse_compare_params
 from bridge.config import parse_seconds
 from bridge.errors import InvalidArgument
 from bridge.functions import parse_function_query
@@ -232,7 +233,25 @@ async def function_spans(request: web.Request) -> web.Response:
     return web.json_response(function_answer_json(ans, backends.name))
 
 
+# --------------------------------------------------------------------------------------------- compare with usual
+
+
+async def span_compare(request: web.Request) -> web.Response:
+    app = request.app
+    settings = app[SETTINGS]
+    params = parse_compare_params(request.match_info, request.query, settings.profile_type)
+    cmp = await compare(backends_of(app).resolver, params, settings, call_context(request),
+                        int(app[CLOCK].now() * 1000))
+    headers = answer_headers(cmp.ans.resolution, cmp.ans.measure)
+    if params.format == "collapsed":
+        headers["Content-Disposition"] = f'inline; filename="{params.span_id}-compare.folded"'
+        return web.Response(text=compare_collapsed(cmp), content_type="text/plain", charset="utf-8",
+                            headers=headers)
+    return web.json_response(compare_json(cmp), headers=headers)
+
+
 def setup(app: web.Application) -> None:
     app.router.add_get("/api/v1/spans/{trace_id}/{span_id}/profile", span_profile)
+    app.router.add_get("/api/v1/spans/{trace_id}/{span_id}/compare", span_compare)
     app.router.add_get("/api/v1/functions/spans", function_spans)
     app.router.add_get("/api/v1/requests/slowest", slowest_requests)

@@ -4,6 +4,8 @@
   the store in standalone mode; ``bridge.recent``), each linking to its page.
 - ``GET /functions/spans``: the spans that burn a function, with bars proportional to their value (``bridge.burners``);
   with a service but no function yet, the service's top functions to pick from.
+- ``GET /spans/{trace_id}/{span_id}/compare``: the span against its endpoint's usual requests — a diff flame graph
+  (more than usual in red, less in green) and the most unusual functions in words (``bridge.compare``).
 - ``GET /spans/{trace_id}/{span_id}``: the span's header (service, name, duration, a badge for the resolution mode and
   its reason), its flame graph as server-rendered SVG (search and click-to-zoom in a few lines of plain JavaScript;
   ``?q=`` highlights on the server too), the trace's span tree with each local root's linked samples, the
@@ -23,6 +25,7 @@ from aiohttp import web
 
 from bridge.answer import linked_totals
 from bridge.burners import function_href, page_rows, spans_for_function, top_functions
+from bridge.compare import compare, compare_context, parse_compare_params
 from bridge.config import parse_seconds
 from bridge.errors import CODE_TO_HTTP, BridgeError, InvalidArgument
 from bridge.functions import MATCH_KINDS, parse_function_query, parse_range
@@ -142,8 +145,23 @@ async def functions_page(request: web.Request) -> web.Response:
     return render_page("functions.html", 200, **context)
 
 
+async def compare_page(request: web.Request) -> web.Response:
+    app = request.app
+    settings = app[SETTINGS]
+    try:
+        params = parse_compare_params(request.match_info, request.query, settings.profile_type)
+        if params.format != "json":
+            raise InvalidArgument("the page has no format parameter; download json or collapsed from the API")
+        cmp = await compare(backends_of(app).resolver, params, settings, call_context(request),
+                            int(app[CLOCK].now() * 1000))
+    except BridgeError as exc:
+        return error_page(exc)
+    return render_page("compare.html", 200, **compare_context(cmp, settings, request.query.get("window") or "1h"))
+
+
 def setup(app: web.Application) -> None:
     app.router.add_get("/", index_page)
     app.router.add_get("/functions/spans", functions_page)
+    app.router.add_get("/spans/{trace_id}/{span_id}/compare", compare_page)
     app.router.add_get("/spans/{trace_id}/{span_id}", span_page)
 
