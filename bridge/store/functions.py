@@ -22,7 +22,7 @@ from bridge.functions import MAX_MATCHED_FUNCTIONS, FunctionHits, FunctionMatch,
 from bridge.profiletype import ProfileType
 from bridge.selector import matches_any, parse_selector
 from bridge.store.database import Database
-from bridge.store.decode import int_to_span_id, span_id_to_int
+from bridge.store.decode import int_to_span_id
 from bridge.store.query import window_ns
 from bridge.store.schema import unpack_frames
 from bridge.upstream.base import CallContext
@@ -109,8 +109,13 @@ _PROFILES: Final = ("profile_id IN (SELECT id FROM profiles WHERE series_id IN (
                     "AND time_ns >= ? AND time_ns < ?)")
 
 
+MAX_TIED: Final = 5000  # spans tied at the limit whose self values decide the order among them
+
+
 def read_function_spans(conn: sqlite3.Connection, tenant: str, query: FunctionQuery, selector: str) -> FunctionHits:
-    """The query, on a reader connection."""
+    """The query, on a reader connection: one pass over the service's sample rows in the range (per span, the value
+    through the function), then the few spans that can make the list, measured from the span index (through the
+    function, in it, in all, and their trace ids)."""
     ProfileType.parse(query.profile_type)
     hits = FunctionHits((), (), 0, 0, 0, SOURCE)
     series = series_of(conn, tenant, query.profile_type, selector)
@@ -120,41 +125,44 @@ def read_function_spans(conn: sqlite3.Connection, tenant: str, query: FunctionQu
         return hits
     window = window_ns(query.start_ms, query.end_ms)
     in_profiles: list[Any] = [json.dumps(series), *window]
-    leaves = [sid for sid, (leaf, _) in stacks.items() if leaf]
-    per_span: list[tuple[int | None, bytes | None, int, int]] = [
-        (span, trace, int(total), int(self_value)) for span, trace, total, self_value in conn.execute(
-            "SELECT span_id, max(trace_id), sum(value), "
-            "sum(CASE WHEN stack_id IN (SELECT value FROM json_each(?)) THEN value ELSE 0 END) "
-            f"FROM samples WHERE {_PROFILES} AND stack_id IN (SELECT value FROM json_each(?)) GROUP BY span_id",
-            [json.dumps(leaves), *in_profiles, json.dumps(sorted(stacks))],
+    per_span: list[tuple[int | None, int]] = [
+        (span, int(total)) for span, total in conn.execute(
+            f"SELECT span_id, sum(value) FROM samples WHERE {_PROFILES} "
+            "AND stack_id IN (SELECT value FROM json_each(?)) GROUP BY span_id",
+            [*in_profiles, json.dumps(sorted(stacks))],
         )
     ]
-    total = sum(row[2] for row in per_span)
+    total = sum(value for _, value in per_span)
     if not total:
         return hits
-    linked = [row for row in per_span if row[0] is not None]
-    values = order_spans(
-        SpanValue(int_to_span_id(span), trace.hex() if trace else "", t, s, 0)
-        for span, trace, t, s in linked if span is not None
-    )
-    top = values[: query.limit]
-    span_totals = _span_totals(conn, [n for v in top if (n := span_id_to_int(v.span_id)) is not None], in_profiles)
-    spans = tuple(
-        SpanValue(v.span_id, v.trace_id, v.total, v.self, span_totals.get(v.span_id, v.total)) for v in top
-    )
-    return FunctionHits(spans, _names_seen(conn, functions, stacks, in_profiles, query.match), total,
-                        sum(row[2] for row in linked), len(values) - len(top), SOURCE)
+    names = _names_seen(conn, functions, stacks, in_profiles, query.match)
+    linked = sorted(((value, span) for span, value in per_span if span is not None and value), reverse=True)
+    if not linked:
+        return FunctionHits((), names, total, 0, 0, SOURCE)
+    cutoff = linked[min(query.limit, len(linked)) - 1][0]
+    contenders = [span for value, span in linked if value >= cutoff][:max(query.limit, MAX_TIED)]
+    top = order_spans(_measure(conn, contenders, stacks, in_profiles))[: query.limit]
+    return FunctionHits(tuple(top), names, total, sum(value for value, _ in linked), len(linked) - len(top), SOURCE)
 
 
-def _span_totals(conn: sqlite3.Connection, span_ids: Sequence[int], in_profiles: list[Any]) -> dict[str, int]:
-    if not span_ids:
-        return {}
-    rows = conn.execute(
-        "SELECT span_id, sum(value) FROM samples INDEXED BY samples_span "
-        f"WHERE span_id IN (SELECT value FROM json_each(?)) AND {_PROFILES} GROUP BY span_id",
+def _measure(conn: sqlite3.Connection, span_ids: Sequence[int], stacks: dict[int, tuple[bool, frozenset[int]]],
+             in_profiles: list[Any]) -> list[SpanValue]:
+    """Each span's value through the function, in it, and in all, from its own sample rows (the span index)."""
+    found: dict[int, list[Any]] = {}
+    for span, stack, value, trace in conn.execute(
+        "SELECT span_id, stack_id, sum(value), max(trace_id) FROM samples INDEXED BY samples_span "
+        f"WHERE span_id IN (SELECT value FROM json_each(?)) AND {_PROFILES} GROUP BY span_id, stack_id",
         [json.dumps(list(span_ids)), *in_profiles],
-    )
-    return {int_to_span_id(span): int(total) for span, total in rows}
+    ):
+        row = found.setdefault(int(span), [0, 0, 0, b""])
+        hit = stacks.get(int(stack))
+        row[2] += int(value)
+        if hit is not None:
+            row[0] += int(value)
+            row[1] += int(value) if hit[0] else 0
+        row[3] = row[3] or trace or b""
+    return [SpanValue(int_to_span_id(span), trace.hex() if trace else "", through, self_value, whole)
+            for span, (through, self_value, whole, trace) in found.items() if through]
 
 
 def _names_seen(conn: sqlite3.Connection, functions: dict[int, str], stacks: dict[int, tuple[bool, frozenset[int]]],
