@@ -63,6 +63,7 @@ IDS_PER_QUERY: Final = 100  # span ids per SelectMergeSpanProfile
 PROFILE_MARGIN_MS: Final = 5 * 60_000  # profiles stamped this far outside the window may hold the requests' samples
 DIFF_MAX_NODES: Final = 8192
 TOP_UNUSUAL: Final = 5
+UNUSUAL_SHARE: Final = 0.01  # a difference under 1 % of the request's cost is not called unusual
 MAX_LISTED: Final = 200  # functions in the JSON document
 
 
@@ -301,8 +302,11 @@ def unusual_rest(f: FunctionDiff, unit: str) -> str:
 
 
 def unusual(cmp: Comparison, top: int = TOP_UNUSUAL) -> list[FunctionDiff]:
-    """The most unusual functions (a difference of self value per request at all)."""
-    return [f for f in cmp.functions if round(f.diff_self)][:top]
+    """The most unusual functions: those whose self value per request differs by at least ``UNUSUAL_SHARE`` of the
+    larger of the two requests' totals (here, or the usual one) — smaller differences are one sample's noise."""
+    usual_total = cmp.baseline.tree.total / cmp.baseline.requests if cmp.baseline.requests else 0.0
+    floor = max(1.0, UNUSUAL_SHARE * max(cmp.here.total, usual_total))
+    return [f for f in cmp.functions if abs(f.diff_self) >= floor][:top]
 
 
 def headline(cmp: Comparison) -> str:
