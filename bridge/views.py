@@ -20,6 +20,7 @@ from bridge import flamegraph
 from bridge.answer import Answer, selector_for
 from bridge.burners import function_href
 from bridge.config import Settings
+from bridge.functions import MAX_PATTERN_CHARS
 from bridge.grafana import PYROSCOPE_DS_TYPE, TEMPO_DS_TYPE, explore_url, span_window
 from bridge.profiletype import ProfileType
 from bridge.recent import span_path
@@ -268,7 +269,7 @@ def span_context(ans: Answer, settings: Settings, values: Mapping[str, int | Non
                                     start_ms=span.start_ns // 1_000_000 - OFFER_MARGIN_MS,
                                     end_ms=-(-span.end_ns // 1_000_000) + OFFER_MARGIN_MS,
                                     profile_type="" if profile_type == settings.profile_type else profile_type)
-        if query.strip() else "",
+        if query.strip() and len(re.escape(query)) <= MAX_PATTERN_CHARS else "",
         "compare_href": f"/spans/{span.trace_id}/{span.span_id}/compare"
         + ("" if profile_type == settings.profile_type else "?" + urlencode({"profile_type": profile_type})),
     }

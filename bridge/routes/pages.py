@@ -141,7 +141,8 @@ async def functions_page(request: web.Request) -> web.Response:
     context.update(ans=ans, rows=page_rows(ans), unit_type=query.profile_type,
                    api="/api/v1/functions/spans?" + request.query_string,
                    widen=function_href(query.service, query.match.text, match="prefix", start_ms=query.start_ms,
-                                       end_ms=query.end_ms) if query.match.kind == "exact" else "")
+                                       end_ms=query.end_ms, profile_type=form["profile_type"])
+                   if query.match.kind == "exact" else "")
     return render_page("functions.html", 200, **context)
 
 
