@@ -62,8 +62,8 @@ async def test_from_a_frame_to_the_requests_that_burn_it_and_on_to_compare(serve
         await tools.wait_event("Page.loadEventFired")
         rows = await evaluate(tools, session, "document.querySelectorAll('tr.burner').length")
         assert rows > 0
-        bars = await evaluate(tools, session, """Array.from(document.querySelectorAll('#burners .bar'))
-            .map(b => [b.getBoundingClientRect().width, parseFloat(b.style.width)])""")
+        bars = await evaluate(tools, session, """Array.from(document.querySelectorAll('#burners svg.bar rect'))
+            .map(r => [r.getBoundingClientRect().width, parseFloat(r.dataset.share)])""")
         assert bars[0][1] == 100 and bars[0][0] > 200  # the widest row fills its column
         for drawn, percent in bars:  # the browser draws each bar at its share of the widest
             assert drawn == pytest.approx(bars[0][0] * percent / 100, abs=1.5)

@@ -19,7 +19,7 @@ names, services, frame names, the search text).
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -33,6 +33,8 @@ from bridge.recent import recent_traces, slowest_local_roots
 from bridge.routes.api import answer_for, parse_params
 from bridge.state import CLOCK, SETTINGS, backends_of, call_context
 from bridge.views import render_html, send_data_hints, span_context
+
+BAR_WIDTH: Final = 240  # px of the function page's widest bar
 
 
 def render_page(name: str, status: int = 200, **context: Any) -> web.Response:
@@ -119,7 +121,7 @@ async def functions_page(request: web.Request) -> web.Response:
     now_ms = int(app[CLOCK].now() * 1000)
     form = {k: params.get(k, "") for k in ("service", "function", "match", "from", "to", "profile_type", "limit")}
     context: dict[str, Any] = {"form": form, "kinds": MATCH_KINDS, "ans": None, "rows": [], "top": [], "hint": "",
-               "default_profile_type": settings.profile_type}
+               "default_profile_type": settings.profile_type, "bar_width": BAR_WIDTH}
     try:
         ctx = call_context(request)
         backends = backends_of(app)
