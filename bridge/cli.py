@@ -158,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="request: add what other services did on the span's behalf")
     res.add_argument("--top", type=int, default=20, metavar="N", help="functions listed (default 20)")
     res.add_argument("--profile-type", metavar="ID", help="default: PROFILE_BRIDGE_PROFILE_TYPE")
+    res.add_argument("--compare", action="store_true",
+                     help="also compare the span with its endpoint's usual requests: the most unusual functions")
+    res.add_argument("--window", metavar="DURATION", default="1h",
+                     help="--compare: the usual requests started within this window around the span (default 1h)")
 
     doc = sub.add_parser(
         "doctor",
@@ -258,6 +262,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             return int(run_resolve(
                 settings, args.trace_id, args.span_id, scope=args.scope, top=args.top,
                 profile_type=args.profile_type or settings.profile_type, out=sys.stdout,
+                compare_window=args.window if args.compare else None,
             ))
         if args.command == "doctor":
             from bridge.commands.doctor import run_doctor

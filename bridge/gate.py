@@ -17,6 +17,7 @@ from bridge.routes.otlp import error_status
 
 OTLP_PATHS: Final = frozenset({"/v1/traces", "/v1development/profiles"})
 TEXT_PATHS: Final = ("/ingest",)
+PAGE_PATHS: Final = ("/spans/", "/functions/")  # the pages (besides "/"): a refusal is text, not JSON
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -62,7 +63,7 @@ def refusal(request: web.Request, exc: BridgeError) -> web.Response:
     if path in OTLP_PATHS:
         as_json = (request.content_type or "").lower() == "application/json"
         response = error_status(exc, as_json)
-    elif path.startswith(TEXT_PATHS) or path == "/" or path.startswith("/spans/"):
+    elif path.startswith(TEXT_PATHS) or path == "/" or path.startswith(PAGE_PATHS):
         response = web.Response(status=exc.http_status, text=exc.message + "\n")
     else:
         response = bridge_error_response(path, exc)

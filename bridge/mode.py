@@ -28,6 +28,7 @@ from bridge.store.querier_api import StorePyroscope
 from bridge.store.runtime import retention_interval, retention_loop
 from bridge.store.tempo_api import StoreTempo
 from bridge.tasks import cancel_all, spawn
+from bridge.upstream.exemplars import ExemplarIndex
 from bridge.upstream.http import PyroscopeClient, TempoClient, new_session
 from bridge.upstream.mounts import PyroscopeForward, TempoForward
 
@@ -66,6 +67,7 @@ class ProxyMode:
                     profiled_services=ProfiledServices(profiles, service_label(settings), settings.services_cache_ttl,
                                                        wall_clock=clock.now),
                     gateway=otlp.gateway,
+                    functions=ExemplarIndex(profiles),
                     grpc=otlp.grpc,
                     puller=otlp.puller,
                 )
@@ -96,6 +98,7 @@ class StandaloneMode:
                     profiled_services=ProfiledServices(store, service_label(settings), settings.services_cache_ttl,
                                                        wall_clock=clock.now),
                     gateway=otlp.gateway,
+                    functions=store,
                     ingest=sink,
                     grpc=otlp.grpc,
                     puller=otlp.puller,

@@ -29,7 +29,7 @@ from bridge.resolve import Resolver
 from bridge.services import ProfiledServices
 from bridge.spancache import SpanCache
 from bridge.store.decode import ProfileRecord, SpanBatch
-from bridge.upstream.base import CallContext, ProfileSource, TraceSource
+from bridge.upstream.base import CallContext, FunctionIndex, ProfileSource, TraceSource
 from bridge.wire.tempo import TempoAnswer
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -101,6 +101,7 @@ class Backends:
     tempo: TempoMount
     profiled_services: ProfiledServices
     gateway: Gateway
+    functions: FunctionIndex  # which spans burn a function: the store, or Pyroscope's span exemplars
     ingest: IngestSink | None = None  # None: this bridge keeps no data (SDKs send to Tempo and Pyroscope)
     grpc: GrpcServer | None = None  # the OTLP gRPC receiver, when it runs
     puller: Puller | None = None  # the pprof scraper, when targets are set

@@ -123,6 +123,9 @@ async def test_without_a_token_only_health_and_metrics_answer(tmp_path: Path, ai
     for path in ("/healthz", "/readyz", "/metrics"):
         assert (await client.get(path)).status == 200, path
     for method, path in [("GET", "/"), ("GET", f"/spans/{TRACE_ID}/0123456789abcdef"),
+                         ("GET", f"/spans/{TRACE_ID}/0123456789abcdef/compare"), ("GET", "/functions/spans"),
+                         ("GET", "/api/v1/functions/spans?service=s&function=f"),
+                         ("GET", f"/api/v1/spans/{TRACE_ID}/0123456789abcdef/compare"),
                          ("GET", "/api/v1/requests/slowest"), ("GET", "/tempo/api/search"),
                          ("POST", "/pyroscope/querier.v1.QuerierService/ProfileTypes"), ("GET", "/no/such/route")]:
         resp = await client.request(method, path, headers={"Content-Type": "application/proto"})

@@ -106,6 +106,8 @@ def test_plugin_json_is_the_app_the_bridge_expects() -> None:
     assert links == {
         "Related profiles": ["grafana/traceview/resource-attributes"],
         "Related profiles in Explore": ["grafana/traceview/resource-attributes"],
+        "Compare with usual": ["grafana/traceview/resource-attributes"],
+        "Hot functions and their requests": ["grafana/traceview/resource-attributes"],
         "Request profile": ["grafana/traceview/header/actions"],
     }
 

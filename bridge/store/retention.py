@@ -12,6 +12,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from bridge.store.database import Database
+from bridge.store.functions import collect_garbage as collect_function_index
 
 
 @dataclass(slots=True)
@@ -92,6 +93,7 @@ def _retain(conn: sqlite3.Connection, db: Database, cutoff_ns: int, max_bytes: i
 def _collect_garbage(conn: sqlite3.Connection) -> None:
     """Drop rows nothing refers to any more: stacks, series, resources, scopes."""
     conn.execute("DELETE FROM stacks WHERE id NOT IN (SELECT DISTINCT stack_id FROM samples)")
+    collect_function_index(conn)
     conn.execute("DELETE FROM series WHERE id NOT IN (SELECT DISTINCT series_id FROM profiles)")
     conn.execute("DELETE FROM resources WHERE id NOT IN (SELECT DISTINCT resource_id FROM spans)")
     conn.execute("DELETE FROM scopes WHERE id NOT IN (SELECT DISTINCT scope_id FROM spans)")

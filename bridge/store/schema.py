@@ -11,7 +11,8 @@ Layout (ids are integers; span ids are stored as signed 64-bit integers, trace i
 - profiles: ``functions`` (de-duplicated names), ``stacks`` (de-duplicated sequences of function ids, root first,
   packed as little-endian int32), ``series`` (one per tenant + label set, profile type included as labels),
   ``profiles`` (one per series and capture window: start, duration, total), ``samples`` (stack, value, span id,
-  trace id per row), ``profile_stacks`` (each profile's total per stack, for merges without a span selector).
+  trace id per row), ``profile_stacks`` (each profile's total per stack, for merges without a span selector),
+  ``stack_functions`` (which stacks hold which function: the function → spans index, ``store/functions.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,16 @@ import sys
 from array import array
 from collections.abc import Sequence
 from typing import Final
+
+
+def _frame_id(hexed: str) -> str:
+    """SQL: the function id of a frame from ``hex()`` of its 4 ``stacks.frames`` bytes (little-endian int32)."""
+    digit = "(instr('0123456789ABCDEF', substr({h}, {k}, 1)) - 1)"
+    return " + ".join(
+        f"({digit.format(h=hexed, k=2 * j + 1)} * 16 + {digit.format(h=hexed, k=2 * j + 2)}) * {256 ** j}"
+        for j in range(4)
+    )
+
 
 MIGRATIONS: Final[tuple[str, ...]] = (
     # 1: traces and profiles
@@ -107,6 +118,21 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         SELECT profile_id, stack_id, SUM(value) FROM samples GROUP BY profile_id, stack_id;
     CREATE INDEX samples_profile ON samples (profile_id);
     DROP INDEX samples_profile_stack;
+    """,
+    # 5: which stacks hold which function (the function → spans query); existing stacks indexed here, new ones at
+    # ingest (store/functions.py)
+    """
+    CREATE TABLE stack_functions (
+        function_id INTEGER NOT NULL,
+        stack_id INTEGER NOT NULL,
+        PRIMARY KEY (function_id, stack_id)
+    ) WITHOUT ROWID;
+    INSERT INTO stack_functions (function_id, stack_id)
+        WITH RECURSIVE frame(stack_id, frames, n, i) AS (
+            SELECT id, frames, length(frames) / 4, 0 FROM stacks WHERE length(frames) >= 4
+            UNION ALL SELECT stack_id, frames, n, i + 1 FROM frame WHERE i + 1 < n
+        ), hexed(stack_id, h) AS (SELECT stack_id, hex(substr(frames, 4 * i + 1, 4)) FROM frame)
+        SELECT DISTINCT """ + _frame_id("h") + """, stack_id FROM hexed;
     """,
 )
 

@@ -11,6 +11,7 @@ from typing import Final, Protocol
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
 from bridge.connect import Deadline
+from bridge.functions import FunctionHits, FunctionQuery
 from bridge.spans import SearchHit, Trace
 
 # request headers carried from Grafana to every upstream call made on its behalf
@@ -114,3 +115,16 @@ class ProfileSource(Protocol):
         ...
 
     async def ready(self, ctx: CallContext) -> str: ...
+
+
+class FunctionIndex(Protocol):
+    """Which spans burn a function (``bridge.functions``): the store's own index of per-sample span ids, or
+    Pyroscope's span exemplars."""
+
+    name: str
+
+    async def function_spans(self, query: FunctionQuery, selector: str, ctx: CallContext) -> FunctionHits:
+        """The spans whose linked samples in ``[query.start_ms, query.end_ms]`` of the profiles ``selector`` matches
+        hold the function, most value through it first, at most ``query.limit``. ``Unimplemented`` when the backend
+        cannot answer the question at all."""
+        ...
