@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("bridge.cli")
 
+WORKER_DRAIN_SECONDS: Final = 0.5  # a stopping worker's grace for connections it accepted just before
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -438,7 +440,8 @@ async def serve(settings: Settings, *, demo: bool = False, environ: Mapping[str,
         await _quiet_cleanup(runner)
         return EXIT_FAILED
     if worker is not None:
-        await web.SockSite(runner, worker.sock).start()
+        worker_site = web.SockSite(runner, worker.sock)
+        await worker_site.start()
         worker.ready()
         log.debug("worker %d (pid %d) serves", worker.slot, os.getpid())
         watch = asyncio.create_task(_watch_master(worker.master_pid, stop))
@@ -446,6 +449,11 @@ async def serve(settings: Settings, *, demo: bool = False, environ: Mapping[str,
             await stop.wait()
         finally:
             watch.cancel()
+            # stop accepting first, then give connections this worker accepted a moment ago the time to send their
+            # request: closing them at once (as a cleanup does with connections that have not spoken yet) would
+            # reset a client that was just writing its body, while the socket's other workers serve everyone else
+            await worker_site.stop()
+            await asyncio.sleep(WORKER_DRAIN_SECONDS)
             await runner.cleanup()
         return EXIT_OK
     site = web.TCPSite(runner, settings.listen_host, settings.listen_port)

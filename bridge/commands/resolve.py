@@ -255,9 +255,12 @@ def check_args(trace_id: str, span_id: str, scope: str, top: int, profile_type: 
     tid = ids.trace_id(trace_id)
     if tid is None:
         raise InvalidArgument(f"trace id {trace_id[:80]!r} is not 1-32 hex characters")
-    sid = ids.span_id(span_id)
-    if sid is None:
+    entry = ids.selector_entry(span_id)  # a span id, or pyroscope.profile.id's <span>:<trace> pasted as it is
+    if entry is None:
         raise InvalidArgument(f"span id {span_id[:80]!r} is not 16 hex characters")
+    sid, carried = entry
+    if carried is not None and carried != tid:
+        raise InvalidArgument(f"span id {span_id[:80]!r} carries trace {carried}, not the trace id given ({tid})")
     if scope not in SCOPES:
         raise InvalidArgument(f"scope {scope!r} is not one of: {', '.join(SCOPES)}")
     if top <= 0:
