@@ -27,7 +27,11 @@ RUN apt-get update \
 
 USER bridge
 WORKDIR /data
-# HTTP (Grafana, ingest, pages, API, /metrics) and the OTLP gRPC receiver
+# HTTP (Grafana, ingest, pages, API, /metrics) and the OTLP gRPC receiver. The bridge listens on loopback unless told
+# otherwise; in a container that would reach nobody, so the image says every interface — and the start line warns
+# while no authentication is configured (docs/security.md).
+ENV PROFILE_BRIDGE_LISTEN=0.0.0.0:4041 \
+    PROFILE_BRIDGE_OTLP_GRPC_LISTEN=0.0.0.0:4317
 EXPOSE 4041 4317
 ENTRYPOINT ["profile-bridge"]
 CMD ["serve"]

@@ -148,22 +148,24 @@ def main(argv: list[str] | None = None) -> int:
         separators=(",", ":"),
     ).encode()
     policy = EnrichPolicy()
+    tid = resource_spans[0].scope_spans[0].spans[0].trace_id.hex()  # carried in every value, as the mount writes it
     n = sum(len(ss.spans) for rs in resource_spans for ss in rs.scope_spans)
     tagged = sum(1 for rs in resource_spans for ss in rs.scope_spans for span in ss.spans
                  if any(kv.key == PROFILE_ID_ATTR for kv in span.attributes))
     for body, protobuf in ((pb_body, True), (json_body, False)):
-        check = enrich_trace_body(body, version=2, protobuf=protobuf, policy=policy)
-        assert (check.span_count, check.added, len(check.spans())) == (n, n - tagged, n), "enrichment is wrong"
+        check = enrich_trace_body(body, version=2, protobuf=protobuf, policy=policy, trace_id=tid)
+        assert (check.span_count, check.added, check.extended, len(check.spans())) == (n, n - tagged, tagged, n), \
+            "enrichment is wrong"
 
     variants: dict[str, Callable[[], object]] = {
         "protobuf plain": lambda: plain_protobuf(pb_body),
-        "protobuf enrich": lambda: enrich_trace_body(pb_body, version=2, protobuf=True, policy=policy),
+        "protobuf enrich": lambda: enrich_trace_body(pb_body, version=2, protobuf=True, policy=policy, trace_id=tid),
         "protobuf enrich+cache parse": lambda: enrich_trace_body(pb_body, version=2, protobuf=True,
-                                                                 policy=policy).spans(),
+                                                                 policy=policy, trace_id=tid).spans(),
         "json plain": lambda: plain_json(json_body),
-        "json enrich": lambda: enrich_trace_body(json_body, version=2, protobuf=False, policy=policy),
+        "json enrich": lambda: enrich_trace_body(json_body, version=2, protobuf=False, policy=policy, trace_id=tid),
         "json enrich+cache parse": lambda: enrich_trace_body(json_body, version=2, protobuf=False,
-                                                             policy=policy).spans(),
+                                                             policy=policy, trace_id=tid).spans(),
     }
     times = measure(variants, args.rounds)
     print(f"trace: {n} spans in {SERVICES} services; protobuf body {len(pb_body):,} bytes, "

@@ -1,15 +1,32 @@
-"""Pass-through overhead of the /pyroscope mount, against nginx doing the same job (issue 2 §9).
+"""Pass-through cost of the /pyroscope mount, against a tuned nginx doing the same job, in one interleaved run.
 
-One run, interleaved: the same Connect calls go straight to a static upstream, through nginx (Debian's
-``nginx-light``: keepalive upstream, ``proxy_buffering off`` — what a user would put there instead) and through the
-bridge (``profile-bridge serve`` in proxy mode). Two calls: a ``SelectMergeStacktraces`` answered with ~1 MB and a
-small ``ProfileTypes``. Prints each path's added median and p99 over direct, and the ratios against the targets:
+    .venv/bin/python bench/pyroscope_passthrough.py [--workers N] [--rounds 200] [--wrk-rounds 5] [--seconds 3]
 
-- 1 MB: the bridge adds at most 1.5 × what nginx adds (median);
-- small: the bridge adds at most 0.5 ms (median) and 2 ms (p99).
+Three paths to the same upstream: direct, through nginx (Debian's ``nginx-light``) and through the bridge
+(``profile-bridge serve --proxy --workers N``). The upstream stands in for Pyroscope (a Go server): a second nginx
+that answers every RPC from a file, so neither proxy is measured against a slow upstream. Two calls: a
+``SelectMergeStacktraces`` answered with ~1 MB and a small ``ProfileTypes``.
 
-Everything runs on 127.0.0.1 as child processes of this script; loops are bounded. Absolute times on a shared
-machine are noise: read the ratios. Run: ``.venv/bin/python bench/pyroscope_passthrough.py [--rounds N]``.
+"Tuned nginx" is what an operator would put in front of Pyroscope: as many worker processes as the bridge has,
+keepalive connections to the upstream (``keepalive 64``, HTTP/1.1), ``proxy_buffering off`` and
+``proxy_request_buffering off`` (answers and bodies stream, as the bridge's do), ``proxy_buffer_size 256k`` (with
+buffering off this is the most nginx reads from the upstream at a time: a 1 MB answer goes through in four reads
+instead of 256 of nginx's default 4 KiB page), and a buffered access log (``buffer=64k``).
+
+A fourth path, "front", is ``deploy/nginx-front.conf`` as shipped (nginx in front of the bridge: calls the bridge only
+relays go straight to the upstream, span RPCs — ``SelectMergeStacktraces`` among them — through the bridge), with the
+same number of worker processes.
+
+Two measurements, each interleaved (rotating order, same run):
+
+- **1 client** (an aiohttp client, one request at a time): each path's added latency over direct, median and p99.
+  Target for 1 MB: the bridge adds ≤ 1.5 × what nginx adds (median).
+- **32 clients** (``wrk -t2 -c32``, a Lua script for the POST body): requests per second and p50/p99 latency, in
+  ``--wrk-rounds`` rounds of ``--seconds`` each per path. Targets: small calls ≥ 0.5 × nginx's req/s; 1 MB answers
+  ≥ 0.75 × nginx's req/s (median over rounds of the per-round ratio).
+
+Everything runs on 127.0.0.1 as child processes of this script; loops are bounded in count and time. Absolute
+figures on a shared machine are noise: read the ratios, and the load average printed before and after.
 """
 
 from __future__ import annotations
@@ -17,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -35,32 +53,76 @@ from bridge import flamegraph  # noqa: E402
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
 
 QUERIER = "/querier.v1.QuerierService/"
-NGINX_CONF = """
-worker_processes 1;
+BIG, SMALL = "SelectMergeStacktraces", "ProfileTypes"
+TARGET_BIG_LATENCY = 1.5  # bridge added / nginx added, 1 MB, 1 client (at most)
+TARGET_RPS = {SMALL: 0.5, BIG: 0.75}  # bridge req/s / nginx req/s, 32 clients (at least)
+COMMON_NGINX = """
 daemon off;
-master_process off;
-pid {tmp}/nginx.pid;
-error_log {tmp}/error.log warn;
-events {{ worker_connections 256; }}
+master_process {master};
+pid {tmp}/{name}.pid;
+error_log {tmp}/{name}-error.log warn;
+events {{ worker_connections 1024; }}
+"""
+TEMP_PATHS = """
+  client_body_temp_path {tmp}/{name}-body;
+  proxy_temp_path {tmp}/{name}-proxy;
+  fastcgi_temp_path {tmp}/{name}-fastcgi;
+  uwsgi_temp_path {tmp}/{name}-uwsgi;
+  scgi_temp_path {tmp}/{name}-scgi;
+"""
+UPSTREAM_CONF = COMMON_NGINX + """
+worker_processes 1;
 http {{
-  access_log {tmp}/access.log;
-  client_body_temp_path {tmp}/body;
-  proxy_temp_path {tmp}/proxy;
-  fastcgi_temp_path {tmp}/fastcgi;
-  uwsgi_temp_path {tmp}/uwsgi;
-  scgi_temp_path {tmp}/scgi;
-  upstream pyroscope {{ server 127.0.0.1:{upstream}; keepalive 32; }}
+""" + TEMP_PATHS + """
+  access_log off;
+  keepalive_requests 1000000;
   server {{
-    listen 127.0.0.1:{port};
+    listen 127.0.0.1:{port} backlog=1024;
+    root {tmp}/static;
+    default_type application/proto;
+    # every RPC is answered from its file (POST to a static file is 405 until error_page makes it 200)
+    location /querier.v1.QuerierService/ {{ error_page 405 =200 $uri; }}
+  }}
+}}
+"""
+PROXY_CONF = COMMON_NGINX + """
+worker_processes {workers};
+http {{
+""" + TEMP_PATHS + """
+  access_log {tmp}/access.log combined buffer=64k;
+  keepalive_requests 1000000;
+  upstream pyroscope {{ server 127.0.0.1:{upstream}; keepalive 64; keepalive_requests 1000000; }}
+  server {{
+    listen 127.0.0.1:{port} backlog=1024;
     location /pyroscope/ {{
       proxy_pass http://pyroscope/;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_buffering off;
       proxy_request_buffering off;
+      proxy_buffer_size 256k;
+      proxy_buffers 8 256k;
+      proxy_busy_buffers_size 256k;
     }}
   }}
 }}
+"""
+FRONT_CONF = COMMON_NGINX + """
+worker_processes {workers};
+http {{
+""" + TEMP_PATHS + """
+  access_log {tmp}/front-access.log combined buffer=64k;
+  keepalive_requests 1000000;
+  include {tmp}/nginx-front.conf;
+}}
+"""
+WRK_LUA = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/proto"
+wrk.headers["Connect-Protocol-Version"] = "1"
+local f = io.open("{body}", "rb")
+wrk.body = f:read("*a")
+f:close()
 """
 
 
@@ -91,23 +153,15 @@ def small_answer() -> bytes:
     ]).SerializeToString()
 
 
-UPSTREAM_SCRIPT = """
-import sys
-from aiohttp import web
-big = open(sys.argv[2], "rb").read()
-small = open(sys.argv[3], "rb").read()
-async def rpc(request):
-    await request.read()
-    body = big if request.match_info["m"] == "SelectMergeStacktraces" else small
-    return web.Response(body=body, content_type="application/proto")
-app = web.Application()
-app.router.add_post("/querier.v1.QuerierService/{m}", rpc)
-web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
-"""
+REQUESTS = {
+    BIG: qpb.SelectMergeStacktracesRequest(profile_typeID="process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+                                           label_selector="{}", start=1, end=2).SerializeToString(),
+    SMALL: qpb.ProfileTypesRequest().SerializeToString(),
+}
 
 
 async def wait_ready(session: aiohttp.ClientSession, url: str, proc: subprocess.Popen[bytes]) -> None:
-    for _ in range(200):
+    for _ in range(300):
         if proc.poll() is not None:
             raise SystemExit(f"child for {url} exited with {proc.returncode}")
         try:
@@ -126,104 +180,210 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-async def measure(rounds: int, tmp: Path) -> list[str]:
-    up_port, nginx_port, bridge_port = free_port(), free_port(), free_port()
-    (tmp / "big.bin").write_bytes(big_answer())
-    (tmp / "small.bin").write_bytes(small_answer())
-    procs: list[subprocess.Popen[bytes]] = []
+def loadavg() -> str:
     try:
-        procs.append(subprocess.Popen([sys.executable, "-c", UPSTREAM_SCRIPT, str(up_port), str(tmp / "big.bin"),
-                                       str(tmp / "small.bin")]))
-        (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, upstream=up_port, port=nginx_port))
+        return Path("/proc/loadavg").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+class Stack:
+    """The three paths as child processes: upstream nginx, proxy nginx, bridge."""
+
+    def __init__(self, tmp: Path, workers: int) -> None:
+        self.tmp = tmp
+        self.workers = workers
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.up, self.nginx_port, self.bridge_port = free_port(), free_port(), free_port()
+        self.front_port = free_port()
+        self.bases = {
+            "direct": f"http://127.0.0.1:{self.up}",
+            "nginx": f"http://127.0.0.1:{self.nginx_port}/pyroscope",
+            "bridge": f"http://127.0.0.1:{self.bridge_port}/pyroscope",
+            "front": f"http://127.0.0.1:{self.front_port}/pyroscope",
+        }
+
+    def start(self) -> None:
+        tmp = self.tmp
+        static = tmp / "static" / QUERIER.strip("/")
+        static.mkdir(parents=True)
+        (static / BIG).write_bytes(big_answer())
+        (static / SMALL).write_bytes(small_answer())
+        for name, body in REQUESTS.items():
+            (tmp / f"{name}.req").write_bytes(body)
+            (tmp / f"{name}.lua").write_text(WRK_LUA.format(body=tmp / f"{name}.req"))
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         if not Path(nginx).exists():
             raise SystemExit("nginx is not installed: apt-get install -y nginx-light")
-        procs.append(subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")],
-                                      stderr=subprocess.DEVNULL))
+        if shutil.which("wrk") is None:
+            raise SystemExit("wrk is not installed: apt-get install -y wrk")
+        (tmp / "upstream.conf").write_text(UPSTREAM_CONF.format(tmp=tmp, name="upstream", port=self.up,
+                                                                master="off"))
+        (tmp / "proxy.conf").write_text(PROXY_CONF.format(tmp=tmp, name="proxy", port=self.nginx_port,
+                                                          upstream=self.up, workers=self.workers, master="on"))
+        self.procs.append(subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "upstream.conf")],
+                                           stderr=subprocess.DEVNULL))
+        self.procs.append(subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "proxy.conf")],
+                                           stderr=subprocess.DEVNULL))
+        front = (ROOT / "deploy" / "nginx-front.conf").read_text()
+        for old, new in (("server bridge:4041;", f"server 127.0.0.1:{self.bridge_port};"),
+                         ("server pyroscope:4040;", f"server 127.0.0.1:{self.up};"),
+                         ("server tempo:3200;", f"server 127.0.0.1:{self.up};"),
+                         ("listen 4041;", f"listen 127.0.0.1:{self.front_port} backlog=1024;")):
+            if old not in front:
+                raise SystemExit(f"deploy/nginx-front.conf has no {old!r} any more: update this bench")
+            front = front.replace(old, new)
+        (tmp / "nginx-front.conf").write_text(front)
+        (tmp / "front.conf").write_text(FRONT_CONF.format(tmp=tmp, name="front", workers=self.workers, master="on"))
         env = {**os.environ, "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false", "PROFILE_BRIDGE_LOG_LEVEL": "info",
                "PROFILE_BRIDGE_DATA_DIR": str(tmp / "data")}
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "bridge", "serve", "--proxy", "--listen", f"127.0.0.1:{bridge_port}",
-             "--pyroscope-url", f"http://127.0.0.1:{up_port}", "--tempo-url", f"http://127.0.0.1:{up_port}"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        self.procs.append(subprocess.Popen(
+            [sys.executable, "-m", "bridge", "serve", "--proxy", "--workers", str(self.workers),
+             "--listen", f"127.0.0.1:{self.bridge_port}",
+             "--pyroscope-url", f"http://127.0.0.1:{self.up}", "--tempo-url", f"http://127.0.0.1:{self.up}"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp / "bridge.log", "wb"),  # noqa: SIM115
         ))
-        bases = {
-            "direct": f"http://127.0.0.1:{up_port}",
-            "nginx": f"http://127.0.0.1:{nginx_port}/pyroscope",
-            "bridge": f"http://127.0.0.1:{bridge_port}/pyroscope",
-        }
-        lines: list[str] = []
-        connector = aiohttp.TCPConnector(limit=8)
-        timeout = aiohttp.ClientTimeout(total=30, connect=5)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as session:
-            for (proc, base) in zip(procs, bases.values(), strict=True):
-                await wait_ready(session, base + QUERIER + "ProfileTypes", proc)
-            for method, body, n in (
-                ("SelectMergeStacktraces", qpb.SelectMergeStacktracesRequest(
-                    profile_typeID="process_cpu:cpu:nanoseconds:cpu:nanoseconds", label_selector="{}",
-                    start=1, end=2).SerializeToString(), rounds),
-                ("ProfileTypes", qpb.ProfileTypesRequest().SerializeToString(), rounds * 4),
-            ):
-                times: dict[str, list[float]] = {name: [] for name in bases}
-                size = 0
-                headers = {"Content-Type": "application/proto", "Connect-Protocol-Version": "1"}
-                order = list(bases)
-                for i in range(n + 20):  # 20 warm-up rounds, discarded
-                    order = order[1:] + order[:1]  # rotate: no path always goes first
-                    for name in order:
-                        started = time.perf_counter()
-                        async with session.post(bases[name] + QUERIER + method, data=body, headers=headers) as resp:
-                            data = await resp.read()
-                        elapsed = time.perf_counter() - started
-                        if resp.status != 200:
-                            raise SystemExit(f"{name} {method}: HTTP {resp.status}")
-                        size = len(data)
-                        if i >= 20:
-                            times[name].append(elapsed * 1000)
-                lines.extend(report(method, size, times))
-        return lines
-    finally:
-        for proc in reversed(procs):
+        self.procs.append(subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "front.conf")],
+                                           stderr=subprocess.DEVNULL))
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
             proc.terminate()
-        for proc in procs:
+        for proc in self.procs:
             try:
-                proc.wait(timeout=5)
+                proc.wait(timeout=40)
             except subprocess.TimeoutExpired:
                 proc.kill()
 
 
-def report(method: str, size: int, times: dict[str, list[float]]) -> list[str]:
+async def latency_rounds(stack: Stack, rounds: int) -> list[str]:
+    lines: list[str] = []
+    connector = aiohttp.TCPConnector(limit=8)
+    timeout = aiohttp.ClientTimeout(total=30, connect=5)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as session:
+        for (proc, base) in zip(stack.procs, stack.bases.values(), strict=True):
+            await wait_ready(session, base + QUERIER + SMALL, proc)
+        for method, n in ((BIG, rounds), (SMALL, rounds * 4)):
+            times: dict[str, list[float]] = {name: [] for name in stack.bases}
+            size = 0
+            headers = {"Content-Type": "application/proto", "Connect-Protocol-Version": "1"}
+            order = list(stack.bases)
+            for i in range(n + 20):  # 20 warm-up rounds, discarded
+                order = order[1:] + order[:1]  # rotate: no path always goes first
+                for name in order:
+                    started = time.perf_counter()
+                    async with session.post(stack.bases[name] + QUERIER + method, data=REQUESTS[method],
+                                            headers=headers) as resp:
+                        data = await resp.read()
+                    elapsed = time.perf_counter() - started
+                    if resp.status != 200:
+                        raise SystemExit(f"{name} {method}: HTTP {resp.status}")
+                    size = len(data)
+                    if i >= 20:
+                        times[name].append(elapsed * 1000)
+            lines.extend(latency_report(method, size, times))
+    return lines
+
+
+def latency_report(method: str, size: int, times: dict[str, list[float]]) -> list[str]:
     med = {k: statistics.median(v) for k, v in times.items()}
     p99 = {k: pct(v, 0.99) for k, v in times.items()}
-    added = {k: (med[k] - med["direct"], p99[k] - p99["direct"]) for k in ("nginx", "bridge")}
+    added = {k: (med[k] - med["direct"], p99[k] - p99["direct"]) for k in ("nginx", "bridge", "front")}
     lines = [
-        f"{method} ({size / 1e6:.2f} MB answer, {len(times['direct'])} interleaved rounds): "
+        f"{method} ({size / 1e6:.2f} MB answer, 1 client, {len(times['direct'])} interleaved rounds): "
         f"direct median {med['direct']:.3f} ms p99 {p99['direct']:.3f} ms",
     ]
-    for k in ("nginx", "bridge"):
+    for k in ("nginx", "bridge", "front"):
         lines.append(f"  {k:6s} added: median {added[k][0]:+.3f} ms, p99 {added[k][1]:+.3f} ms")
-    if size > 100_000:
-        base = max(added["nginx"][0], 1e-3)
-        ratio = added["bridge"][0] / base
-        lines.append(f"  ratio bridge/nginx added median: {ratio:.2f} (target <= 1.5) "
-                     f"{'OK' if ratio <= 1.5 else 'MISSED'}")
-        base99 = max(added["nginx"][1], 1e-3)
-        lines.append(f"  ratio bridge/nginx added p99: {added['bridge'][1] / base99:.2f} (informational)")
-    else:
-        m, p = added["bridge"]
-        lines.append(f"  bridge added median {m:.3f} ms / 0.5 ms target = {m / 0.5:.2f} "
-                     f"{'OK' if m <= 0.5 else 'MISSED'}; p99 {p:.3f} ms / 2 ms target = {p / 2:.2f} "
-                     f"{'OK' if p <= 2 else 'MISSED'}")
+    for k in ("bridge", "front"):
+        ratio = added[k][0] / max(added["nginx"][0], 1e-3)
+        if method == BIG:
+            lines.append(f"RATIO 1 MB, 1 client, {k}/nginx added latency (median): {ratio:.2f} "
+                         f"(target <= {TARGET_BIG_LATENCY}) {'OK' if ratio <= TARGET_BIG_LATENCY else 'MISSED'}")
+        else:
+            lines.append(f"ratio small call, 1 client, {k}/nginx added latency (median): {ratio:.2f} "
+                         "(informational)")
+    return lines
+
+
+WRK_RPS = re.compile(r"Requests/sec:\s+([\d.]+)")
+WRK_PCT = re.compile(r"^\s+(50|99)(?:\.000)?%\s+([\d.]+)(us|ms|s)\s*$", re.M)
+WRK_ERRORS = re.compile(r"Non-2xx or 3xx responses: (\d+)|Socket errors: (.*)")
+
+
+def run_wrk(url: str, lua: Path, seconds: int, clients: int) -> tuple[float, float, float]:
+    """(req/s, p50 ms, p99 ms) of one wrk run; a run with errors stops the bench."""
+    out = subprocess.run(["wrk", "-t2", f"-c{clients}", f"-d{seconds}s", "--latency", "-s", str(lua), url],
+                         capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
+    if (bad := WRK_ERRORS.search(out)) is not None:
+        raise SystemExit(f"wrk against {url}: {bad.group(0)}\n{out}")
+    rps = float(WRK_RPS.search(out).group(1))  # type: ignore[union-attr]
+    unit = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+    lat = {q: float(v) * unit[u] for q, v, u in WRK_PCT.findall(out)}
+    return rps, lat["50"], lat["99"]
+
+
+def throughput_rounds(stack: Stack, rounds: int, seconds: int, clients: int) -> list[str]:
+    lines: list[str] = []
+    names = ("nginx", "bridge", "front")
+    for method in (SMALL, BIG):
+        lua = stack.tmp / f"{method}.lua"
+        for name in names:  # warm-up: the bridge's workers and nginx's upstream connections
+            run_wrk(stack.bases[name] + QUERIER + method, lua, 1, clients)
+        got: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
+        ratios: dict[str, list[float]] = {"bridge": [], "front": []}
+        for r in range(rounds):
+            order = names[r % 3:] + names[:r % 3]
+            for name in order:
+                got[name].append(run_wrk(stack.bases[name] + QUERIER + method, lua, seconds, clients))
+            for k in ratios:
+                ratios[k].append(got[k][-1][0] / got["nginx"][-1][0])
+        lines.append(f"{method} ({clients} clients, wrk -t2, {rounds} interleaved rounds of {seconds} s):")
+        for name in names:
+            rps = statistics.median(x[0] for x in got[name])
+            p50 = statistics.median(x[1] for x in got[name])
+            p99 = statistics.median(x[2] for x in got[name])
+            lines.append(f"  {name:6s} {rps:9.0f} req/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms (medians over rounds)")
+        target = TARGET_RPS[method]
+        what = "1 MB answers" if method == BIG else "small calls"
+        for k, values in ratios.items():
+            ratio = statistics.median(values)
+            lines.append(f"RATIO {what}, {clients} clients, {k}/nginx req/s: median {ratio:.2f} "
+                         f"(rounds {min(values):.2f}-{max(values):.2f}; target >= {target}) "
+                         f"{'OK' if ratio >= target else 'MISSED'}")
     return lines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=200, help="measured rounds for the 1 MB call (x4 for small)")
+    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
+                        help="bridge workers and nginx worker processes (default: this machine's processors)")
+    parser.add_argument("--rounds", type=int, default=200, help="1-client rounds for the 1 MB call (x4 for small)")
+    parser.add_argument("--wrk-rounds", type=int, default=5, help="32-client rounds per path and call")
+    parser.add_argument("--seconds", type=int, default=3, help="length of one 32-client round")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--skip-throughput", action="store_true")
     args = parser.parse_args()
+    print(f"load average before: {loadavg()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-passthrough-") as tmp:
-        for line in asyncio.run(measure(max(10, min(args.rounds, 5000)), Path(tmp))):
-            print(line)
+        stack = Stack(Path(tmp), max(1, min(args.workers, 64)))
+        try:
+            stack.start()
+            lines: list[str] = []
+            if not args.skip_latency:
+                lines += asyncio.run(latency_rounds(stack, max(10, min(args.rounds, 5000))))
+            else:
+                asyncio.run(latency_rounds(stack, 0))  # waits for every path to answer
+            for line in lines:
+                print(line, flush=True)
+            if not args.skip_throughput:
+                for line in throughput_rounds(stack, max(1, min(args.wrk_rounds, 50)),
+                                              max(1, min(args.seconds, 60)), max(1, min(args.clients, 512))):
+                    print(line, flush=True)
+        finally:
+            stack.stop()
+    print(f"load average after: {loadavg()}  (bridge and nginx: {args.workers} worker processes each)")
     return 0
 
 

@@ -102,7 +102,7 @@ async def run(passes: int, tmp: Path) -> list[str]:
         env = {**os.environ, "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false", "PROFILE_BRIDGE_CAPTURE_WINDOW": "10s",
                "PROFILE_BRIDGE_DATA_DIR": str(tmp / "data")}
         bridge = subprocess.Popen(
-            [sys.executable, "-m", "bridge", "serve", "--proxy", "--listen", f"127.0.0.1:{port}",
+            [sys.executable, "-m", "bridge", "serve", "--proxy", "--workers", "1", "--listen", f"127.0.0.1:{port}",
              "--pyroscope-url", f"http://127.0.0.1:{pyro_port}", "--tempo-url", f"http://127.0.0.1:{tempo_port}"],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )

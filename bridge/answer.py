@@ -266,7 +266,7 @@ async def answer(
         return Answer("span", span, trace, profile_type, own, tree, own.flamegraph)
 
     # the tree is known now: the resolver finds every descendant in the span cache instead of asking Tempo again
-    resolver.span_cache.put_trace(ctx.tenant, trace)
+    resolver.span_cache.put_trace(ctx.cache_scope, trace)
     descendants = trace.descendant_local_roots(span.span_id)
     asked, skipped = descendants[:MAX_DESCENDANTS], max(0, len(descendants) - MAX_DESCENDANTS)
     limit = asyncio.Semaphore(CONCURRENCY)

@@ -13,25 +13,34 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
+from bridge.auth import Auth
 from bridge.config import Settings
+from bridge.gate import make_gate
+from bridge.logs import server_logger
 from bridge.metrics import Metrics
 from bridge.middleware import make_middleware
 from bridge.mode import Mode, choose_mode
 from bridge.routes import api, health, ingest, otlp, pages, pyroscope, tempo
 from bridge.spancache import SpanCache
 from bridge.state import CLOCK, METRICS, RUNTIME, SETTINGS, SPAN_CACHE, Clock, Runtime
+from bridge.upstream import relay
 
 
 def create_app(settings: Settings, *, wall_clock: Callable[[], float] = time.time) -> web.Application:
     mode = choose_mode(settings)
     metrics = Metrics()
-    app = web.Application(middlewares=[make_middleware(metrics)], client_max_size=settings.max_body_bytes,
-                          handler_args={"auto_decompress": False})
+    # handler_args: request bodies arrive as sent (see above); aiohttp's reports of requests it cannot parse (an
+    # oversize header…) go to bridge.server as one rate-limited line instead of a traceback each (bridge.logs)
+    auth = Auth.from_settings(settings)  # None: no tokens configured, every route open (docs/security.md)
+    middlewares = [make_middleware(metrics)] + ([make_gate(auth)] if auth is not None else [])
+    app = web.Application(middlewares=middlewares, client_max_size=settings.max_body_bytes,
+                          handler_args={"auto_decompress": False, "logger": server_logger()})
     app[SETTINGS] = settings
     app[METRICS] = metrics
     app[CLOCK] = Clock(wall_clock)
     app[SPAN_CACHE] = SpanCache(settings.span_cache_size, settings.span_cache_bytes, settings.span_cache_ttl)
     app[RUNTIME] = Runtime()
+    relay.setup(app)  # pass-through over the lean relay (bridge.upstream.relay)
 
     health.setup(app)
     pyroscope.setup(app)
@@ -41,6 +50,9 @@ def create_app(settings: Settings, *, wall_clock: Callable[[], float] = time.tim
     otlp.setup(app)
     if mode.keeps_data:
         ingest.setup(app)
+    metrics.allow_routes(app)  # the route label's closed set: these routes and the labels their handlers set
+    if settings.pprof_targets:
+        metrics.allow("target", *settings.pprof_targets)
     app.cleanup_ctx.append(_running(mode))
     return app
 

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import os
 import signal
 import sys
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from bridge.config import FIELDS_BY_KEY, PREFIX, ConfigError, Settings, load_toml, parse_url, settings_help
 from bridge.errors import BridgeError
@@ -24,8 +25,11 @@ from bridge.provisioning.settings import provision_help
 
 if TYPE_CHECKING:
     from bridge.demo.shop import DemoShop
+    from bridge.workers import WorkerContext
 
 log = logging.getLogger("bridge.cli")
+
+WORKER_DRAIN_SECONDS: Final = 0.5  # a stopping worker's grace for connections it accepted just before
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -106,12 +110,16 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=settings_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    serve.add_argument("--listen", metavar="HOST:PORT", help="PROFILE_BRIDGE_LISTEN (default 0.0.0.0:4041)")
+    serve.add_argument("--listen", metavar="HOST:PORT",
+                       help="PROFILE_BRIDGE_LISTEN (default 127.0.0.1:4041; 0.0.0.0:4041 for every interface)")
     serve.add_argument("--pyroscope-url", metavar="URL", help="PROFILE_BRIDGE_PYROSCOPE_URL")
     serve.add_argument("--tempo-url", metavar="URL", help="PROFILE_BRIDGE_TEMPO_URL")
     serve.add_argument("--data-dir", metavar="DIR", help="PROFILE_BRIDGE_DATA_DIR (standalone store)")
+    serve.add_argument("--workers", metavar="N",
+                       help="PROFILE_BRIDGE_WORKERS: processes sharing the port (default auto: one per processor; "
+                       "proxy mode only)")
     serve.add_argument("--otlp-grpc-listen", metavar="HOST:PORT",
-                       help="PROFILE_BRIDGE_OTLP_GRPC_LISTEN (default 0.0.0.0:4317)")
+                       help="PROFILE_BRIDGE_OTLP_GRPC_LISTEN (default 127.0.0.1:4317)")
     mode = serve.add_mutually_exclusive_group()
     mode.add_argument("--standalone", action="store_true", help="force standalone mode (embedded store)")
     mode.add_argument("--proxy", action="store_true", help="force proxy mode (Tempo and Pyroscope)")
@@ -152,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="request: add what other services did on the span's behalf")
     res.add_argument("--top", type=int, default=20, metavar="N", help="functions listed (default 20)")
     res.add_argument("--profile-type", metavar="ID", help="default: PROFILE_BRIDGE_PROFILE_TYPE")
+    res.add_argument("--compare", action="store_true",
+                     help="also compare the span with its endpoint's usual requests: the most unusual functions")
+    res.add_argument("--window", metavar="DURATION", default="1h",
+                     help="--compare: the usual requests started within this window around the span (default 1h)")
 
     doc = sub.add_parser(
         "doctor",
@@ -240,7 +252,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     configure(settings.log_level, settings.log_format)
     try:
         if args.command == "serve":
-            return asyncio.run(serve(settings, demo=args.demo, environ=env))
+            return run_serve(settings, args, env, overrides)
         if args.command == "provision":
             from bridge.provisioning.render import run_provision
 
@@ -252,6 +264,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             return int(run_resolve(
                 settings, args.trace_id, args.span_id, scope=args.scope, top=args.top,
                 profile_type=args.profile_type or settings.profile_type, out=sys.stdout,
+                compare_window=args.window if args.compare else None,
             ))
         if args.command == "doctor":
             from bridge.commands.doctor import run_doctor
@@ -261,7 +274,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
                 profile_type=args.profile_type or settings.profile_type, out=sys.stdout,
             ))
         if args.command == "demo":
-            return asyncio.run(demo(settings, args, env))
+            return run_loop(demo(settings, args, env))
     except ConfigError as exc:
         print(f"profile-bridge: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -271,7 +284,13 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
 
 def _check_demo_mode(settings: Settings, args: argparse.Namespace) -> None:
-    """``serve --demo`` feeds the embedded store: refuse proxy mode in one line, saying what selected it."""
+    """``serve --demo`` feeds the embedded store without credentials: refuse proxy mode (saying what selected it) and
+    authentication, in one line."""
+    if settings.auth_tokens:
+        raise _UsageError(
+            "profile-bridge serve: --demo sends the demo shop's data without a token, but PROFILE_BRIDGE_AUTH_TOKENS"
+            "_FILE / PROFILE_BRIDGE_AUTH_TOKENS turn authentication on: run the demo with a bridge that has none"
+        )
     if settings.is_standalone:
         return
     if args.proxy:
@@ -310,9 +329,89 @@ def _start_failure(settings: Settings, exc: BaseException) -> str:
     return f"cannot start ({settings.mode} mode): {text}"
 
 
-async def serve(settings: Settings, *, demo: bool = False, environ: Mapping[str, str] | None = None) -> int:
+def run_serve(settings: Settings, args: argparse.Namespace, env: Mapping[str, str],
+              overrides: Mapping[str, str]) -> int:
+    """``serve``: one process, or a master and its workers (``bridge.workers``) sharing the port."""
+    from bridge import workers
+
+    workers.tune_allocator()
+    count, note = workers.effective_count(settings, settings.workers)
+    if note:
+        log.warning("%s", note)
+    if count == 1 or args.demo:
+        return run_loop(serve(settings, demo=args.demo, environ=env))
+    config = getattr(args, "config", None)
+
+    def reload() -> Settings:
+        return Settings.from_env(env, file_values=load_toml(config) if config else None, overrides=overrides)
+
+    host, port = settings.listen_host, settings.listen_port
+    try:
+        taken = workers.in_use_by_another(host, port)
+        if taken is not None:
+            raise taken
+        sockets = workers.bind_sockets(host, port, count)
+    except OSError as exc:
+        print(_listen_failure(host, port, exc), file=sys.stderr)
+        return EXIT_FAILED
+    port = sockets[0].getsockname()[1]
+    base = _display_base(host, port)
+
+    def on_ready() -> None:
+        log.info("profile-bridge listening on http://%s (%s mode, %s): pages at %s/; %d worker processes (pid %d: "
+                 "SIGHUP restarts them, SIGTERM stops)", _host_port(host, port), settings.mode,
+                 _auth_words(settings), base, count, os.getpid())
+        _log_mode(settings, base)
+        _warn_if_exposed(settings, port)
+
+    try:
+        with workers.metrics_directory() as metrics_dir:
+            master = workers.Master(settings, sockets, _worker_main, reload, metrics_dir)
+            code = master.run(on_ready)
+    finally:
+        for sock in sockets:
+            sock.close()
+    if code:  # the worker said why, in its one line
+        log.error("a worker process failed to start: every worker stopped")
+    return code
+
+
+def _worker_main(settings: Settings, worker: WorkerContext) -> int:
+    return run_loop(serve(settings, worker=worker))
+
+
+def run_loop(main: Coroutine[Any, Any, int]) -> int:
+    """Run ``main`` on uvloop's event loop when it is installed (it serves a pass-through call in about two thirds
+    of asyncio's time: docs/benchmarks.md), else on asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
+
+
+def _listen_failure(host: str, port: int, exc: OSError) -> str:
+    reason = os.strerror(exc.errno) if exc.errno else _one_line(exc)
+    return (f"profile-bridge: cannot listen on {_host_port(host, port)}: {reason}: "
+            "--listen HOST:PORT (PROFILE_BRIDGE_LISTEN) moves the bridge's HTTP port")
+
+
+async def _watch_master(pid: int, stop: asyncio.Event) -> None:
+    """A worker whose master is gone (killed without a chance to stop it) stops by itself."""
+    while not stop.is_set():
+        if os.getppid() != pid:
+            log.warning("the master process %d is gone: this worker stops", pid)
+            stop.set()
+            return
+        await asyncio.sleep(1.0)
+
+
+async def serve(settings: Settings, *, demo: bool = False, environ: Mapping[str, str] | None = None,
+                worker: WorkerContext | None = None) -> int:
     """Run until SIGINT/SIGTERM. A listen failure is one line naming the setting that moves the port, exit code 1.
-    With ``demo`` the demo shop runs beside it, sending to it, and is stopped (and flushed) before the bridge."""
+    With ``demo`` the demo shop runs beside it, sending to it, and is stopped (and flushed) before the bridge.
+    ``worker``: one of ``serve --workers``'s processes, serving the socket its master made."""
     from aiohttp import web
 
     from bridge.app import create_app
@@ -340,23 +439,36 @@ async def serve(settings: Settings, *, demo: bool = False, environ: Mapping[str,
         print(f"profile-bridge: {_start_failure(settings, exc)}", file=sys.stderr)
         await _quiet_cleanup(runner)
         return EXIT_FAILED
+    if worker is not None:
+        worker_site = web.SockSite(runner, worker.sock)
+        await worker_site.start()
+        worker.ready()
+        log.debug("worker %d (pid %d) serves", worker.slot, os.getpid())
+        watch = asyncio.create_task(_watch_master(worker.master_pid, stop))
+        try:
+            await stop.wait()
+        finally:
+            watch.cancel()
+            # stop accepting first, then give connections this worker accepted a moment ago the time to send their
+            # request: closing them at once (as a cleanup does with connections that have not spoken yet) would
+            # reset a client that was just writing its body, while the socket's other workers serve everyone else
+            await worker_site.stop()
+            await asyncio.sleep(WORKER_DRAIN_SECONDS)
+            await runner.cleanup()
+        return EXIT_OK
     site = web.TCPSite(runner, settings.listen_host, settings.listen_port)
     try:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        reason = os.strerror(exc.errno) if exc.errno else _one_line(exc)
-        print(
-            f"profile-bridge: cannot listen on {_host_port(settings.listen_host, settings.listen_port)}: {reason}: "
-            "--listen HOST:PORT (PROFILE_BRIDGE_LISTEN) moves the bridge's HTTP port",
-            file=sys.stderr,
-        )
+        print(_listen_failure(settings.listen_host, settings.listen_port, exc), file=sys.stderr)
         return EXIT_FAILED
     port = int(runner.addresses[0][1]) if runner.addresses else settings.listen_port
     base = _display_base(settings.listen_host, port)
-    log.info("profile-bridge listening on http://%s (%s mode): pages at %s/", _host_port(settings.listen_host, port),
-             settings.mode, base)
+    log.info("profile-bridge listening on http://%s (%s mode, %s): pages at %s/",
+             _host_port(settings.listen_host, port), settings.mode, _auth_words(settings), base)
     _log_mode(settings, base)
+    _warn_if_exposed(settings, port)
     shop = None
     quiet = _QuietIngest()
     if demo:
@@ -378,6 +490,34 @@ async def serve(settings: Settings, *, demo: bool = False, environ: Mapping[str,
         await runner.cleanup()
         logging.getLogger("bridge.http").removeFilter(quiet)
     return EXIT_OK
+
+
+def _auth_words(settings: Settings) -> str:
+    tokens = len(settings.auth_tokens)
+    return f"authentication on: {tokens} token{'s' if tokens != 1 else ''}" if tokens else "no authentication"
+
+
+def _reachable_from_elsewhere(host: str) -> bool:
+    """Whether a listen address accepts connections from other hosts (anything but loopback)."""
+    try:
+        return not ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host != "localhost"  # a host name: whatever it resolves to, assume it is reachable
+
+
+def _warn_if_exposed(settings: Settings, port: int) -> None:
+    """One WARNING per listener reachable from other hosts while no token is configured."""
+    if settings.auth_tokens:
+        return
+    exposed = [f"HTTP on {_host_port(settings.listen_host, port)}"] if _reachable_from_elsewhere(
+        settings.listen_host) else []
+    grpc_host, grpc_port = settings.otlp_grpc_listen
+    if settings.otlp_grpc_enabled and _reachable_from_elsewhere(grpc_host):
+        exposed.append(f"OTLP gRPC on {_host_port(grpc_host, grpc_port)}")
+    if exposed:
+        log.warning("%s: reachable from other hosts WITHOUT AUTHENTICATION — anyone who can reach it reads and "
+                    "writes every tenant's data. Set PROFILE_BRIDGE_AUTH_TOKENS_FILE (docs/security.md), or listen on "
+                    "127.0.0.1", " and ".join(exposed))
 
 
 class _QuietIngest(logging.Filter):

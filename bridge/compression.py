@@ -1,5 +1,10 @@
 """Pure: bounded gzip inflation, shared by every place the bridge undoes gzip (request bodies, Tempo answers, pprof
-payloads). Each caller turns the reason into its own error type; the reason reads well after "<what> is"."""
+payloads). Each caller turns the reason into its own error type; the reason reads well after "<what> is".
+
+``Budget``: one request's decompression allowance, shared by its body and every gzipped payload nested in it (a
+Push's pprof samples, ``/ingest``'s profile and multipart parts): at most ``INFLATE_FACTOR`` ×
+``PROFILE_BRIDGE_MAX_BODY_BYTES`` inflated bytes per request, whatever the number of payloads inside.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,50 @@ class GzipError(ValueError):
 
 class GzipTooLarge(GzipError):
     """The data inflates to more than the limit."""
+
+
+class BudgetSpent(GzipTooLarge):
+    """The data would take the request past its decompression budget (``Budget``)."""
+
+
+# a request may inflate, across its body and everything gzipped inside it, at most this many times the body limit
+INFLATE_FACTOR: Final = 4
+
+
+class Budget:
+    """One request's decompression allowance. Every inflation made on the request's behalf is charged to it; past
+    ``limit`` inflated bytes, ``gunzip`` raises ``BudgetSpent`` and nothing more is inflated. Not shared between
+    requests, and used by one thread at a time (the request's decoder)."""
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    @classmethod
+    def for_body_limit(cls, max_body_bytes: int) -> Budget:
+        return cls(INFLATE_FACTOR * max_body_bytes)
+
+    @property
+    def left(self) -> int:
+        return max(0, self.limit - self.used)
+
+    def gunzip(self, data: bytes, max_bytes: int | None = None) -> bytes:
+        """Inflate one gzip member within ``max_bytes`` (this payload's own limit) and what is left of the budget."""
+        own = max_bytes if max_bytes is not None else self.limit
+        cap = min(own, self.left)
+        try:
+            out = gunzip(data, cap)
+        except GzipTooLarge:
+            if cap == self.left:
+                raise BudgetSpent(
+                    f"over the request's decompression budget of {self.limit} bytes ({INFLATE_FACTOR} × the body "
+                    "limit, PROFILE_BRIDGE_MAX_BODY_BYTES, across the body and every gzipped payload in it)"
+                ) from None
+            raise
+        self.used += len(out)
+        return out
 
 
 def gunzip(data: bytes, max_bytes: int) -> bytes:

@@ -11,6 +11,7 @@ Every setting is one row of ``FIELDS``: the environment key, the attribute, a pa
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -113,6 +114,20 @@ def parse_positive_int(value: str) -> int:
     return number
 
 
+def parse_workers(value: str) -> int:
+    """A number of worker processes; ``0`` or ``auto``: one per processor (decided at start)."""
+    text = value.strip().lower()
+    if text in ("0", "auto"):
+        return 0
+    try:
+        number = int(text)
+    except ValueError:
+        raise ValueError("not a number of processes (or auto)") from None
+    if not 0 < number <= 256:
+        raise ValueError("must be 1-256, or auto (one per processor)")
+    return number
+
+
 def parse_label_map(value: str) -> tuple[tuple[str, str], ...]:
     """``service.name=service_name,k8s.pod.name=pod`` → pairs (resource attribute, profile label)."""
     pairs: list[tuple[str, str]] = []
@@ -181,6 +196,84 @@ def parse_nonempty(value: str) -> str:
     return value.strip()
 
 
+PERMISSIONS: Final = ("read", "ingest")
+ANY_TENANT: Final = "*"
+MIN_TOKEN_CHARS: Final = 16
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEntry:
+    """One accepted credential: the SHA-256 of the token (never the token itself), the tenant it is bound to
+    (``*``: the caller's ``X-Scope-OrgID`` decides) and what it may do (``read``, ``ingest``)."""
+
+    digest: bytes
+    tenant: str
+    permissions: frozenset[str]
+    where: str  # "line 3" / "entry 2": for messages, never the token
+
+
+def token_digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+
+
+def parse_token_entries(text: str, unit: str = "entry") -> tuple[TokenEntry, ...]:
+    """``TOKEN TENANT PERMISSIONS`` per line (a file) or per ``;``-separated entry (the environment); ``#`` starts a
+    comment. TOKEN: at least 16 characters, or ``sha256:`` and the token's SHA-256 in hex (nothing secret on disk).
+    TENANT: the tenant the token acts for, or ``*`` for any. PERMISSIONS: ``read``, ``ingest`` or ``read,ingest``.
+    A reason never quotes a token."""
+    entries: list[TokenEntry] = []
+    seen: dict[bytes, str] = {}
+    chunks = text.splitlines() if unit == "line" else text.replace("\n", ";").split(";")
+    for n, raw in enumerate(chunks, 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        where = f"{unit} {n}"
+        fields = line.split()
+        if len(fields) != 3:
+            raise ValueError(f"{where} has {len(fields)} fields: write TOKEN TENANT PERMISSIONS, e.g. "
+                             "'<token> team-a read,ingest'")
+        token, tenant, perms = fields
+        if token.startswith("sha256:"):
+            hexdigest = token[len("sha256:"):]
+            if len(hexdigest) != 64 or any(c not in "0123456789abcdefABCDEF" for c in hexdigest):
+                raise ValueError(f"{where}: a sha256: token must be followed by 64 hex characters")
+            digest = bytes.fromhex(hexdigest)
+        elif len(token) < MIN_TOKEN_CHARS:
+            raise ValueError(f"{where}: the token is shorter than {MIN_TOKEN_CHARS} characters (make one with "
+                             "`python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
+        else:
+            digest = token_digest(token)
+        permissions = frozenset(p.strip() for p in perms.split(",") if p.strip())
+        unknown = sorted(permissions - set(PERMISSIONS))
+        if unknown or not permissions:
+            raise ValueError(f"{where}: permissions {perms!r} are not read, ingest or read,ingest")
+        if digest in seen:
+            raise ValueError(f"{where}: the same token as {seen[digest]}")
+        seen[digest] = where
+        entries.append(TokenEntry(digest, tenant, permissions, where))
+    return tuple(entries)
+
+
+def parse_token_file(path: str) -> tuple[TokenEntry, ...]:
+    """A tokens file (``parse_token_entries``, one per line), read once at start."""
+    if not path.strip():
+        return ()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ValueError(f"cannot be read ({reason})") from None
+    entries = parse_token_entries(text, "line")
+    if not entries:
+        raise ValueError("holds no token (TOKEN TENANT PERMISSIONS per line)")
+    return entries
+
+
+def parse_env_tokens(value: str) -> tuple[TokenEntry, ...]:
+    return parse_token_entries(value, "entry")
+
+
 # --------------------------------------------------------------------------------------------- the settings
 
 
@@ -192,9 +285,10 @@ DEFAULT_PYROSCOPE_URL: Final = "http://localhost:4040"
 class Settings:
     """Everything the bridge can be told. Build with ``Settings.from_env``; tests use ``Settings.for_tests``."""
 
-    # where it listens
-    listen_host: str = "0.0.0.0"
+    # where it listens (loopback unless told otherwise: the container image says 0.0.0.0 itself)
+    listen_host: str = "127.0.0.1"
     listen_port: int = 4041
+    workers: int = 0  # 0: one per processor (proxy mode; standalone runs one)
     # backends; ``mode`` says whether they are used (proxy) or the embedded store serves instead (standalone)
     mode: Mode = "standalone"
     pyroscope_url: str = DEFAULT_PYROSCOPE_URL
@@ -217,13 +311,14 @@ class Settings:
     services_cache_ttl: float = 60.0
     # limits
     max_body_bytes: int = 32 * 1024**2
+    max_upstream_answer_bytes: int = 64 * 1024**2
     # Tempo enrichment
     enrich: EnrichPolicy = "all"
     # standalone store
     data_dir: str = "./profile-bridge-data"
     retention_age: float = 7 * 24 * 3600.0
     retention_bytes: int = 10 * 1024**3
-    otlp_grpc_listen: tuple[str, int] = ("0.0.0.0", 4317)
+    otlp_grpc_listen: tuple[str, int] = ("127.0.0.1", 4317)
     otlp_grpc_enabled: bool = True
     # OTLP profile link gateway
     link_keys: tuple[tuple[str, str], ...] = (
@@ -239,6 +334,11 @@ class Settings:
     grafana_url: str = ""
     grafana_profiles_uid: str = "profile-bridge-pyroscope"
     grafana_tempo_uid: str = "profile-bridge-tempo"
+    # authentication (bridge.auth): none unless tokens are given
+    auth_file_tokens: tuple[TokenEntry, ...] = ()
+    auth_env_tokens: tuple[TokenEntry, ...] = ()
+    auth_metrics: Literal["open", "read"] = "open"
+    client_token: str = ""  # what `resolve` and `doctor` present to a standalone bridge that wants a token
     # logs
     log_level: str = "info"
     log_format: Literal["text", "json"] = "text"
@@ -275,7 +375,7 @@ class Settings:
             try:
                 parsed = spec.parse(text)
             except ValueError as exc:
-                raise ConfigError(source, text, str(exc)) from None
+                raise ConfigError(source, "(hidden)" if spec.secret else text, str(exc)) from None
             spec.assign(values, parsed)
 
         explicit = frozenset(raw)
@@ -296,6 +396,11 @@ class Settings:
     @property
     def is_standalone(self) -> bool:
         return self.mode == "standalone"
+
+    @property
+    def auth_tokens(self) -> tuple[TokenEntry, ...]:
+        """Every accepted token (file and environment); empty: authentication is off."""
+        return self.auth_file_tokens + self.auth_env_tokens
 
 
 def load_toml(path: str) -> dict[str, Any]:
@@ -327,6 +432,7 @@ class FieldSpec:
     default: str  # as a user would write it
     help: str
     flag: str = ""  # serve's command-line flag, when it has one
+    secret: bool = False  # its value is never printed (an error says "(hidden)")
 
     def assign(self, values: dict[str, Any], parsed: Any) -> None:
         if len(self.attrs) == 1:
@@ -336,13 +442,18 @@ class FieldSpec:
                 values[attr] = part
 
 
-def _f(name: str, attrs: str, parse: Callable[[str], Any], default: str, help: str, flag: str = "") -> FieldSpec:
-    return FieldSpec(PREFIX + name, tuple(attrs.split(",")), parse, default, help, flag)
+def _f(name: str, attrs: str, parse: Callable[[str], Any], default: str, help: str, flag: str = "",
+       secret: bool = False) -> FieldSpec:
+    return FieldSpec(PREFIX + name, tuple(attrs.split(",")), parse, default, help, flag, secret)
 
 
 FIELDS: Final[tuple[FieldSpec, ...]] = (
-    _f("LISTEN", "listen_host,listen_port", parse_host_port, "0.0.0.0:4041",
-       "HOST:PORT the HTTP server listens on (Grafana, SDK ingest, pages, API, metrics)", "--listen"),
+    _f("LISTEN", "listen_host,listen_port", parse_host_port, "127.0.0.1:4041",
+       "HOST:PORT the HTTP server listens on (Grafana, SDK ingest, pages, API, metrics); 0.0.0.0:4041 for every "
+       "interface", "--listen"),
+    _f("WORKERS", "workers", parse_workers, "auto",
+       "worker processes sharing the HTTP port: a number, or auto (one per processor); proxy mode only, "
+       "standalone runs one (docs/operations.md)", "--workers"),
     _f("MODE", "mode", parse_choice("proxy", "standalone"), "(auto)",
        "proxy (use Tempo and Pyroscope) or standalone (embedded store); auto: proxy when a backend URL is set",
        ""),
@@ -373,7 +484,11 @@ FIELDS: Final[tuple[FieldSpec, ...]] = (
     _f("SERVICES_CACHE_TTL", "services_cache_ttl", parse_seconds, "60s",
        "how long Pyroscope's list of profiled services is cached (enrich=profiled-services)"),
     _f("MAX_BODY_BYTES", "max_body_bytes", parse_bytes, "32MiB",
-       "largest request body the bridge decodes, also after gzip decompression"),
+       "largest request body the bridge decodes, also after gzip decompression; a request inflates at most 4 "
+       "times this across its body and every gzipped payload in it"),
+    _f("MAX_UPSTREAM_ANSWER_BYTES", "max_upstream_answer_bytes", parse_bytes, "64MiB",
+       "largest Tempo or Pyroscope answer the bridge reads whole (trace by ID, the resolver's queries), also after "
+       "gzip; pass-through answers stream and are not limited"),
     _f("ENRICH", "enrich", parse_choice("all", "profiled-services", "off"), "all",
        "which spans of trace-by-ID answers get pyroscope.profile.id: all, profiled-services or off"),
     _f("DATA_DIR", "data_dir", parse_nonempty, "./profile-bridge-data",
@@ -382,7 +497,7 @@ FIELDS: Final[tuple[FieldSpec, ...]] = (
        "standalone store: keep data this long; older data is dropped, and refused at ingest"),
     _f("RETENTION_BYTES", "retention_bytes", parse_bytes, "10GiB",
        "standalone store: size cap; above it the oldest data is dropped before its age"),
-    _f("OTLP_GRPC_LISTEN", "otlp_grpc_listen", parse_host_port, "0.0.0.0:4317",
+    _f("OTLP_GRPC_LISTEN", "otlp_grpc_listen", parse_host_port, "127.0.0.1:4317",
        "HOST:PORT of the OTLP gRPC receiver (traces in standalone mode, profiles for the link gateway)",
        "--otlp-grpc-listen"),
     _f("OTLP_GRPC_ENABLED", "otlp_grpc_enabled", parse_bool, "true", "run the OTLP gRPC receiver"),
@@ -402,6 +517,16 @@ FIELDS: Final[tuple[FieldSpec, ...]] = (
        "uid of the Profiles data source, for Explore links"),
     _f("GRAFANA_TEMPO_UID", "grafana_tempo_uid", parse_nonempty, "profile-bridge-tempo",
        "uid of the Tempo data source, for Explore links"),
+    _f("AUTH_TOKENS_FILE", "auth_file_tokens", parse_token_file, "",
+       "file of accepted tokens, one 'TOKEN TENANT PERMISSIONS' per line (docs/security.md); set, every route but "
+       "/healthz and /readyz needs a token, on HTTP and gRPC"),
+    _f("AUTH_TOKENS", "auth_env_tokens", parse_env_tokens, "",
+       "the same entries in the environment, separated by ';'", secret=True),
+    _f("AUTH_METRICS", "auth_metrics", parse_choice("open", "read"), "open",
+       "with tokens set: /metrics open (its labels carry no tenant's data) or needing a read token"),
+    _f("TOKEN", "client_token", parse_str, "",
+       "the token `resolve` and `doctor` send to a standalone bridge that requires one (X-Profile-Bridge-Token)",
+       secret=True),
     _f("LOG_LEVEL", "log_level", parse_choice("debug", "info", "warning", "error"), "info", "log level"),
     _f("LOG_FORMAT", "log_format", parse_choice("text", "json"), "text",
        "text or json (one JSON object per line)"),

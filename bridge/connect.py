@@ -16,7 +16,7 @@ from typing import Final, TypeVar
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
-from bridge.compression import GzipError, GzipTooLarge, accepts_gzip, gunzip
+from bridge.compression import Budget, BudgetSpent, GzipError, GzipTooLarge, accepts_gzip, gunzip
 from bridge.errors import CODE_TO_HTTP, Code, InvalidArgument, ResourceExhausted
 
 M = TypeVar("M", bound=Message)
@@ -46,8 +46,9 @@ def codec_for(content_type: str | None) -> Codec:
     )
 
 
-def decompress(body: bytes, content_encoding: str | None, max_bytes: int) -> bytes:
-    """Undo ``Content-Encoding`` (identity or gzip), refusing anything larger than ``max_bytes`` after it."""
+def decompress(body: bytes, content_encoding: str | None, max_bytes: int, budget: Budget | None = None) -> bytes:
+    """Undo ``Content-Encoding`` (identity or gzip), refusing anything larger than ``max_bytes`` after it; the
+    inflated bytes are charged to the request's ``budget`` when there is one."""
     encoding = (content_encoding or "identity").strip().lower()
     if len(body) > max_bytes:
         raise ResourceExhausted(f"request body of {len(body)} bytes is over the limit of {max_bytes} bytes")
@@ -56,7 +57,9 @@ def decompress(body: bytes, content_encoding: str | None, max_bytes: int) -> byt
     if encoding != "gzip":
         raise InvalidArgument(f"unsupported Content-Encoding {content_encoding!r}: send gzip or identity")
     try:
-        return gunzip(body, max_bytes)
+        return budget.gunzip(body, max_bytes) if budget is not None else gunzip(body, max_bytes)
+    except BudgetSpent as exc:
+        raise ResourceExhausted(f"request body is {exc}") from None
     except GzipTooLarge:
         raise ResourceExhausted(
             f"request body is over the limit of {max_bytes} bytes after gzip decompression"
@@ -83,10 +86,11 @@ def decode_message(data: bytes, codec: Codec, cls: type[M]) -> M:
 
 
 def decode_request(
-    body: bytes, content_type: str | None, content_encoding: str | None, cls: type[M], max_bytes: int
+    body: bytes, content_type: str | None, content_encoding: str | None, cls: type[M], max_bytes: int,
+    budget: Budget | None = None,
 ) -> tuple[M, Codec]:
     codec = codec_for(content_type)
-    return decode_message(decompress(body, content_encoding, max_bytes), codec, cls), codec
+    return decode_message(decompress(body, content_encoding, max_bytes, budget), codec, cls), codec
 
 
 def encode_message(msg: Message, codec: Codec) -> bytes:

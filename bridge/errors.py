@@ -4,12 +4,15 @@ The tree, specialised only where a caller branches on it::
 
     BridgeError(code, message)                 any failure with a Connect code and a message a user can act on
     ├── InvalidArgument                        the caller sent something unusable (400)
-    ├── ResourceExhausted                      a body over the size limit (429)
-    ├── StorageFull                            the store's disk is full: nothing stored, retry later (unavailable, 503)
+    ├── ResourceExhausted                      a body (or what it inflates to) over its size limit (413)
+    ├── StorageFull                            the store's disk is full: retry later (unavailable, 503 Retry-After)
     ├── NotFound                               an id that is not there (404)
+    ├── Unauthenticated                        no token, or one the bridge does not accept (401)
+    ├── PermissionDenied                       a token without the permission or the tenant asked for (403)
     ├── Unimplemented                          a route standalone mode does not serve (501)
     └── UpstreamError(upstream, code, message) Tempo, Pyroscope or another upstream failed
         ├── UpstreamTimeout                    no answer within the request's budget (deadline_exceeded, 504)
+        ├── UpstreamTooLarge                   an answer over PROFILE_BRIDGE_MAX_UPSTREAM_ANSWER_BYTES (502)
         └── UpstreamUnavailable                refused, reset, DNS, 5xx without a Connect body (unavailable, 503)
 
 Foreign exceptions are mapped to these at exactly one boundary per upstream (``bridge/upstream/``), most specific
@@ -96,25 +99,51 @@ class BridgeError(Exception):
     def http_status(self) -> int:
         return CODE_TO_HTTP[self.code]
 
+    @property
+    def retry_after(self) -> int | None:
+        """Seconds after which a retry may succeed (the ``Retry-After`` header), when the failure is temporary."""
+        return None
+
 
 class InvalidArgument(BridgeError):
     code = Code.INVALID_ARGUMENT
 
 
 class ResourceExhausted(BridgeError):
+    """Too large: a body, or what it inflates to, over its limit. HTTP 413 (Content Too Large), which OTLP exporters
+    and SDKs do not retry — sending the same body again cannot succeed; Connect clients read the code from the body
+    (``resource_exhausted``). Connect's own status for the code, 429, would make exporters retry it forever."""
+
     code = Code.RESOURCE_EXHAUSTED
+
+    @property
+    def http_status(self) -> int:
+        return 413
 
 
 class StorageFull(BridgeError):
-    """The store cannot write: its disk (or the file system's quota) is full. Temporary — retention or an operator
-    frees space, and the store takes writes again by itself — so the code is ``unavailable``, which OTLP exporters
-    and SDKs retry; nothing of the refused request was stored."""
+    """The store cannot write: its disk (or its file system quota) is full. Temporary — retention or an operator
+    frees space — so the answer is ``unavailable`` (503 with ``Retry-After``; gRPC ``UNAVAILABLE``), which OTLP
+    exporters and SDKs retry, and nothing of the request was stored."""
 
     code = Code.UNAVAILABLE
+    RETRY_AFTER_S: Final = 30
+
+    @property
+    def retry_after(self) -> int | None:
+        return self.RETRY_AFTER_S
 
 
 class NotFound(BridgeError):
     code = Code.NOT_FOUND
+
+
+class Unauthenticated(BridgeError):
+    code = Code.UNAUTHENTICATED
+
+
+class PermissionDenied(BridgeError):
+    code = Code.PERMISSION_DENIED
 
 
 class Unimplemented(BridgeError):
@@ -137,3 +166,15 @@ class UpstreamTimeout(UpstreamError):
 
 class UpstreamUnavailable(UpstreamError):
     code = Code.UNAVAILABLE
+
+
+class UpstreamTooLarge(UpstreamError):
+    """An answer the bridge must read whole is larger than it will hold (``PROFILE_BRIDGE_MAX_UPSTREAM_ANSWER_BYTES``).
+    The upstream did answer, but with nothing the bridge can use: 502 Bad Gateway, ``resource_exhausted`` in the
+    body."""
+
+    code = Code.RESOURCE_EXHAUSTED
+
+    @property
+    def http_status(self) -> int:
+        return 502

@@ -7,6 +7,10 @@
   ``tempo_trace_id``, answers 404 for it).
 - Bytes: OTLP carries 8 / 16 raw bytes; Tempo's JSON carries standard base64 of them.
 - The store keeps a span id as a signed 64-bit integer (SQLite's INTEGER) and a trace id as 16 bytes.
+- The carried form ``<16 hex span id>:<32 hex trace id>``: the value the Tempo mount gives ``pyroscope.profile.id``,
+  which Grafana sends back verbatim as a span selector entry. It names the span *and* its trace, so any bridge
+  process resolves the click with one trace-by-ID call, whichever process served the trace view. It never reaches
+  Pyroscope (which refuses any entry that is not 16 hex): the span selector is cut back to the span id first.
 """
 
 from __future__ import annotations
@@ -40,6 +44,27 @@ def trace_id(value: str, *, padded: bool = True) -> str | None:
     if not low <= len(text) <= TRACE_ID_CHARS or not _HEX.fullmatch(text) or not text.strip("0"):
         return None
     return text.lower().rjust(TRACE_ID_CHARS, "0")
+
+
+CARRIED_SEPARATOR: Final = ":"
+
+
+def carried_profile_id(span: str, trace: str) -> str:
+    """The carried form of a span: ``<16 hex span id>:<32 hex trace id>`` (both already canonical)."""
+    return f"{span}{CARRIED_SEPARATOR}{trace}"
+
+
+def selector_entry(value: str) -> tuple[str, str | None] | None:
+    """A span selector entry (or a span id as a user pastes it from a span's ``pyroscope.profile.id``) → (span id,
+    the trace id it carries or None). 16 hex, or 16 hex ``:`` 1–32 hex; anything else → None."""
+    span_part, sep, trace_part = value.strip().partition(CARRIED_SEPARATOR)
+    sid = span_id(span_part)
+    if sid is None:
+        return None
+    if not sep:
+        return sid, None
+    tid = trace_id(trace_part)
+    return None if tid is None else (sid, tid)
 
 
 def tempo_trace_id(raw: str) -> str:

@@ -26,17 +26,30 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # handlers may set request[ROUTE_LABEL] to a finer label (e.g. the RPC name); a RequestKey, as aiohttp 3.14 wants
 ROUTE_LABEL = web.RequestKey("route_label", str)
+# set by the streaming pass-through (``bridge.upstream.proxy``): a request the bridge only relayed is logged at DEBUG
+# when it succeeded — its line cost a tenth of a relayed call, and the upstream (or a proxy in front) keeps the
+# access log; failures, and everything the bridge answers itself, stay at INFO. (421 is a request handed back to
+# nginx in front to send on itself: bridge.upstream.proxy.PASS_BACK_STATUS.)
+PASSED_THROUGH = web.RequestKey("passed_through", bool)
 
 
-def error_response(path: str, code: Code, message: str) -> web.Response:
-    status = CODE_TO_HTTP[code]
+def error_response(path: str, code: Code, message: str, *, status: int | None = None,
+                   retry_after: int | None = None) -> web.Response:
+    """The error in the shape the caller at ``path`` speaks; ``status`` overrides the code's own HTTP status (413 for
+    a body too large), ``retry_after`` adds a ``Retry-After`` header (a temporary failure)."""
+    status = status or CODE_TO_HTTP[code]
+    extra = {"Retry-After": str(retry_after)} if retry_after is not None else {}
     if path.startswith("/api/"):
         body = json.dumps({"error": {"code": code.value, "message": message}})
-        return web.Response(status=status, body=body.encode(), content_type="application/json")
+        return web.Response(status=status, body=body.encode(), content_type="application/json", headers=extra)
     if path.startswith("/tempo/"):
-        return web.Response(status=status, text=message + "\n", content_type="text/plain")
-    status, data, headers = encode_error(code, message)
-    return web.Response(status=status, body=data, headers=headers)
+        return web.Response(status=status, text=message + "\n", content_type="text/plain", headers=extra)
+    _, data, headers = encode_error(code, message)
+    return web.Response(status=status, body=data, headers={**headers, **extra})
+
+
+def bridge_error_response(path: str, exc: BridgeError) -> web.Response:
+    return error_response(path, exc.code, exc.message, status=exc.http_status, retry_after=exc.retry_after)
 
 
 def make_middleware(metrics: Metrics) -> Middleware:
@@ -49,7 +62,7 @@ def make_middleware(metrics: Metrics) -> Middleware:
             status = response.status
             return response
         except BridgeError as exc:
-            response = error_response(request.path, exc.code, exc.message)
+            response = bridge_error_response(request.path, exc)
             status = response.status
             return response
         except web.HTTPException as exc:
@@ -65,14 +78,17 @@ def make_middleware(metrics: Metrics) -> Middleware:
             label = request.get(ROUTE_LABEL) or _route_of(request)
             metrics.requests.labels(label, str(status)).inc()
             metrics.request_seconds.labels(label).observe(elapsed)
-            log.info(
-                "%s %s %d %.1fms",
-                request.method,
-                request.path,
-                status,
-                elapsed * 1000,
-                extra={"fields": {"route": label, "tenant": request.headers.get("X-Scope-OrgID", "")}},
-            )
+            level = logging.DEBUG if (status < 400 or status == 421) and request.get(PASSED_THROUGH) else logging.INFO
+            if log.isEnabledFor(level):
+                log.log(
+                    level,
+                    "%s %s %d %.1fms",
+                    request.method,
+                    request.path,
+                    status,
+                    elapsed * 1000,
+                    extra={"fields": {"route": label, "tenant": request.headers.get("X-Scope-OrgID", "")}},
+                )
 
     return middleware
 

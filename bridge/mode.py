@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from bridge.config import Settings
+from bridge.diskfull import DiskFull, WatchedSink
 from bridge.metrics import Metrics
 from bridge.otlp.runtime import open_gateway
 from bridge.resolve import Resolver
@@ -27,6 +28,7 @@ from bridge.store.querier_api import StorePyroscope
 from bridge.store.runtime import maintenance_loop, retention_interval
 from bridge.store.tempo_api import StoreTempo
 from bridge.tasks import cancel_all, spawn
+from bridge.upstream.exemplars import ExemplarIndex
 from bridge.upstream.http import PyroscopeClient, TempoClient, new_session
 from bridge.upstream.mounts import PyroscopeForward, TempoForward
 
@@ -65,6 +67,7 @@ class ProxyMode:
                     profiled_services=ProfiledServices(profiles, service_label(settings), settings.services_cache_ttl,
                                                        wall_clock=clock.now),
                     gateway=otlp.gateway,
+                    functions=ExemplarIndex(profiles),
                     grpc=otlp.grpc,
                     puller=otlp.puller,
                 )
@@ -80,8 +83,11 @@ class StandaloneMode:
         store = await Store.open(settings.data_dir, clock=clock.now, metrics=metrics,
                                  retention_age=settings.retention_age)
         retention = spawn(maintenance_loop(store, settings, retention_interval(settings)), "store-maintenance")
+        # every write goes through the watch: a full disk is one episode (503 Retry-After, ERROR once, not ready)
+        disk_full = DiskFull(settings.data_dir, metrics, wall_clock=clock.now)
+        sink = WatchedSink(store, disk_full)
         try:
-            async with open_gateway(settings, metrics, sink=store, trace_sink=store, wall_clock=clock.now) as otlp:
+            async with open_gateway(settings, metrics, sink=sink, trace_sink=sink, wall_clock=clock.now) as otlp:
                 log.info("standalone mode: store at %s", store.path)
                 yield Backends(
                     name=self.name,
@@ -93,9 +99,11 @@ class StandaloneMode:
                     profiled_services=ProfiledServices(store, service_label(settings), settings.services_cache_ttl,
                                                        wall_clock=clock.now),
                     gateway=otlp.gateway,
-                    ingest=store,
+                    functions=store,
+                    ingest=sink,
                     grpc=otlp.grpc,
                     puller=otlp.puller,
+                    disk_full=disk_full,
                 )
         finally:
             await cancel_all([retention])

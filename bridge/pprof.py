@@ -15,20 +15,24 @@ from typing import Final
 from google.protobuf.message import DecodeError
 
 from bridge._proto import profile_pb2 as pb
-from bridge.compression import GZIP_MAGIC, GzipError, gunzip
-from bridge.errors import InvalidArgument
+from bridge.compression import GZIP_MAGIC, Budget, GzipError, GzipTooLarge, gunzip
+from bridge.errors import InvalidArgument, ResourceExhausted
 from bridge.profiletype import ProfileType
 
 # a decompressed pprof larger than this is refused (a gzip bomb is not a profile)
 MAX_PPROF_BYTES: Final = 256 * 1024**2
 
 
-def decode_pprof(raw: bytes, max_bytes: int = MAX_PPROF_BYTES) -> pb.Profile:
-    """pprof bytes (gzip or plain) → ``Profile``. Anything else is an ``InvalidArgument`` saying what is wrong."""
+def decode_pprof(raw: bytes, max_bytes: int = MAX_PPROF_BYTES, budget: Budget | None = None) -> pb.Profile:
+    """pprof bytes (gzip or plain) → ``Profile``. Anything else is an ``InvalidArgument`` saying what is wrong; a
+    profile that inflates past ``max_bytes`` or past what is left of the request's ``budget`` (shared by every
+    payload of one request) is ``ResourceExhausted``."""
     data = raw
     if raw[:2] == GZIP_MAGIC:
         try:
-            data = gunzip(raw, max_bytes)
+            data = budget.gunzip(raw, max_bytes) if budget is not None else gunzip(raw, max_bytes)
+        except GzipTooLarge as exc:
+            raise ResourceExhausted(f"pprof profile is {exc}") from exc
         except GzipError as exc:
             raise InvalidArgument(f"pprof profile is {exc}") from exc
     profile = pb.Profile()

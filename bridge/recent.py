@@ -119,7 +119,7 @@ async def resolve_rows(resolver: Resolver, traces: Sequence[Trace], spans: Seque
     the order given. The traces are already fetched: they go into the span cache first, so the resolver finds every
     span's tree there instead of asking the trace source again."""
     for trace in traces:
-        resolver.span_cache.put_trace(ctx.tenant, trace)
+        resolver.span_cache.put_trace(ctx.cache_scope, trace)
     limit = asyncio.Semaphore(RESOLVE_CONCURRENCY)
 
     async def one(span: Span) -> RowResolution:

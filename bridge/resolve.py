@@ -97,16 +97,17 @@ class Resolution:
 
 
 def clean_span_ids(raw: Iterable[str]) -> tuple[str, ...]:
-    """Keep entries that are 16 hex characters (lower-cased, first occurrence wins). Nothing valid left →
+    """Keep entries that are 16 hex characters, or the Tempo mount's ``<span id>:<trace id>`` (``bridge.ids``), as
+    span ids (lower-cased, first occurrence wins): what goes on to Pyroscope is 16 hex only. Nothing valid left →
     ``InvalidArgument`` saying what to fix; an empty selector is never sent on (Pyroscope would match everything)."""
     seen: dict[str, None] = {}
     dropped: list[str] = []
     for entry in raw:
-        sid = ids.span_id(entry)
-        if sid is None:
+        parsed = ids.selector_entry(entry)
+        if parsed is None:
             dropped.append(entry)
         else:
-            seen.setdefault(sid, None)
+            seen.setdefault(parsed[0], None)
     if seen:
         return tuple(seen)
     if any("${" in d or "__span" in d for d in dropped):
@@ -119,13 +120,25 @@ def clean_span_ids(raw: Iterable[str]) -> tuple[str, ...]:
     if dropped:
         raise InvalidArgument(
             f"span selector {dropped!r} has no valid span id: each entry must be 16 hex characters, "
-            f"e.g. 7f80395fd15dcdc9 (Grafana sends {GRAFANA_UNRESOLVED_HINT} unresolved for a span without that "
+            f"e.g. 7f80395fd15dcdc9, or the bridge's SPAN:TRACE form (Grafana sends {GRAFANA_UNRESOLVED_HINT} "
+            "unresolved for a span without that "
             "attribute: point its Tempo data source at the bridge's /tempo mount)"
         )
     raise InvalidArgument(
         "span selector is empty: give at least one 16-hex-character span id (an empty selector would match "
         "every sample)"
     )
+
+
+def carried_traces(raw: Iterable[str]) -> dict[str, str]:
+    """Span id → trace id for the selector entries that carry their trace (``<span id>:<trace id>``, what the Tempo
+    mount writes into ``pyroscope.profile.id``); the first one wins."""
+    out: dict[str, str] = {}
+    for entry in raw:
+        parsed = ids.selector_entry(entry)
+        if parsed is not None and parsed[1] is not None:
+            out.setdefault(parsed[0], parsed[1])
+    return out
 
 
 def labels_of(span: Span, label_map: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -492,6 +505,7 @@ class Resolver:
             maxsize=settings.lookup_cache_size, ttl=settings.lookup_cache_ttl
         )
         self._inflight: dict[tuple[str, str], asyncio.Future[Found | None]] = {}
+        self._trace_fetches: dict[tuple[str, str], asyncio.Future[Trace | None]] = {}
         # what each service uploads (types and spies): bounded, short-lived
         self._types: TTLCache[tuple[str, str, int], dict[str, frozenset[str]]] = TTLCache(
             maxsize=TYPES_CACHE_SIZE, ttl=TYPES_CACHE_TTL_S
@@ -501,17 +515,18 @@ class Resolver:
 
     async def resolve(self, query: SpanQuery, ctx: CallContext) -> Resolution:
         span_ids = clean_span_ids(query.span_ids)
-        resolution = await self._resolve(span_ids, query, ctx)
+        resolution = await self._resolve(span_ids, query, ctx, carried_traces(query.span_ids))
         self.metrics.resolutions.labels(resolution.mode.value).inc()
         return resolution
 
-    async def _resolve(self, span_ids: tuple[str, ...], query: SpanQuery, ctx: CallContext) -> Resolution:
+    async def _resolve(self, span_ids: tuple[str, ...], query: SpanQuery, ctx: CallContext,
+                       carried: Mapping[str, str]) -> Resolution:
         selector = query.label_selector or "{}"
         fg = await self._linked(span_ids, query, ctx)
         if fg is not None and not flamegraph.is_empty(fg):
             return Resolution(Mode.LINKED, linked_reason(span_ids), fg, None, None, None, selector, span_ids)
 
-        found = await self._first_found(span_ids, query, ctx)
+        found = await self._first_found(span_ids, query, ctx, carried)
         if found is None:
             start_s, end_s = self._search_range(query.start_ms, query.end_ms)
             reason = not_found_reason(span_ids, start_s * 1000, end_s * 1000)
@@ -609,7 +624,7 @@ class Resolver:
     ) -> dict[str, frozenset[str]]:
         """The profile types the span's service uploads around the span, each with its ``pyroscope_spy`` values
         (Pyroscope's ``Series``). Cached per tenant, selector and quarter hour; an empty answer is not cached."""
-        key = (ctx.tenant_key, selector, look[0] // TYPES_BUCKET_MS)
+        key = (ctx.cache_scope, selector, look[0] // TYPES_BUCKET_MS)
         cached = self._types.get(key)
         if cached is not None:
             return cached
@@ -635,9 +650,11 @@ class Resolver:
             self._types[key] = types
         return types
 
-    async def _first_found(self, span_ids: tuple[str, ...], query: SpanQuery, ctx: CallContext) -> Found | None:
+    async def _first_found(self, span_ids: tuple[str, ...], query: SpanQuery, ctx: CallContext,
+                           carried: Mapping[str, str]) -> Found | None:
         for sid in span_ids:
-            found = await self._lookup(sid, ctx, query.trace_id, query.start_ms, query.end_ms)
+            trace_id = query.trace_id or carried.get(sid)
+            found = await self._lookup(sid, ctx, trace_id, query.start_ms, query.end_ms)
             if found is not None:
                 return found
         return None
@@ -653,16 +670,17 @@ class Resolver:
         start_ms: int | None = None,
         end_ms: int | None = None,
     ) -> tuple[Span, Trace] | None:
-        sid = ids.span_id(span_id)
-        if sid is None:
+        parsed = ids.selector_entry(span_id)
+        if parsed is None:
             raise InvalidArgument(f"span id {span_id!r} is not 16 hex characters")
-        found = await self._lookup(sid, ctx, trace_id, start_ms, end_ms)
+        sid, carried = parsed
+        found = await self._lookup(sid, ctx, trace_id or carried, start_ms, end_ms)
         return (found.span, found.trace) if found is not None else None
 
     async def _lookup(
         self, span_id: str, ctx: CallContext, trace_id: str | None, start_ms: int | None, end_ms: int | None
     ) -> Found | None:
-        tenant = ctx.tenant_key
+        tenant = ctx.cache_scope
         cached = self._from_span_cache(tenant, span_id)
         if cached is not None and cached.local_root is not None:
             self.metrics.cache_hits.labels("spans").inc()
@@ -729,12 +747,12 @@ class Resolver:
     ) -> Found | None:
         start_s, end_s = self._search_range(start_ms, end_ms)
         hit: SearchHit | None = None
-        if trace_id is None:
+        if trace_id is None:  # else known (carried in the selector, or given): by ID, no search
             hit = await self.traces.find_span(span_id, start_s, end_s, ctx)
             if hit is None:
                 return None
             trace_id = hit.trace_id
-        trace = await self.traces.trace_by_id(trace_id, ctx, start_s, end_s)
+        trace = await self._trace(trace_id, ctx, start_s, end_s)
         span = trace.get(span_id) if trace is not None else None
         if trace is not None and span is not None:
             return Found(span, trace, trace.local_root(span_id))
@@ -743,6 +761,41 @@ class Resolver:
         log.info("span %s: search found it but its trace %s could not be fetched", span_id, trace_id)
         span = span_from_hit(hit)
         return Found(span, Trace.from_spans([span], trace_id), None)
+
+    async def _trace(self, trace_id: str, ctx: CallContext, start_s: int, end_s: int) -> Trace | None:
+        """A trace by ID: from the span cache (a big trace the Tempo mount served is parsed now, in a thread), else
+        from Tempo — fetched once however many clicks ask for its spans at the same time, and remembered in the
+        span cache: the next click on any of its spans in this process asks nobody."""
+        held = self.span_cache.get_trace(ctx.cache_scope, trace_id)
+        if held is not None:
+            return held
+        key = (ctx.cache_scope, trace_id)
+        pending = self._trace_fetches.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._load_or_fetch(trace_id, ctx, start_s, end_s))
+            self._trace_fetches[key] = pending
+            pending.add_done_callback(lambda done: self._fetched(key, done))
+        try:
+            trace = await asyncio.wait_for(asyncio.shield(pending), timeout=ctx.deadline.remaining())
+        except TimeoutError as exc:
+            raise UpstreamTimeout("tempo", f"trace {trace_id}: not fetched within the request's budget") from exc
+        if trace is not None and len(trace):
+            self.span_cache.put_trace(ctx.cache_scope, trace)
+        return trace
+
+    async def _load_or_fetch(self, trace_id: str, ctx: CallContext, start_s: int, end_s: int) -> Trace | None:
+        load = self.span_cache.pending(ctx.cache_scope, trace_id)
+        if load is not None:
+            try:
+                return await asyncio.to_thread(load)
+            except Exception as exc:  # noqa: BLE001 - the held bytes did not parse: Tempo answers instead
+                log.warning("trace %s: the span cache's copy could not be read (%s); asking Tempo", trace_id, exc)
+        return await self.traces.trace_by_id(trace_id, ctx, start_s, end_s)
+
+    def _fetched(self, key: tuple[str, str], done: asyncio.Future[Trace | None]) -> None:
+        self._trace_fetches.pop(key, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: a failure every waiter gave up on is not reported again as unretrieved
 
     def _search_range(self, start_ms: int | None, end_ms: int | None) -> tuple[int, int]:
         if start_ms and end_ms and end_ms >= start_ms:
@@ -769,6 +822,7 @@ __all__: Final = [
     "cpu_equivalents",
     "stamp_of",
     "stamp_window",
+    "carried_traces",
     "clean_span_ids",
     "covered_by",
     "labels_of",

@@ -3,7 +3,8 @@ profiled-services`` enriches (a span of a service nobody profiles gets no "Profi
 
 Asked of the profile backend (Pyroscope's ``LabelValues`` of the service label over the last week, or the store) at
 most once per ``ttl`` per tenant, one caller at a time; when it cannot answer, the last known set is used, or, with
-none, every span is enriched (``None``).
+none, every span is enriched (``None``). At most ``MAX_TENANTS`` tenants are remembered (least recently used first
+out): the tenant is whatever the caller's header says, so the memory must not grow with it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Final
+
+from cachetools import LRUCache
 
 from bridge._proto import types_pb2 as tpb
 from bridge.config import Settings
@@ -24,6 +27,7 @@ from bridge.wire.pyroscope import SERVICE_LABEL
 log = logging.getLogger("bridge.tempo")
 
 LOOKBACK_MS: Final = 7 * 24 * 3600 * 1000
+MAX_TENANTS: Final = 10_000
 
 
 def service_label(settings: Settings) -> str:
@@ -35,22 +39,26 @@ class ProfiledServices:
     """The set per tenant, for ``ttl`` seconds (``monotonic`` measures that; ``wall_clock`` is "now" for the query)."""
 
     def __init__(self, profiles: ProfileSource, label: str, ttl: float, *,
-                 wall_clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic) -> None:
+                 wall_clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
+                 max_tenants: int = MAX_TENANTS) -> None:
         self.profiles = profiles
         self.label = label
         self.ttl = ttl
         self.wall_clock = wall_clock
         self.monotonic = monotonic
-        self._entries: dict[str, tuple[float, frozenset[str]]] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._entries: LRUCache[str, tuple[float, frozenset[str]]] = LRUCache(max_tenants)
+        # a lock evicted while held only lets a second caller ask too: harmless
+        self._locks: LRUCache[str, asyncio.Lock] = LRUCache(max_tenants)
 
     async def get(self, ctx: CallContext) -> frozenset[str] | None:
         """The set, or None when the backend could not say (and nothing was known before)."""
-        key = ctx.tenant_key
+        key = ctx.cache_scope
         entry = self._entries.get(key)
         if entry is not None and self.monotonic() - entry[0] < self.ttl:
             return entry[1]
-        lock = self._locks.setdefault(key, asyncio.Lock())
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
         async with lock:
             entry = self._entries.get(key)
             if entry is not None and self.monotonic() - entry[0] < self.ttl:

@@ -10,6 +10,8 @@ from google.protobuf.message import Message
 
 from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
+from bridge.errors import InvalidArgument
+from bridge.limits import time_range_problem
 from bridge.resolve import Mode, Resolution, SpanQuery, clean_span_ids, measure_of
 from bridge.wire.pyroscope import FLAMEGRAPH_FORMATS
 
@@ -21,6 +23,9 @@ def span_query_of(msg: Message) -> SpanQuery | None:
         return None
     if not msg.span_selector or msg.format not in FLAMEGRAPH_FORMATS:
         return None
+    problem = time_range_problem(msg.start, msg.end)
+    if problem is not None:
+        raise InvalidArgument(f"{msg.DESCRIPTOR.name}: {problem}")
     return SpanQuery(
         span_ids=tuple(msg.span_selector),
         profile_type=msg.profile_typeID,

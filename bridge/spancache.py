@@ -1,23 +1,27 @@
-"""The span cache: spans the Tempo mount served, per tenant, so a click right after opening a trace resolves
-without Tempo's search (which lags ingest by 15–30 s).
+"""The span cache: spans the Tempo mount served, per caller scope (``CallContext.cache_scope``: the tenant header as
+sent and the caller's credentials), so a click right after opening a trace resolves without Tempo's search (which
+lags ingest by 15–30 s).
 
 One bounded entry per trace (a cachetools TTL cache whose ``maxsize`` is in bytes), plus a plain dictionary from
 span id to trace id. Each trace is charged ``max(estimated bytes, spans × bytes/entries)``, so the byte bound also
 bounds the number of spans. Index entries of evicted traces are dropped when found stale, and the index is rebuilt
 from the live traces when it grows past twice the entry bound: inserting a 10,000-span trace costs plain dictionary
 writes, not 10,000 bounded-cache insertions.
+
+A big trace the Tempo mount served is kept *pending* (``put_pending``): the bytes that were sent and a function that
+parses them, run only when a click needs the trace (``pending``; the resolver runs it off the event loop). Its spans
+are not indexed until then: clicks find it by the trace id they carry (``bridge.ids``).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cachetools import TTLCache
 
 from bridge.spans import Span, Trace
-
-ANONYMOUS = "anonymous"
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +33,11 @@ class CachedSpan:
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
-    trace: Trace
+    trace: Trace | None  # None while pending
     local_roots: dict[str, str]
     size: int
+    load: Callable[[], Trace] | None = None  # parses a pending trace
+    span_count: int = 0
 
 
 def _estimate(trace: Trace) -> int:
@@ -40,7 +46,7 @@ def _estimate(trace: Trace) -> int:
 
 
 class SpanCache:
-    """Per-tenant span and trace memory. Keys are ``(tenant, id)``; tenants never see each other's spans."""
+    """Per-scope span and trace memory. Keys are ``(scope, id)``; scopes never see each other's spans."""
 
     def __init__(self, max_entries: int, max_bytes: int, ttl: float) -> None:
         self._floor = max(1, max_bytes // max(1, max_entries))
@@ -50,9 +56,9 @@ class SpanCache:
         )
         self._index: dict[tuple[str, str], str] = {}
 
-    def put_trace(self, tenant: str | None, trace: Trace) -> int:
+    def put_trace(self, scope: str, trace: Trace) -> int:
         """Remember every span of ``trace`` (replacing an earlier copy); returns how many were stored."""
-        t = tenant or ANONYMOUS
+        t = scope
         size = max(_estimate(trace), self._floor * max(1, len(trace)))
         entry = _Entry(trace, trace.local_roots(), size)
         try:
@@ -67,34 +73,50 @@ class SpanCache:
             self._rebuild_index()
         return len(trace)
 
-    def get(self, tenant: str | None, span_id: str) -> CachedSpan | None:
-        key = (tenant or ANONYMOUS, span_id)
+    def put_pending(self, scope: str, trace_id: str, load: Callable[[], Trace], span_count: int,
+                    size: int) -> None:
+        """Remember a trace without parsing it: ``load`` parses it when a click needs it. ``size``: the bytes
+        ``load`` holds."""
+        t = scope
+        charged = max(256 + size, self._floor * max(1, span_count))
+        try:
+            self._traces[(t, trace_id)] = _Entry(None, {}, charged, load, span_count)
+        except ValueError:  # larger than the whole cache
+            return
+
+    def pending(self, scope: str, trace_id: str) -> Callable[[], Trace] | None:
+        """The parser of a trace that is held but not parsed yet; None when it is parsed, or not held."""
+        entry = self._traces.get((scope, trace_id))
+        return entry.load if entry is not None and entry.trace is None else None
+
+    def get(self, scope: str, span_id: str) -> CachedSpan | None:
+        key = (scope, span_id)
         trace_id = self._index.get(key)
         if trace_id is None:
             return None
         entry = self._traces.get((key[0], trace_id))
-        span = entry.trace.spans.get(span_id) if entry is not None else None
+        span = entry.trace.spans.get(span_id) if entry is not None and entry.trace is not None else None
         if entry is None or span is None:
             self._index.pop(key, None)  # its trace was evicted or replaced
             return None
         root_id = entry.local_roots.get(span_id, span_id)
         return CachedSpan(span, root_id, root_id == span_id)
 
-    def get_trace(self, tenant: str | None, trace_id: str) -> Trace | None:
-        entry = self._traces.get((tenant or ANONYMOUS, trace_id))
+    def get_trace(self, scope: str, trace_id: str) -> Trace | None:
+        entry = self._traces.get((scope, trace_id))
         return entry.trace if entry is not None else None
 
     def _rebuild_index(self) -> None:
         self._traces.expire()
         self._index = {
             (tenant, span_id): trace_id
-            for (tenant, trace_id), entry in self._traces.items()
+            for (tenant, trace_id), entry in self._traces.items() if entry.trace is not None
             for span_id in entry.trace.spans
         }
 
     def __len__(self) -> int:
-        """Spans held (in traces not yet evicted)."""
-        return sum(len(entry.trace) for entry in self._traces.values())
+        """Spans held (in traces not yet evicted; pending ones by their count)."""
+        return sum(len(e.trace) if e.trace is not None else e.span_count for e in self._traces.values())
 
     @property
     def bytes_used(self) -> int:

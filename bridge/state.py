@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 
 from bridge.config import Settings
 from bridge.connect import Codec, Deadline
+from bridge.diskfull import DiskFull
 from bridge.metrics import Metrics
 from bridge.otlp.gateway import Gateway
 from bridge.otlp.grpc_server import GrpcServer
@@ -28,7 +29,7 @@ from bridge.resolve import Resolver
 from bridge.services import ProfiledServices
 from bridge.spancache import SpanCache
 from bridge.store.decode import ProfileRecord, SpanBatch
-from bridge.upstream.base import CallContext, ProfileSource, TraceSource
+from bridge.upstream.base import CallContext, FunctionIndex, ProfileSource, TraceSource
 from bridge.wire.tempo import TempoAnswer
 
 SETTINGS = web.AppKey("settings", Settings)
@@ -100,9 +101,11 @@ class Backends:
     tempo: TempoMount
     profiled_services: ProfiledServices
     gateway: Gateway
+    functions: FunctionIndex  # which spans burn a function: the store, or Pyroscope's span exemplars
     ingest: IngestSink | None = None  # None: this bridge keeps no data (SDKs send to Tempo and Pyroscope)
     grpc: GrpcServer | None = None  # the OTLP gRPC receiver, when it runs
     puller: Puller | None = None  # the pprof scraper, when targets are set
+    disk_full: DiskFull | None = None  # the store's disk-full episodes (standalone mode)
 
 
 class Runtime:

@@ -5,6 +5,7 @@ module only shapes what they fetched.
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,9 +16,11 @@ from urllib.parse import urlencode
 
 import jinja2
 
-from bridge import flamegraph
+from bridge import flamegraph, ids
 from bridge.answer import Answer, selector_for
+from bridge.burners import function_href
 from bridge.config import Settings
+from bridge.functions import MAX_PATTERN_CHARS
 from bridge.grafana import PYROSCOPE_DS_TYPE, TEMPO_DS_TYPE, explore_url, span_window
 from bridge.profiletype import ProfileType
 from bridge.recent import span_path
@@ -32,6 +35,7 @@ CHAR_WIDTH: Final = 7.0  # 12 px monospace
 MIN_FRAME_PX: Final = 2.0
 MAX_RECTS: Final = 2500  # the size budget: ~300 bytes a frame → under 1 MB of SVG whatever the profile
 MAX_TREE_ROWS: Final = 1000  # spans listed in the span tree (a 10,000-span trace stays a readable page)
+OFFER_MARGIN_MS: Final = 30 * 60_000  # "requests that burn this function" looks half an hour each side of the span
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(TEMPLATES)),
@@ -44,7 +48,9 @@ _env = jinja2.Environment(
 
 
 def render_html(name: str, **context: Any) -> str:
-    """A page template, rendered (autoescaped, strict)."""
+    """A page template, rendered (autoescaped, strict). ``csp_nonce``: the nonce of the page's Content-Security-Policy
+    (``bridge.routes.pages``) its script and style block carry."""
+    context.setdefault("csp_nonce", "")
     return _env.get_template(name).render(**context)
 
 
@@ -147,7 +153,7 @@ def grafana_links(settings: Settings, ans: Answer) -> list[tuple[str, str]]:
                 "queryType": "profile",
                 "profileTypeId": ans.profile_type,
                 "labelSelector": ans.resolution.label_selector or selector_for(span, settings.label_map),
-                "spanSelector": [span.span_id],
+                "spanSelector": [ids.carried_profile_id(span.span_id, span.trace_id)],
                 "groupBy": [],
             }],
             "range": {"from": str(from_ms), "to": str(to_ms)},
@@ -254,6 +260,18 @@ def span_context(ans: Answer, settings: Settings, values: Mapping[str, int | Non
         if ans.resolution.covered_ms else None,
         "started": utc_text(span.start_ns // 1_000_000),
         "local_root": ans.resolution.local_root,
+        # what clicking a frame offers: the requests that burn that function, in the frame's service, around the span
+        "offer": {"service": span.service, "from": span.start_ns // 1_000_000 - OFFER_MARGIN_MS,
+                  "to": -(-span.end_ns // 1_000_000) + OFFER_MARGIN_MS,
+                  "profile_type": "" if profile_type == settings.profile_type else profile_type},
+        "frame_services": {s.label: s.service for s in ans.services if s.attributed},
+        "query_href": function_href(span.service, re.escape(query), match="regex",
+                                    start_ms=span.start_ns // 1_000_000 - OFFER_MARGIN_MS,
+                                    end_ms=-(-span.end_ns // 1_000_000) + OFFER_MARGIN_MS,
+                                    profile_type="" if profile_type == settings.profile_type else profile_type)
+        if query.strip() and len(re.escape(query)) <= MAX_PATTERN_CHARS else "",
+        "compare_href": f"/spans/{span.trace_id}/{span.span_id}/compare"
+        + ("" if profile_type == settings.profile_type else "?" + urlencode({"profile_type": profile_type})),
     }
 
 

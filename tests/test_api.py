@@ -78,6 +78,9 @@ async def test_a_profiled_root_span_answers_linked_with_its_own_samples(stack: S
     assert doc["profileType"] == CPU
     assert doc["total"] == linked_total(root.span_id) == int(doc["flamegraph"]["total"])
     assert tree_of(doc).total == doc["total"]
+    # the span's pyroscope.profile.id as the Tempo mount writes it (span:trace) names the same span
+    carried = await stack.http.get(path(root.trace_id, f"{root.span_id}:{root.trace_id}"))
+    assert carried.status == 200 and (await carried.json())["spanId"] == root.span_id
 
 
 async def test_a_child_span_answers_local_root_and_names_it(stack: Stack) -> None:
@@ -176,6 +179,7 @@ async def test_collapsed_lists_folded_stacks_that_add_up(stack: Stack) -> None:
     root = stack.shop.pick("frontend-root", where=lambda r: linked_total(r.span_id) > 0)
     resp = await stack.http.get(path(root.trace_id, root.span_id), params={"format": "collapsed"})
     assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/plain")
+    assert resp.headers["X-Content-Type-Options"] == "nosniff"  # frame names are never read as HTML
     text = await resp.text()
     stacks = Counter[tuple[str, ...]]()
     for line in text.splitlines():
@@ -217,6 +221,7 @@ GOOD_SPAN = "1c60f2b8cd2d96d1"
         ("a" * 33, GOOD_SPAN, {}, 400, "invalid_argument", "trace id"),
         (GOOD_TRACE, "1c60f2b8", {}, 400, "invalid_argument", "span id"),
         (GOOD_TRACE, "zz60f2b8cd2d96d1", {}, 400, "invalid_argument", "span id"),
+        (GOOD_TRACE, GOOD_SPAN + ":0123456789abcdef0123456789abcdef", {}, 400, "invalid_argument", "span id"),
         (GOOD_TRACE, GOOD_SPAN, {"scope": "trace"}, 400, "invalid_argument", "scope"),
         (GOOD_TRACE, GOOD_SPAN, {"format": "svg"}, 400, "invalid_argument", "format"),
         (GOOD_TRACE, GOOD_SPAN, {"profile_type": "cpu"}, 400, "invalid_argument", "profile type"),

@@ -196,6 +196,15 @@ async def test_span_page_renders_searches_and_zooms_in_chromium(served: tuple[St
         assert re.fullmatch(r"\d+ frames match",
                             await evaluate(tools, session, "document.getElementById('matches').textContent"))
 
+        # the Content-Security-Policy is in force (an inline script without the page's nonce does not run) and the
+        # page's own script (search above, zoom below) and styles (the tree's indentation) live with it
+        injected = await evaluate(tools, session, """(() => {
+            const s = document.createElement('script'); s.textContent = 'window.__csp = 1';
+            document.body.appendChild(s); return typeof window.__csp; })()""")
+        assert injected == "undefined"
+        assert await evaluate(tools, session,
+                              "getComputedStyle(document.querySelector('#tree td.d1')).paddingLeft") == "16px"
+
         screenshot = await tools.send("Page.captureScreenshot", {"format": "png"}, session=session)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shot = ARTIFACTS / "span-page.png"

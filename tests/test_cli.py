@@ -170,4 +170,5 @@ def test_proxy_mode_logs_the_tempo_and_pyroscope_urls_it_uses(tmp_path: Path) ->
     line = lines[-1]
     assert f"Tempo http://127.0.0.1:{dead} (PROFILE_BRIDGE_TEMPO_URL)" in line
     assert f"Pyroscope http://127.0.0.1:{dead}/pyro (PROFILE_BRIDGE_PYROSCOPE_URL)" in line
-    assert any(f"listening on http://127.0.0.1:{port} (proxy mode)" in x for x in lines)
+    assert any(f"listening on http://127.0.0.1:{port} (proxy mode, no authentication)" in x for x in lines)
+    assert not any("WITHOUT AUTHENTICATION" in x for x in lines)  # loopback: nobody else reaches it

@@ -386,6 +386,19 @@ def test_bridge_runs_serve_in_proxy_mode_with_valid_settings() -> None:
     assert urlsplit(settings.tempo_url).hostname == "tempo"
     assert urlsplit(settings.pyroscope_url).hostname == "pyroscope"
     assert settings.listen_port == 4041 and 4041 in _container_ports(bridge)
+    # the bridge listens on loopback unless told otherwise: in a container that reaches nobody, so compose (and
+    # the image) say every interface explicitly
+    assert settings.listen_host == "0.0.0.0" and settings.otlp_grpc_listen == ("0.0.0.0", 4317)
+    assert Settings.from_env({}).listen_host == "127.0.0.1"
+
+
+def test_the_image_listens_on_every_interface_explicitly() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    bridge_stage = dockerfile.split("FROM bridge AS demo")[0]
+    env = dict(re.findall(r"(PROFILE_BRIDGE_[A-Z_]+)=(\S+)", bridge_stage))
+    settings = Settings.from_env(env)
+    assert (settings.listen_host, settings.listen_port) == ("0.0.0.0", 4041)
+    assert settings.otlp_grpc_listen == ("0.0.0.0", 4317)
 
 
 def test_prometheus_scrapes_the_bridge() -> None:

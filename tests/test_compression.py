@@ -62,3 +62,20 @@ def test_a_gzip_bomb_stops_at_the_limit() -> None:
 )
 def test_accepts_gzip_table(header: str | None, gzip_ok: bool) -> None:
     assert accepts_gzip(header) is gzip_ok
+
+
+def test_one_budget_is_charged_by_every_payload_of_a_request() -> None:
+    from bridge.compression import INFLATE_FACTOR, Budget, BudgetSpent
+
+    budget = Budget.for_body_limit(1000)
+    assert budget.limit == INFLATE_FACTOR * 1000 == 4000
+    blob = gzip.compress(b"x" * 1500)
+    assert budget.gunzip(blob) == b"x" * 1500
+    assert budget.gunzip(blob, max_bytes=2000) == b"x" * 1500
+    assert (budget.used, budget.left) == (3000, 1000)
+    with pytest.raises(BudgetSpent, match="decompression budget of 4000 bytes"):
+        budget.gunzip(blob)  # 1500 more would pass 4000: refused, nothing charged
+    assert budget.used == 3000
+    with pytest.raises(GzipTooLarge) as caught:
+        Budget(10_000).gunzip(blob, max_bytes=100)  # the payload's own limit binds first
+    assert not isinstance(caught.value, BudgetSpent)

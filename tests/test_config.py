@@ -10,7 +10,8 @@ from bridge.config import FIELDS, ConfigError, Settings, load_toml, settings_hel
 def test_defaults_on_a_fresh_machine_are_standalone() -> None:
     s = Settings.from_env({})
     assert s.mode == "standalone"
-    assert (s.listen_host, s.listen_port) == ("0.0.0.0", 4041)
+    assert (s.listen_host, s.listen_port) == ("127.0.0.1", 4041)  # loopback: nothing else reaches a fresh bridge
+    assert s.otlp_grpc_listen == ("127.0.0.1", 4317) and s.auth_tokens == ()
     assert s.pyroscope_url == "http://localhost:4040"
     assert s.tempo_url == "http://localhost:3200"
     assert s.capture_window == 15.0

@@ -446,3 +446,43 @@ def test_a_span_with_broken_wire_format_makes_the_body_undecodable() -> None:
         with pytest.raises(UndecodableBody) as caught:
             enrich_trace_body(body, version=version, protobuf=True, policy=ALL)
         assert caught.value.reason == "protobuf"
+
+
+# --------------------------------------------------------------------------------------------- the carried trace id
+
+
+@pytest.mark.parametrize(("version", "protobuf"), SHAPES, ids=SHAPE_IDS)
+def test_with_the_trace_id_every_value_carries_it_and_sdk_values_are_extended_only_when_they_are_the_span_id(
+    version: int, protobuf: bool
+) -> None:
+    original = shop_resource_spans()
+    spans = all_spans(original)
+    trace_id = spans[0].trace_id.hex()
+    sdk_tagged = {s.span_id for s in spans if profile_attrs(s)}
+    assert sdk_tagged  # pyroscope-otel tags local roots with their own id
+    foreign = next(s for s in spans if not profile_attrs(s))
+    foreign.attributes.add(key=PROFILE_ID_ATTR, value=common_pb2.AnyValue(string_value="cafebabecafebabe"))
+    body = trace_answer(original, version=version, protobuf=protobuf)
+
+    result = enrich_trace_body(body, version=version, protobuf=protobuf, policy=ALL, trace_id=trace_id)
+
+    enriched = decode_answer(result.body, version, protobuf)
+    for span in all_spans(enriched):
+        values = [kv.value.string_value for kv in profile_attrs(span)]
+        expected = "cafebabecafebabe" if span.span_id == foreign.span_id else f"{span.span_id.hex()}:{trace_id}"
+        assert values == [expected], span.name
+    assert result.extended == len(sdk_tagged)
+    assert result.added == len(spans) - len(sdk_tagged) - 1
+    # the span cache reads the same values
+    assert {s.span_id: s.profile_id for s in result.spans()} == {
+        s.span_id.hex(): profile_attrs(s)[0].value.string_value for s in all_spans(enriched)}
+    # strip what the bridge added, cut the extended values back: the original, field for field
+    for span in all_spans(enriched):
+        if span.span_id in sdk_tagged:
+            for kv in profile_attrs(span):
+                kv.value.string_value = span.span_id.hex()
+    strip_added(enriched, original)
+    assert canonical(enriched) == canonical(original)
+    # enriching the enriched answer again changes nothing
+    again = enrich_trace_body(result.body, version=version, protobuf=protobuf, policy=ALL, trace_id=trace_id)
+    assert not again.changed and again.body == result.body

@@ -96,10 +96,18 @@ def test_plugin_json_is_the_app_the_bridge_expects() -> None:
         "api/v1/requests/slowest": "{{ .JsonData.bridgeServerUrl }}/api/v1/requests/slowest",
         "readyz": "{{ .JsonData.bridgeServerUrl }}/readyz",
     }
+    # the bridge's token (docs/security.md), from the app's secure settings, on the route that needs it (/readyz
+    # is open); Grafana's server adds it, the browser never sees it
+    headers = {r["path"]: r.get("headers", []) for r in doc["routes"]}
+    assert headers["api/v1/requests/slowest"] == [
+        {"name": "X-Profile-Bridge-Token", "content": "{{ .SecureJsonData.bridgeToken }}"}]
+    assert headers["readyz"] == []
     links = {link["title"]: link["targets"] for link in doc["extensions"]["addedLinks"]}
     assert links == {
         "Related profiles": ["grafana/traceview/resource-attributes"],
         "Related profiles in Explore": ["grafana/traceview/resource-attributes"],
+        "Compare with usual": ["grafana/traceview/resource-attributes"],
+        "Hot functions and their requests": ["grafana/traceview/resource-attributes"],
         "Request profile": ["grafana/traceview/header/actions"],
     }
 

@@ -87,3 +87,23 @@ def test_tempo_json_ids_are_base64_and_otlp_json_ids_are_hex() -> None:
         ids.from_base64("not base64!")
     with pytest.raises(ValueError, match="not hex"):
         ids.from_hex("zz")
+
+
+@pytest.mark.parametrize(
+    ("raw", "parsed"),
+    [
+        ("7f80395fd15dcdc9", ("7f80395fd15dcdc9", None)),
+        (" 7F80395FD15DCDC9:E19E0353F421BFCE945F7D1514C6C9F1 ",
+         ("7f80395fd15dcdc9", "e19e0353f421bfce945f7d1514c6c9f1")),
+        ("7f80395fd15dcdc9:1", ("7f80395fd15dcdc9", "00000000000000000000000000000001")),
+        ("7f80395fd15dcdc9:", None),
+        ("7f80395fd15dcdc9:" + "0" * 32, None),
+        (":e19e0353f421bfce945f7d1514c6c9f1", None),
+        ("7f80395fd15dcdc9:e19e0353f421bfce945f7d1514c6c9f1:x", None),
+        ('${__span.tags["pyroscope.profile.id"]}', None),
+    ],
+)
+def test_selector_entries_table(raw: str, parsed: tuple[str, str | None] | None) -> None:
+    assert ids.selector_entry(raw) == parsed
+    if parsed is not None and parsed[1] is not None:
+        assert ids.selector_entry(ids.carried_profile_id(*parsed)) == parsed  # type: ignore[arg-type]

@@ -33,13 +33,16 @@ from tests.test_store import ALL_MS, CAPTURE_END_S, CPU, ctx
 Client = Callable[..., Awaitable[TestClient[Any, Any]]]
 
 
+FIXTURES_AGE_S = 10 * 365 * 86_400.0  # a retention age that keeps every fixture, stamped 2021 to 2026
+
+
 def make_app(tmp_path: Path, **changes: Any) -> web.Application:
     settings = Settings.for_tests(mode="standalone", data_dir=str(tmp_path / "data"), **changes)
     return create_app(settings, wall_clock=lambda: CAPTURE_END_S)
 
 
 def store_of(client: TestClient[Any, Any]) -> Store:
-    store = client.app[RUNTIME].backends.ingest  # type: ignore[union-attr]
+    store = client.app[RUNTIME].backends.profiles  # the store itself (ingest goes through the disk-full watch)
     assert isinstance(store, Store)
     return store
 
@@ -327,3 +330,142 @@ async def test_background_retention_drops_expired_data(tmp_path: Path, aiohttp_c
             break
         await asyncio.sleep(0.1)
     assert (c.spans, c.samples, c.series) == (0, 0, 0)
+
+
+# --------------------------------------------------------------------------------------------- decompression budget
+
+
+def _padded_pprof(pad: int) -> bytes:
+    """The Go SDK's CPU profile with a ``pad``-byte string added to its string table, gzipped: a real profile, a few
+    KB on the wire, ``pad`` bytes once inflated."""
+    from bridge.pprof import decode_pprof
+
+    profile = decode_pprof(GO_CPU_PPROF.read_bytes())
+    profile.string_table.append("a" * pad)
+    return gzip.compress(profile.SerializeToString())
+
+
+async def test_nested_gzip_payloads_share_one_decompression_budget_per_request(
+    tmp_path: Path, aiohttp_client: Client
+) -> None:
+    """Issue 11, item 2: each pprof of a Push may inflate, but all of them together (and the body) at most 4 × the body
+    limit: past it the request is 413 and nothing of it is stored — however many payloads it carries."""
+    # budget: 4 MiB per request; a retention age that keeps the Go pprof fixture (2021) and the pushes below (2023)
+    client = await aiohttp_client(make_app(tmp_path, max_body_bytes=1024**2, retention_age=FIXTURES_AGE_S))
+    one = _padded_pprof(1536 * 1024)
+    assert len(one) < 16 * 1024
+    headers = {"Content-Type": "application/proto"}
+    ok = _push(GOOD_LABELS, [one, one]).SerializeToString()  # 3 MiB inflated: within the budget
+    resp = await client.post("/push.v1.PusherService/Push", data=ok, headers=headers)
+    assert resp.status == 200, await resp.text()
+    before = await store_of(client).counts()
+
+    bomb = _push(GOOD_LABELS, [one, one, one]).SerializeToString()  # 4.5 MiB inflated, 36 KB sent
+    resp = await client.post("/push.v1.PusherService/Push", data=bomb, headers=headers)
+    assert resp.status == 413
+    doc = await resp.json()
+    assert doc["code"] == "resource_exhausted" and "decompression budget of 4194304 bytes" in doc["message"]
+    assert await store_of(client).counts() == before  # nothing of it stored
+
+    # /ingest: the body's own gzip and the pprof's gzip inside it, charged to the same budget
+    raw = _padded_pprof(5 * 1024**2)
+    resp = await client.post("/ingest?name=bomb.cpu&format=pprof", data=gzip.compress(raw),
+                             headers={"Content-Encoding": "gzip"})
+    assert resp.status == 413 and "decompression budget" in await resp.text()
+    assert await store_of(client).counts() == before
+
+
+async def test_a_gzipped_multipart_part_is_inflated_whole_within_the_budget(tmp_path: Path,
+                                                                            aiohttp_client: Client) -> None:
+    client = await aiohttp_client(make_app(tmp_path, max_body_bytes=1024**2, retention_age=FIXTURES_AGE_S))
+    boundary = "pb-boundary"
+
+    def multipart(part: bytes) -> bytes:
+        return (f"--{boundary}\r\nContent-Disposition: form-data; name=\"profile\"; filename=\"p.pprof\"\r\n"
+                f"Content-Type: application/octet-stream\r\nContent-Encoding: gzip\r\n\r\n").encode() + part + \
+            f"\r\n--{boundary}--\r\n".encode()
+
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    fine = gzip.compress(gzip.decompress(_padded_pprof(200 * 1024)))  # 200 KB inflated: over 64 KiB, in budget
+    resp = await client.post("/ingest?name=part.cpu&format=pprof", data=multipart(fine), headers=headers)
+    assert resp.status == 200, await resp.text()
+    assert (await store_of(client).counts()).samples > 0
+    bomb = gzip.compress(gzip.decompress(_padded_pprof(5 * 1024**2)))
+    resp = await client.post("/ingest?name=part.cpu&format=pprof", data=multipart(bomb), headers=headers)
+    assert resp.status == 413 and "decompression budget" in await resp.text()
+
+
+# --------------------------------------------------------------------------------------------- extreme but valid input
+
+
+@pytest.mark.parametrize("stamp", [2**63, 2**64 - 1, 7_258_118_400 * 10**9])
+async def test_span_times_past_2200_are_rejected_with_partial_success_and_the_good_spans_kept(
+    tmp_path: Path, aiohttp_client: Client, stamp: int
+) -> None:
+    """Issue 11, item 5: an OTLP timestamp ≥ 2^63 (valid uint64, no int64) rejected the whole batch with a 500; now
+    that span alone is rejected (OTLP partial success, with the reason) and the others are stored."""
+    client = await aiohttp_client(make_app(tmp_path))
+    req = _one_span_request(bytes.fromhex("11" * 16), bytes.fromhex("22" * 8), "good")
+    far = req.resource_spans[0].scope_spans[0].spans.add()
+    far.trace_id, far.span_id, far.name = bytes.fromhex("11" * 16), bytes.fromhex("33" * 8), "far"
+    far.start_time_unix_nano = far.end_time_unix_nano = stamp
+    resp = await client.post("/v1/traces", data=req.SerializeToString(),
+                             headers={"Content-Type": "application/x-protobuf"})
+    assert resp.status == 200
+    answer = otlp_trace_svc.ExportTraceServiceResponse.FromString(await resp.read())
+    assert answer.partial_success.rejected_spans == 1
+    assert "'far'" in answer.partial_success.error_message and "between 1970 and 2200" in \
+        answer.partial_success.error_message
+    trace = await store_of(client).trace_by_id("11" * 16, ctx())
+    assert trace is not None and set(trace.spans) == {"22" * 8}
+
+
+@pytest.mark.parametrize("query", [
+    "from=99999999999999999999999", "from=-99999999999999999999", "until=9223372036854775808",
+    "from=1795945290&until=99999999999999999999999999", "from=-5",
+])
+@pytest.mark.parametrize("fmt", ["folded", "pprof"])
+async def test_ingest_times_outside_1970_to_2200_are_a_400(tmp_path: Path, aiohttp_client: Client, query: str,
+                                                          fmt: str) -> None:
+    client = await aiohttp_client(make_app(tmp_path))
+    body = b"a;b 5\n" if fmt == "folded" else GO_CPU_PPROF.read_bytes()
+    resp = await client.post(f"/ingest?name=x.cpu&format={fmt}&{query}", data=body)
+    assert resp.status == 400
+    text = await resp.text()
+    assert "is not a Unix time between 1970 and 2200" in text and "Traceback" not in text
+    assert (await store_of(client).counts()).samples == 0
+
+
+@pytest.mark.parametrize(("start", "end"), [(0, 2**63 - 1), (-(2**63), 0), (-1, 1000), (5000, 1000)])
+async def test_span_queries_with_impossible_time_ranges_are_a_400(tmp_path: Path, aiohttp_client: Client,
+                                                                  start: int, end: int) -> None:
+    client = await aiohttp_client(make_app(tmp_path))
+    for method, cls in (("SelectMergeSpanProfile", qpb.SelectMergeSpanProfileRequest),
+                        ("SelectMergeStacktraces", qpb.SelectMergeStacktracesRequest)):
+        msg = cls(profile_typeID=CPU, label_selector='{service_name="x"}', start=start, end=end,
+                  span_selector=["0123456789abcdef"])
+        resp = await client.post(f"/pyroscope/querier.v1.QuerierService/{method}", data=msg.SerializeToString(),
+                                 headers={"Content-Type": "application/proto"})
+        assert resp.status == 400
+        doc = await resp.json()
+        assert doc["code"] == "invalid_argument" and f"({start}, {end})" in doc["message"]
+
+
+async def test_no_answer_header_repeats_a_long_label_selector_uncapped(tmp_path: Path, aiohttp_client: Client) -> None:
+    """Issue 11, item 12: the reason header once repeated the caller's label selector whole. Every header the
+    bridge writes from caller text is cut at 400 characters, ASCII."""
+    from tests.doubles.shop import load_shop
+
+    client = await aiohttp_client(make_app(tmp_path))
+    await replay_capture(client)
+    span = load_shop().pick("frontend-io")  # known, no linked samples: the time window answers, or says why not
+    long_value = "x" * 60_000
+    for selector in (f'{{service_name="shop-frontend",pod="{long_value}"}}', f'{{service_name="{long_value}"}}'):
+        msg = qpb.SelectMergeSpanProfileRequest(profile_typeID=CPU, label_selector=selector, start=ALL_MS[0],
+                                                end=ALL_MS[1], span_selector=[span.span_id])
+        resp = await client.post("/pyroscope/querier.v1.QuerierService/SelectMergeSpanProfile",
+                                 data=msg.SerializeToString(), headers={"Content-Type": "application/proto"})
+        assert resp.status in (200, 400), await resp.text()
+        for name, value in resp.headers.items():
+            assert len(value) <= 400, (name, len(value))
+        assert sum(len(k) + len(v) for k, v in resp.headers.items()) < 4096

@@ -20,6 +20,7 @@ from bridge.app import create_app
 from bridge.config import DEFAULT_PROFILE_TYPE, Settings
 from bridge.spans import Span
 from bridge.state import SPAN_CACHE
+from bridge.upstream.base import scope_key
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.shop import SpanRole, load_shop
 from tests.doubles.tempo import TempoDouble
@@ -206,7 +207,7 @@ async def test_search_lag_without_the_cache_cannot_find_the_span(stack: Stack) -
 async def test_cache_is_per_tenant(stack: Stack) -> None:
     role_span, span, _ = pick_with_linked_root(stack, "frontend-child")
     await open_trace(stack, role_span.trace_id, tenant="team-a")
-    assert stack.app[SPAN_CACHE].get("team-a", span.span_id) is not None
+    assert stack.app[SPAN_CACHE].get(scope_key("team-a"), span.span_id) is not None
 
     mode, _, _ = await click(stack, span, tenant="team-a")
     assert mode == "local-root"
@@ -215,3 +216,18 @@ async def test_cache_is_per_tenant(stack: Stack) -> None:
     mode, _, _ = await click(stack, span, tenant="team-b")  # team-b never opened it: its own lookup, through Tempo
     assert mode == "local-root"
     assert [r.headers.get("X-Scope-OrgID") for r in stack.tempo.search_calls] == ["team-b"]
+
+
+async def test_no_tenant_header_never_reuses_what_the_anonymous_tenant_or_another_caller_opened(stack: Stack) -> None:
+    """Issue 11, item 8: a trace opened with ``X-Scope-OrgID: anonymous`` (or with credentials) is not a span a
+    caller without that header (or with other credentials) may see from the cache: its lookup goes to Tempo with
+    its own headers, and a Tempo that refuses it decides."""
+    role_span, span, _ = pick_with_linked_root(stack, "frontend-child")
+    await open_trace(stack, role_span.trace_id, tenant="anonymous")
+    mode, _, _ = await click(stack, span, tenant="anonymous")
+    assert mode == "local-root" and stack.tempo.search_calls == []  # the opener's own click: from the cache
+
+    stack.tempo.faults.search_lag = 100  # the span is not searchable: only the cache could answer
+    mode, _, _ = await click(stack, span)  # no header at all
+    assert mode == "none"
+    assert [r.headers.get("X-Scope-OrgID") for r in stack.tempo.search_calls] == [None]

@@ -39,6 +39,7 @@ async def client(aiohttp_client) -> TestClient:  # type: ignore[no-untyped-def]
     app.router.add_get("/api/v1/boom", _boom)
     app.router.add_post("/pyroscope/boom", _boom)
     app[METRICS] = metrics
+    metrics.allow_routes(app)  # create_app does this once its routes are set up
     return await aiohttp_client(app)  # type: ignore[no-any-return]
 
 

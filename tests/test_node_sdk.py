@@ -149,7 +149,7 @@ async def test_live_node_sdks_against_a_standalone_bridge(aiohttp_server: Server
     node = require_node()
     client = await standalone(aiohttp_server, aiohttp_client, tmp_path)
     spans = await run_service(node, str(client.make_url("")).rstrip("/"), "proto")
-    store = client.server.app[RUNTIME].backends.ingest
+    store = client.server.app[RUNTIME].backends.profiles
     assert isinstance(store, Store)
     types = {t.ID for t in (await store.profile_types(qpb.ProfileTypesRequest(), _ctx())).profile_types}
     assert types == {NODE_CPU, "wall:wall:nanoseconds:wall:nanoseconds", "wall:samples:count:wall:nanoseconds"}

@@ -217,6 +217,26 @@ async def test_bad_http_input_is_an_otlp_error_and_nothing_is_forwarded(
     assert rec.received == []
 
 
+@pytest.mark.parametrize("gzipped", [False, True])
+async def test_an_oversized_body_is_413_which_exporters_do_not_retry(
+    recorder: tuple[OtlpRecorder, str], bridge: BridgeFactory, gzipped: bool
+) -> None:
+    """Issue 11, item 13: 429 makes OTLP exporters retry a body that can never fit; 413 (Content Too Large) with
+    the RESOURCE_EXHAUSTED status says so once."""
+    rec, url = recorder
+    client = await bridge(url, max_body_bytes=4096)
+    body = sample_request().SerializeToString() + b"\x00" * 8192
+    headers = {"Content-Type": "application/x-protobuf"}
+    if gzipped:  # small on the wire, over the limit once inflated
+        body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
+        assert len(body) < 4096
+    resp = await client.post("/v1development/profiles", data=body, headers=headers)
+    assert resp.status == 413
+    status = status_pb2.Status.FromString(await resp.read())
+    assert status.code == 8 and "over the limit of 4096 bytes" in status.message  # RESOURCE_EXHAUSTED
+    assert rec.received == []
+
+
 @pytest.mark.parametrize(
     ("upstream", "status", "code"),
     [((400, "profile too old"), 400, 3), ((503, "ingester down"), 503, 14), ((401, "who are you"), 401, 16)],
@@ -507,7 +527,7 @@ async def test_standalone_bridge_stores_linked_samples_received_over_grpc(
                                metadata=(("x-scope-orgid", "team-d"),))
 
     assert not answer.HasField("partial_success")
-    store = client.server.app[RUNTIME].backends.ingest
+    store = client.server.app[RUNTIME].backends.profiles
     ctx = CallContext(deadline=Deadline.start(None, 10.0), tenant="team-d")
     start_ms, end_ms = int(now * 1000) - 60_000, int(now * 1000) + 60_000
     [ptype] = (await store.profile_types(qpb.ProfileTypesRequest(start=start_ms, end=end_ms), ctx)).profile_types
@@ -546,3 +566,15 @@ async def test_gzip_bodies_work_whoever_undoes_the_gzip(
             assert resp.status == 400
     [got] = rec.received
     assert_linked(got.request)
+
+
+async def test_a_profile_stamped_past_2200_is_a_400_in_standalone_mode(aiohttp_client: Any, tmp_path: Any) -> None:
+    """Issue 11, item 5: ``time_unix_nano`` ≥ 2^63 (valid fixed64, no int64) made the store fail with a 500."""
+    settings = Settings.for_tests(mode="standalone", data_dir=str(tmp_path))
+    client = await aiohttp_client(create_app(settings))
+    req = sample_request()
+    req.resource_profiles[0].scope_profiles[0].profiles[0].time_unix_nano = 2**64 - 1
+    resp = await client.post("/v1development/profiles", data=req.SerializeToString(),
+                             headers={"Content-Type": "application/x-protobuf"})
+    assert resp.status == 400
+    assert "between 1970 and 2200" in status_pb2.Status.FromString(await resp.read()).message

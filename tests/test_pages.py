@@ -128,7 +128,9 @@ async def test_grafana_explore_links_when_a_grafana_url_is_set(aiohttp_server: A
     assert all(urlsplit(link).path == "/explore" and link.startswith("https://grafana.example:3000/") for link in links)
     profile_query = panes[0]["pb"]["queries"][0]
     assert profile_query["datasource"] == {"type": "grafana-pyroscope-datasource", "uid": "pyro-uid"}
-    assert profile_query["spanSelector"] == [root.span_id] and profile_query["profileTypeId"] == CPU
+    # the span carries its trace: the click resolves on any bridge process (bridge.ids)
+    assert profile_query["spanSelector"] == [f"{root.span_id}:{root.trace_id}"]
+    assert profile_query["profileTypeId"] == CPU
     assert profile_query["labelSelector"] == '{service_name="shop-frontend"}'
     assert panes[1]["pb"]["queries"][0]["datasource"]["uid"] == "tempo-uid"
     assert panes[1]["pb"]["queries"][0]["query"] == root.trace_id
@@ -186,7 +188,7 @@ async def test_user_controlled_strings_are_escaped(stack: Stack) -> None:
     assert EVIL not in page and "<b>svc</b>" not in page and "<img src=x" not in page
     assert "&lt;script&gt;alert(&#34;owned&#34;)&lt;/script&gt;" in page
     assert "&lt;b&gt;svc&lt;/b&gt;" in page
-    assert page.count("<script>") == 1  # only the page's own script
+    assert page.count("<script") == 1 and page.count("<script nonce=") == 1  # only the page's own script
 
 
 def synthetic_answer(tree: flamegraph.Node, trace: Trace, span_id: str) -> Answer:
@@ -325,3 +327,25 @@ async def test_a_failing_backend_is_an_html_page_naming_it(stack: Stack) -> None
         text = await resp.text()
         assert resp.status == 503 and resp.content_type == "text/html"
         assert "tempo" in text.lower() and "Traceback" not in text
+
+
+async def test_every_page_sends_its_security_headers_and_a_fresh_nonce(stack: Stack) -> None:
+    """Issue 11, item 14: a Content-Security-Policy whose only script and style are the page's own (by nonce, no
+    unsafe-inline), nosniff, and no framing (the Grafana app plugin opens pages in a new tab, never a frame)."""
+    root = stack.shop.pick("frontend-root")
+    nonces = []
+    for url in ("/", f"/spans/{root.trace_id}/{root.span_id}", "/spans/zz/yy"):
+        resp = await stack.http.get(url)
+        assert resp.status in (200, 400), url
+        csp = resp.headers["Content-Security-Policy"]
+        nonce = re.search(r"script-src 'nonce-([A-Za-z0-9_-]{20,})'", csp)
+        assert nonce is not None, csp
+        assert f"style-src 'nonce-{nonce.group(1)}'" in csp
+        assert "default-src 'none'" in csp and "frame-ancestors 'none'" in csp and "unsafe" not in csp
+        assert resp.headers["X-Content-Type-Options"] == "nosniff"
+        assert resp.headers["X-Frame-Options"] == "DENY"
+        page = await resp.text()
+        assert f'<style nonce="{nonce.group(1)}">' in page
+        assert ' style="' not in page  # no inline style attribute: the policy would block it
+        nonces.append(nonce.group(1))
+    assert len(set(nonces)) == len(nonces)  # one per answer

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from bridge.cli import main
-from bridge.config import Settings
+from bridge.config import ConfigError, Settings
 from bridge.provisioning.render import (
     DASHBOARDS_OUT,
     PLUGIN_OUT,
@@ -503,3 +503,25 @@ def test_a_bad_browser_url_is_a_one_line_error(capsys: pytest.CaptureFixture[str
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "PROFILE_BRIDGE_PROVISION_BROWSER_URL" in err and "'localhost'" in err
+
+
+def test_the_bridges_token_comes_from_grafanas_environment_never_from_the_file() -> None:
+    """Issue 11, item 3: with PROFILE_BRIDGE_PROVISION_TOKEN_ENV the data sources through the bridge and the app
+    plugin send the bridge's token, which Grafana reads from its own environment when it loads the files (``${NAME}``
+    is expanded by Grafana; nothing secret is written)."""
+    files = _render_env({"PROFILE_BRIDGE_PROVISION_TOKEN_ENV": "BRIDGE_TOKEN"})
+    by_uid = {ds["uid"]: ds for ds in _datasources(files)}
+    for uid in ("profile-bridge-tempo", "profile-bridge-pyroscope"):
+        ds = by_uid[uid]
+        assert ds["jsonData"]["httpHeaderName1"] == "X-Profile-Bridge-Token"  # type: ignore[index]
+        assert ds["secureJsonData"] == {"httpHeaderValue1": "${BRIDGE_TOKEN}"}
+    for uid in ("tempo-direct", "pyroscope-direct", "profile-bridge-prometheus"):
+        assert "secureJsonData" not in by_uid[uid] and "httpHeaderName1" not in by_uid[uid]["jsonData"]  # type: ignore
+    plugin = yaml.safe_load(files["plugins/profile-bridge-app.yaml"])
+    assert plugin["apps"][0]["secureJsonData"] == {"bridgeToken": "${BRIDGE_TOKEN}"}
+    # without it: no header, no secure data (the committed provisioning/ is the default render)
+    plain = _render_env({})
+    assert "secureJsonData" not in plain["datasources/profile-bridge.yaml"]
+    assert "secureJsonData" not in plain["plugins/profile-bridge-app.yaml"]
+    with pytest.raises(ConfigError, match="PROFILE_BRIDGE_PROVISION_TOKEN_ENV has value '1 bad'"):
+        _render_env({"PROFILE_BRIDGE_PROVISION_TOKEN_ENV": "1 bad"})

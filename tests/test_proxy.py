@@ -18,10 +18,12 @@ from aiohttp.test_utils import TestClient, TestServer
 from bridge.errors import Code, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from bridge.metrics import Metrics
 from bridge.middleware import make_middleware
+from bridge.upstream import relay
 from bridge.upstream.faults import map_client_error
 from bridge.upstream.proxy import end_to_end, stream_through, target_url
 
 BIG = os.urandom(3 * 1024 * 1024 + 17)
+HUGE = os.urandom(12 * 1024 * 1024 + 5)
 
 
 class Upstream:
@@ -64,6 +66,8 @@ class Upstream:
             assert request.transport is not None
             request.transport.abort()
             return resp
+        if fault == "framed":
+            return web.Response(body=HUGE, headers={"Content-Type": "application/proto"})
         if fault == "gzip":
             return web.Response(
                 body=gzip.compress(b"hello " * 1000),
@@ -82,11 +86,24 @@ class Upstream:
         )
 
 
+# every test runs twice: through the lean relay (what create_app sets up) and through aiohttp's client (what an app
+# without it, or a request that does not suit it, uses)
+LEAN = [True]
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["lean", "aiohttp"])
+def lean(request: pytest.FixtureRequest) -> bool:
+    LEAN[0] = bool(request.param)
+    return LEAN[0]
+
+
 def bridge_app(
     upstream_url: str, session_box: dict[str, aiohttp.ClientSession], timeout: float = 2.0
 ) -> web.Application:
     # as create_app does: the server never undoes Content-Encoding, whatever the runner is asked
     app = web.Application(middlewares=[make_middleware(Metrics())], handler_args={"auto_decompress": False})
+    if LEAN[0]:
+        relay.setup(app)
 
     async def session_ctx(app: web.Application) -> AsyncIterator[None]:
         async with aiohttp.ClientSession(
@@ -137,6 +154,7 @@ async def test_method_path_query_body_and_end_to_end_headers_are_forwarded(
             "Connection": "keep-alive, X-Secret",
             "X-Secret": "hop only",
             "TE": "trailers",
+            "Cookie": "grafana_session=secret; other=1",
         },
     )
     assert resp.status == 201
@@ -154,6 +172,7 @@ async def test_method_path_query_body_and_end_to_end_headers_are_forwarded(
     assert h["Connect-Timeout-Ms"] == "1500"
     assert h["Content-Type"] == "application/proto"
     assert "X-Secret" not in h and "TE" not in h
+    assert "Cookie" not in h  # a browser's cookies never go up (issue 11, item 9)
 
 
 async def test_large_bodies_stream_both_ways_byte_for_byte(
@@ -231,6 +250,22 @@ async def test_dot_segments_are_not_forwarded(
     assert up.requests == []
 
 
+async def test_a_large_framed_answer_arrives_whole_however_slowly_it_is_read(
+    upstream: tuple[Upstream, str], client: TestClient[Any, Any]
+) -> None:
+    """The lean relay splices a body of known length into the client's connection; a slow reader makes it stop
+    reading the upstream and wait for the client, not buffer without bound."""
+    for _ in range(2):  # and the upstream connection is reusable afterwards
+        resp = await client.get("/mnt/x", headers={"X-Fault": "framed"})
+        assert resp.status == 200 and resp.content_length == len(HUGE)
+        got = bytearray()
+        async for chunk in resp.content.iter_chunked(256 * 1024):
+            got += chunk
+            if len(got) < 6 * 1024 * 1024:
+                await asyncio.sleep(0.005)
+        assert bytes(got) == HUGE
+
+
 async def test_upstream_down_is_unavailable(aiohttp_client: Factory) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -306,3 +341,17 @@ def test_client_errors_map_most_specific_first(exc: Exception, cls: type[Upstrea
     assert err.code is code
     assert err.upstream == "pyroscope"
     assert "pyroscope" in err.message
+
+
+@pytest.mark.parametrize(
+    ("exc", "words"),
+    [
+        (aiohttp.ConnectionTimeoutError(), "tempo did not answer: no connection within 2 s"),
+        (aiohttp.SocketTimeoutError(), "tempo did not answer: nothing arrived for 3 s"),
+        (TimeoutError(), "tempo did not answer within 6 s"),
+    ],
+)
+def test_timeout_messages_name_the_figure_of_the_timeout_that_fired(exc: BaseException, words: str) -> None:
+    err = map_client_error("tempo", exc, aiohttp.ClientTimeout(total=6, connect=2, sock_read=3))
+    assert isinstance(err, UpstreamTimeout)
+    assert err.message == words

@@ -245,11 +245,12 @@ async def test_span_unknown_to_tempo_answers_a_placeholder_that_grafana_draws_sa
 
 async def test_span_cache_answers_before_tempo_search(stack: Stack) -> None:
     from bridge.state import SPAN_CACHE
+    from bridge.upstream.base import scope_key
 
     shop = load_shop()
     linked = stack.linked_ids()
     child = shop_span("backend-child", lambda s: shop.trace(s.trace_id).local_root(s.span_id).span_id in linked)
-    stack.app[SPAN_CACHE].put_trace(None, shop.trace(child.trace_id))
+    stack.app[SPAN_CACHE].put_trace(scope_key(None), shop.trace(child.trace_id))
     _, headers, _ = await resolve(stack, child)
     assert headers["X-Profile-Bridge-Resolution"] == "local-root"
     assert stack.tempo.requests == []
@@ -370,6 +371,22 @@ async def test_other_formats_are_forwarded_with_the_selector_cleaned(
     assert "Content-Encoding" not in seen.headers  # re-encoded plain
 
 
+async def test_the_carried_trace_never_reaches_pyroscope(stack: Stack) -> None:
+    """``<span>:<trace>`` (what the /tempo mount writes into pyroscope.profile.id) is cut back to the span id."""
+    linked = stack.linked_ids()
+    span = shop_span("frontend-root", lambda s: s.span_id in linked)
+    carried = f"{span.span_id}:{span.trace_id}"
+    req = span_request(span, selector=[carried])
+    req.format = qpb.PROFILE_FORMAT_TREE  # not resolved: passed on, cleaned
+    status, _, _ = await call(stack.client, "SelectMergeSpanProfile", req)
+    assert status == 200
+    resolved = span_request(span, selector=[carried])
+    status, headers, _ = await call(stack.client, "SelectMergeSpanProfile", resolved)
+    assert status == 200 and headers["X-Profile-Bridge-Resolution"] == "linked"
+    seen = [list(r.message.span_selector) for r in stack.pyroscope.calls("SelectMergeSpanProfile")]  # type: ignore[union-attr]
+    assert seen == [[span.span_id], [span.span_id]]
+
+
 async def test_malformed_bodies_are_invalid_argument(stack: Stack) -> None:
     resp = await stack.client.post(QUERIER + "SelectMergeSpanProfile", data=b"\xff\xff\xff\xff",
                                    headers={"Content-Type": "application/proto"})
@@ -440,6 +457,18 @@ async def test_slow_pyroscope_honours_connect_timeout_ms(stack: Stack, method: s
     assert b'"deadline_exceeded"' in raw and b"pyroscope did not answer" in raw
 
 
+async def test_a_timeout_message_names_the_timeout_that_fired(aiohttp_server: Server, aiohttp_client: Client) -> None:
+    """The request's budget is 6 s (Connect-Timeout-Ms) but the read timeout (PROFILE_BRIDGE_UPSTREAM_TIMEOUT) is
+    0.3 s: the message says 0.3 s, the figure that fired, not 6 s (issue 11, item 11)."""
+    stack = await make_stack(aiohttp_server, aiohttp_client, upstream_timeout=0.3)
+    stack.pyroscope.faults.delay = 30.0
+    status, _, raw = await asyncio.wait_for(call(stack.client, "ProfileTypes", qpb.ProfileTypesRequest(),
+                                                 accept_gzip=False, headers={"Connect-Timeout-Ms": "6000"}), timeout=10)
+    assert status == 504
+    message = json.loads(raw)["message"]
+    assert message == "pyroscope did not answer: nothing arrived for 0.3 s", message
+
+
 async def test_slow_tempo_within_budget_is_deadline_exceeded(stack: Stack) -> None:
     stack.tempo.faults.delay = 30.0
     status, _, raw = await asyncio.wait_for(
@@ -488,10 +517,10 @@ async def test_oversized_bodies_raw_and_after_gzip(
     stack = await make_stack(aiohttp_server, aiohttp_client, auto_decompress=auto_decompress, max_body_bytes=4096)
     big = span_request(shop_span("frontend-root"), label_selector='{service_name="' + "x" * 8000 + '"}')
     status, _, raw = await call(stack.client, "SelectMergeSpanProfile", big, accept_gzip=False)
-    assert status == 429 and b"resource_exhausted" in raw
+    assert status == 413 and b"resource_exhausted" in raw  # Content Too Large; the code in the body
     status, _, raw = await call(stack.client, "SelectMergeSpanProfile", big, gzip_request=True, accept_gzip=False)
     assert len(gzip.compress(big.SerializeToString())) < 4096  # small on the wire, too big once inflated
-    assert status == 429 and b"resource_exhausted" in raw
+    assert status == 413 and b"resource_exhausted" in raw  # Content Too Large; the code in the body
     assert stack.pyroscope.requests == []
 
 
@@ -623,7 +652,8 @@ async def test_cookies_set_by_the_upstream_never_reach_another_request(
     resp = await stack.client.get("/pyroscope/ready")
     assert resp.status == 200
     seen = [r.headers.get("Cookie") for r in stack.pyroscope.requests]
-    assert seen == ["mine=1", None]  # the bridge's upstream session remembers nothing between requests
+    assert seen == [None, None]  # the caller's own cookie is never forwarded (issue 11, item 9), and the bridge's
+    # upstream session remembers nothing between requests
 
 
 async def test_a_zero_budget_fails_at_once_instead_of_waiting_forever(stack: Stack) -> None:

@@ -20,6 +20,7 @@ from bridge.resolve import (
     Resolver,
     SpanQuery,
     ascii_header,
+    carried_traces,
     clean_span_ids,
     labels_of,
     local_root_reason,
@@ -29,7 +30,7 @@ from bridge.resolve import (
 from bridge.selector import Matcher, format_selector, merge_selector, parse_selector
 from bridge.spancache import CachedSpan, SpanCache
 from bridge.spans import Span, Trace
-from bridge.upstream.base import CallContext
+from bridge.upstream.base import CallContext, scope_key
 from bridge.upstream.http import open_clients
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.shop import capture_now, load_shop
@@ -47,6 +48,10 @@ Server = Callable[..., Awaitable[TestServer]]
         (["7f80395fd15dcdc9", "7F80395FD15DCDC9", " 7f80395fd15dcdc9 "], ("7f80395fd15dcdc9",)),
         (['${__span.tags["pyroscope.profile.id"]}', "5af75a6c3094ba71"], ("5af75a6c3094ba71",)),
         (["", "abc", "5af75a6c3094ba71", "0000000000000001"], ("5af75a6c3094ba71", "0000000000000001")),
+        # the Tempo mount's carried form: only the span id goes on
+        (["5af75a6c3094ba71:e19e0353f421bfce945f7d1514c6c9f1"], ("5af75a6c3094ba71",)),
+        (["5AF75A6C3094BA71:1", "5af75a6c3094ba71"], ("5af75a6c3094ba71",)),
+        (["5af75a6c3094ba71:nothex", "7f80395fd15dcdc9"], ("7f80395fd15dcdc9",)),
     ],
 )
 def test_clean_span_ids_table(raw: list[str], clean: tuple[str, ...]) -> None:
@@ -61,12 +66,21 @@ def test_clean_span_ids_table(raw: list[str], clean: tuple[str, ...]) -> None:
         (["123", "7f80395fd15dcdc9aa"], "16 hex characters"),
         ([], "span selector is empty"),
         ([""], "16 hex characters"),
+        (["5af75a6c3094ba71:"], "SPAN:TRACE"),
+        (["5af75a6c3094ba71:e19e0353f421bfce945f7d1514c6c9f1:x"], "16 hex characters"),
     ],
 )
 def test_clean_span_ids_refuses_with_an_actionable_message(raw: list[str], words: str) -> None:
     with pytest.raises(InvalidArgument) as info:
         clean_span_ids(raw)
     assert words in info.value.message
+
+
+def test_carried_traces_map_each_span_to_the_trace_it_carries() -> None:
+    raw = ["5af75a6c3094ba71:E19E0353F421BFCE945F7D1514C6C9F1", "7f80395fd15dcdc9", "1c60f2b8cd2d96d1:abc",
+           "5af75a6c3094ba71:0123456789abcdef0123456789abcdef", "0000000000000000:e19e0353f421bfce945f7d1514c6c9f1"]
+    assert carried_traces(raw) == {"5af75a6c3094ba71": "e19e0353f421bfce945f7d1514c6c9f1",
+                                   "1c60f2b8cd2d96d1": "00000000000000000000000000000abc"}
 
 
 @pytest.mark.parametrize(
@@ -287,7 +301,7 @@ async def test_a_cancelled_leader_hands_the_lookup_to_a_waiter(env: Env) -> None
 async def test_span_cache_is_per_tenant(env: Env) -> None:
     shop = load_shop()
     child = shop.span(shop.pick("frontend-child").span_id)
-    env.cache.put_trace("team-a", shop.trace(child.trace_id))
+    env.cache.put_trace(scope_key("team-a"), shop.trace(child.trace_id))
     found = await env.resolver.lookup_span(child.span_id, ctx("team-a"))
     assert found is not None and env.tempo.requests == []
     found = await env.resolver.lookup_span(child.span_id, ctx("team-b"),
@@ -314,7 +328,7 @@ async def test_a_cached_span_whose_root_was_evicted_is_completed_from_its_trace_
             return None
 
     cache = Forgetful(1000, 1024**2, 60)
-    cache.put_trace(None, shop.trace(child.trace_id))
+    cache.put_trace(scope_key(None), shop.trace(child.trace_id))
     env.resolver.span_cache = cache
     res = await env.resolver.resolve(query_for(child), ctx())
     assert res.mode is Mode.LOCAL_ROOT and res.local_root is not None and res.local_root.name == "GET /checkout"

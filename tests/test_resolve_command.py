@@ -193,3 +193,24 @@ def test_values_read_in_human_units(value: int, unit: str, text: str) -> None:
     from bridge.units import format_value
 
     assert format_value(value, unit) == text
+
+
+@pytest.mark.parametrize(
+    ("span_arg", "ok"),
+    [
+        ("7f80395fd15dcdc9", True),
+        ("7F80395FD15DCDC9", True),
+        ("7f80395fd15dcdc9:" + "a" * 32, True),  # pyroscope.profile.id pasted as the /tempo mount writes it
+        ("7f80395fd15dcdc9:" + "b" * 32, False),  # it carries another trace than the one given
+        ("7f80395fd15dcdc", False),
+    ],
+)
+def test_resolve_takes_a_span_id_or_the_carried_form(span_arg: str, ok: bool) -> None:
+    from bridge.commands.resolve import check_args
+    from bridge.errors import InvalidArgument
+
+    if ok:
+        assert check_args("a" * 32, span_arg, "span", 10, CPU)[1] == "7f80395fd15dcdc9"
+    else:
+        with pytest.raises(InvalidArgument):
+            check_args("a" * 32, span_arg, "span", 10, CPU)

@@ -169,9 +169,9 @@ class GatedResolver:
         self.most = 0
 
     async def lookup_span(self, span_id: str, ctx: CallContext, *, trace_id: str | None = None) -> Any:
-        entry = self.span_cache.get(ctx.tenant, span_id)
+        entry = self.span_cache.get(ctx.cache_scope, span_id)
         assert entry is not None, "resolve_rows did not put the traces into the span cache"
-        trace = self.span_cache.get_trace(ctx.tenant, entry.span.trace_id)
+        trace = self.span_cache.get_trace(ctx.cache_scope, entry.span.trace_id)
         return entry.span, trace
 
     async def resolve(self, query: SpanQuery, ctx: CallContext) -> Resolution:

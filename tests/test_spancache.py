@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from bridge.spancache import SpanCache
 from bridge.spans import SPAN_KIND_CLIENT, SPAN_KIND_INTERNAL, SPAN_KIND_SERVER, Span, Trace
+from bridge.upstream.base import scope_key
 
 T = "1" * 32
 
@@ -33,12 +34,25 @@ def test_put_and_get_with_local_roots() -> None:
 
 def test_tenants_never_see_each_others_spans() -> None:
     cache = SpanCache(1000, 1 << 20, 60)
-    cache.put_trace("team-a", _trace())
-    assert cache.get("team-b", "a" * 16) is None
-    assert cache.get(None, "a" * 16) is None
-    assert cache.get_trace("team-b", T) is None
-    cache.put_trace(None, _trace())
-    assert cache.get("anonymous", "a" * 16) is not None
+    cache.put_trace(scope_key("team-a"), _trace())
+    assert cache.get(scope_key("team-b"), "a" * 16) is None
+    assert cache.get(scope_key(None), "a" * 16) is None
+    assert cache.get_trace(scope_key("team-b"), T) is None
+    assert cache.get(scope_key("team-a"), "a" * 16) is not None
+
+
+def test_no_tenant_header_is_not_the_anonymous_tenant_nor_anyone_elses_credentials() -> None:
+    """Issue 11, item 8: caches are keyed by the tenant header exactly as sent (absent is not ``anonymous``) and by
+    the caller's credentials, so no caller is shown what the upstream answered a caller it treats differently."""
+    cache = SpanCache(1000, 1 << 20, 60)
+    cache.put_trace(scope_key("anonymous"), _trace())
+    assert cache.get(scope_key(None), "a" * 16) is None
+    cache.put_trace(scope_key(None, "Bearer alice"), _trace())
+    assert cache.get(scope_key(None), "a" * 16) is None
+    assert cache.get(scope_key(None, "Bearer bob"), "a" * 16) is None
+    assert cache.get(scope_key(None, "Bearer alice"), "a" * 16) is not None
+    assert len({scope_key(None), scope_key(""), scope_key("-"), scope_key("anonymous"), scope_key("t:x"),
+                scope_key("x"), scope_key(None, "x"), scope_key("x", "y")}) == 8
 
 
 def test_bounded_by_entries() -> None:

@@ -133,7 +133,7 @@ async def test_real_sdks_to_span_flame_graph_and_back_after_restart(tmp_path: Pa
     try:
         spans = await run_program(url, tmp_path)
         assert spans, "the instrumented program made no requests"
-        store = runner.app[RUNTIME].backends.ingest
+        store = runner.app[RUNTIME].backends.profiles
         assert isinstance(store, Store)
         counts = await store.counts()
         assert counts.spans >= 2 * len(spans) and counts.samples > 0

@@ -286,7 +286,7 @@ async def test_migrates_a_version_1_database(tmp_path: Path) -> None:
     assert schema.current_version(conn) == schema.LATEST
     for name in ("profile_stacks", "samples_profile", "span_profiles", "trace_profiles", "rollups", "spans_long"):
         assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = ?", (name,)).fetchone()[0] == 1
-    for gone in ("samples_span", "samples_trace"):  # replaced by span_profiles / trace_profiles (migration 5)
+    for gone in ("samples_span", "samples_trace"):  # replaced by span_profiles / trace_profiles (migration 6)
         assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = ?", (gone,)).fetchone()[0] == 0
     assert conn.execute("SELECT bucket, span_id, profile_id FROM span_profiles").fetchall() == [(0, 5, 1)]
     conn.close()

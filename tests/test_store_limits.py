@@ -21,6 +21,7 @@ from bridge._proto import push_pb2
 from bridge._proto import querier_pb2 as qpb
 from bridge.app import create_app
 from bridge.config import Settings
+from bridge.diskfull import WatchedSink
 from bridge.errors import BridgeError, Code, InvalidArgument, StorageFull
 from bridge.state import RUNTIME
 from bridge.store import Store, decode
@@ -39,7 +40,9 @@ def make_app(tmp_path: Path, now: Callable[[], float] = lambda: CAPTURE_END_S, *
 
 
 def store_of(client: TestClient[Any, Any]) -> Store:
-    store = client.app[RUNTIME].backends.ingest  # type: ignore[union-attr]
+    sink = client.app[RUNTIME].backends.ingest  # type: ignore[union-attr]
+    assert isinstance(sink, WatchedSink)  # standalone ingest goes through the disk-full watch to the store
+    store = sink.store
     assert isinstance(store, Store)
     return store
 

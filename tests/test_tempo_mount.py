@@ -27,7 +27,7 @@ from bridge.errors import Code
 from bridge.services import ProfiledServices
 from bridge.spans import PROFILE_ID_ATTR
 from bridge.state import METRICS, RUNTIME, SPAN_CACHE, backends_of
-from bridge.upstream.base import CallContext
+from bridge.upstream.base import CallContext, scope_key
 from bridge.wire.tempo import is_protobuf_answer, trace_request
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.shop import load_shop
@@ -84,12 +84,18 @@ def spans_of(body: bytes, version: int, protobuf: bool) -> list[otlp_trace.Span]
     for rs in batches:
         for ss in rs["scopeSpans"]:
             for raw in ss["spans"]:
-                span = otlp_trace.Span(span_id=base64.b64decode(raw["spanId"]))
+                span = otlp_trace.Span(span_id=base64.b64decode(raw["spanId"]),
+                                       trace_id=base64.b64decode(raw["traceId"]))
                 for kv in raw.get("attributes", []):
                     if "stringValue" in kv["value"]:
                         span.attributes.add(key=kv["key"]).value.string_value = kv["value"]["stringValue"]
                 out.append(span)
     return out
+
+
+def carried(span: otlp_trace.Span) -> str:
+    """What the mount writes into pyroscope.profile.id: the span's id and its trace's (``bridge.ids``)."""
+    return f"{span.span_id.hex()}:{span.trace_id.hex()}"
 
 
 def profile_ids(span: otlp_trace.Span) -> list[str]:
@@ -121,7 +127,7 @@ async def test_every_span_enriched_through_the_mount(stack: Stack, version: int,
         spans = spans_of(body, version, protobuf)
         expected = len(shop.trace(trace_id)) if trace_id == child.trace_id else 6
         assert len(spans) == expected
-        assert all(profile_ids(s) == [s.span_id.hex()] for s in spans)
+        assert all(profile_ids(s) == [carried(s)] for s in spans)
     assert stack.metric("profile_bridge_enriched_spans_total") == 3 + 6  # the two SDK-tagged roots had it already
 
 
@@ -134,7 +140,8 @@ async def test_vulture_json_is_tempos_json_plus_the_attribute(stack: Stack) -> N
             for span in ss["spans"]:
                 added = span["attributes"].pop()
                 assert added == {"key": PROFILE_ID_ATTR,
-                                 "value": {"stringValue": base64.b64decode(span["spanId"]).hex()}}
+                                 "value": {"stringValue": base64.b64decode(span["spanId"]).hex() + ":"
+                                           + base64.b64decode(span["traceId"]).hex()}}
     assert through == direct
 
 
@@ -223,7 +230,7 @@ async def test_unchanged_gzip_answer_is_relayed_without_recompression(aiohttp_se
     assert resp.headers["Content-Encoding"] == "gzip"
     assert gzip.decompress(body) == stack.tempo.trace_answer_for(trace_id, version=2, protobuf=True)
     # the span cache is filled whatever the policy
-    assert stack.app[SPAN_CACHE].get(None, load_shop().pick("frontend-child").span_id) is not None
+    assert stack.app[SPAN_CACHE].get(scope_key(None), load_shop().pick("frontend-child").span_id) is not None
 
 
 @pytest.mark.parametrize("protobuf", [True, False], ids=["protobuf", "json"])
@@ -263,8 +270,8 @@ async def test_grafana_flow_against_a_tempo_without_v2(stack: Stack) -> None:
     resp = await stack.client.get(f"/tempo/api/traces/{child.trace_id}", headers=PB)
     assert resp.status == 200
     spans = spans_of(await resp.read(), 1, True)
-    assert len(spans) == 5 and all(profile_ids(s) == [s.span_id.hex()] for s in spans)
-    assert stack.app[SPAN_CACHE].get(None, child.span_id) is not None
+    assert len(spans) == 5 and all(profile_ids(s) == [carried(s)] for s in spans)
+    assert stack.app[SPAN_CACHE].get(scope_key(None), child.span_id) is not None
 
 
 # --------------------------------------------------------------------------------------------- bad trace ids
@@ -297,7 +304,7 @@ async def test_short_and_upper_case_ids_are_tempos_own(stack: Stack) -> None:
     assert resp.status == 200
     assert len(spans_of(await resp.read(), 1, True)) == 6
     # cached under the full id
-    assert stack.app[SPAN_CACHE].get_trace(None, trace_id) is not None
+    assert stack.app[SPAN_CACHE].get_trace(scope_key(None), trace_id) is not None
 
 
 # --------------------------------------------------------------------------------------------- policies
@@ -314,7 +321,7 @@ async def test_policy_profiled_services_asks_pyroscope_once_per_tenant(aiohttp_s
                                           headers={**PB, "X-Scope-OrgID": tenant})
             spans = spans_of(await resp.read(), 2, True)
             if profiled:  # shop-frontend and shop-backend have profiles
-                assert all(profile_ids(s) == [s.span_id.hex()] for s in spans)
+                assert all(profile_ids(s) == [carried(s)] for s in spans)
             else:  # tempo-vulture has none: no button that would lead nowhere
                 assert all(profile_ids(s) == [] for s in spans)
     asked = stack.pyroscope.calls("LabelValues")
@@ -329,7 +336,8 @@ async def test_policy_profiled_services_follows_the_label_map(aiohttp_server: Se
     assert resp.status == 200
     (asked,) = stack.pyroscope.calls("LabelValues")
     assert asked.message.name == "env"  # type: ignore[union-attr]
-    # the capture's profiles say env=capture, no service is called that: nothing is enriched
+    # the capture's profiles say env=capture, no service is called that: nothing is enriched, SDK values stay as
+    # the SDK wrote them
     assert all(profile_ids(s) in ([], [s.span_id.hex()]) for s in spans_of(await resp.read(), 2, True))
     assert stack.metric("profile_bridge_enriched_spans_total") == 0
 
@@ -377,18 +385,18 @@ async def test_span_cache_is_filled_per_tenant(stack: Stack) -> None:
     resp = await stack.client.get(f"/tempo/api/v2/traces/{child.trace_id}", headers={**PB, "X-Scope-OrgID": "team-a"})
     assert resp.status == 200
     cache = stack.app[SPAN_CACHE]
-    entry = cache.get("team-a", child.span_id)
+    entry = cache.get(scope_key("team-a"), child.span_id)
     assert entry is not None
     assert entry.local_root_id == shop.in_trace(child.trace_id, "frontend-root").span_id
     assert not entry.is_local_root
     assert (entry.span.name, entry.span.service, entry.span.kind_name) == ("renderCart", "shop-frontend",
                                                                           "SPAN_KIND_INTERNAL")
     assert dict(entry.span.resource)["host.name"] == "capture-host"
-    backend_root = cache.get("team-a", shop.in_trace(child.trace_id, "backend-root").span_id)
+    backend_root = cache.get(scope_key("team-a"), shop.in_trace(child.trace_id, "backend-root").span_id)
     assert backend_root is not None and backend_root.is_local_root
-    assert cache.get("team-b", child.span_id) is None
-    assert cache.get(None, child.span_id) is None
-    trace = cache.get_trace("team-a", child.trace_id)
+    assert cache.get(scope_key("team-b"), child.span_id) is None
+    assert cache.get(scope_key(None), child.span_id) is None
+    trace = cache.get_trace(scope_key("team-a"), child.trace_id)
     assert trace is not None and set(trace.spans) == set(shop.trace(child.trace_id).spans)
 
 
@@ -434,6 +442,20 @@ async def test_tempo_down_is_a_plain_text_error(aiohttp_server: Server, aiohttp_
         assert resp.status == 503
         assert resp.headers["Content-Type"].startswith("text/plain")
         assert "tempo" in await resp.text()
+
+
+async def test_browser_cookies_never_reach_tempo_or_pyroscope(stack: Stack) -> None:
+    """Issue 11, item 9: a browser's Cookie header (Grafana's session among them) is dropped on the way up, on the
+    trace-by-ID fetch, the pass-through and Pyroscope's pass-through alike; tenant and credentials still go."""
+    headers = {"Cookie": "grafana_session=secret", "X-Scope-OrgID": "team-a", "Authorization": "Bearer up"}
+    assert (await stack.client.get(f"/tempo/api/v2/traces/{stack.vulture_id}", headers=headers)).status == 200
+    await stack.client.get("/tempo/api/echo", headers=headers)  # passed through, whatever Tempo answers
+    await stack.client.get("/pyroscope/ready", headers=headers)
+    seen = [r.headers for r in stack.tempo.requests] + [r.headers for r in stack.pyroscope.requests]
+    assert len(seen) >= 3
+    for h in seen:
+        assert "Cookie" not in h
+        assert h["X-Scope-OrgID"] == "team-a" and h["Authorization"] == "Bearer up"
 
 
 async def test_slow_tempo_times_out_within_the_budget(aiohttp_server: Server, aiohttp_client: Client) -> None:
@@ -485,8 +507,8 @@ async def test_standalone_mode_enriches_the_stores_answers(aiohttp_server: Serve
         assert resp.status == 200, await resp.text()
         spans = spans_of(await resp.read(), version, protobuf)
         assert {s.span_id.hex() for s in spans} == set(shop.trace(child.trace_id).spans)
-        assert all(profile_ids(s) == [s.span_id.hex()] for s in spans)
-    assert app[SPAN_CACHE].get("team-a", child.span_id) is not None
+        assert all(profile_ids(s) == [carried(s)] for s in spans)
+    assert app[SPAN_CACHE].get(scope_key("team-a"), child.span_id) is not None
     resp = await client.get("/tempo/api/traces/zz", headers=PB)
     assert resp.status == 400
     resp = await client.get("/tempo/api/echo")

@@ -114,6 +114,36 @@ class Level(_message.Message):
     values: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, values: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class FlameGraphDiff(_message.Message):
+    __slots__ = ("names", "levels", "total", "max_self", "leftTicks", "rightTicks")
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    LEVELS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_SELF_FIELD_NUMBER: _ClassVar[int]
+    LEFTTICKS_FIELD_NUMBER: _ClassVar[int]
+    RIGHTTICKS_FIELD_NUMBER: _ClassVar[int]
+    names: _containers.RepeatedScalarFieldContainer[str]
+    levels: _containers.RepeatedCompositeFieldContainer[Level]
+    total: int
+    max_self: int
+    leftTicks: int
+    rightTicks: int
+    def __init__(self, names: _Optional[_Iterable[str]] = ..., levels: _Optional[_Iterable[_Union[Level, _Mapping]]] = ..., total: _Optional[int] = ..., max_self: _Optional[int] = ..., leftTicks: _Optional[int] = ..., rightTicks: _Optional[int] = ...) -> None: ...
+
+class DiffRequest(_message.Message):
+    __slots__ = ("left", "right")
+    LEFT_FIELD_NUMBER: _ClassVar[int]
+    RIGHT_FIELD_NUMBER: _ClassVar[int]
+    left: SelectMergeStacktracesRequest
+    right: SelectMergeStacktracesRequest
+    def __init__(self, left: _Optional[_Union[SelectMergeStacktracesRequest, _Mapping]] = ..., right: _Optional[_Union[SelectMergeStacktracesRequest, _Mapping]] = ...) -> None: ...
+
+class DiffResponse(_message.Message):
+    __slots__ = ("flamegraph",)
+    FLAMEGRAPH_FIELD_NUMBER: _ClassVar[int]
+    flamegraph: FlameGraphDiff
+    def __init__(self, flamegraph: _Optional[_Union[FlameGraphDiff, _Mapping]] = ...) -> None: ...
+
 class SelectSeriesRequest(_message.Message):
     __slots__ = ("profile_typeID", "label_selector", "start", "end", "group_by", "step", "aggregation", "stack_trace_selector", "limit", "exemplar_type")
     PROFILE_TYPEID_FIELD_NUMBER: _ClassVar[int]

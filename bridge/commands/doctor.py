@@ -54,6 +54,7 @@ from bridge.commands.resolve import (
     EXIT_OK,
     EXIT_USAGE,
     answer_direct,
+    bridge_headers,
     bridge_url,
     client_timeout,
     fetch_from_bridge,
@@ -117,7 +118,9 @@ class Hops:
 
 
 def _ctx(settings: Settings) -> CallContext:
-    return CallContext(deadline=Deadline.start(None, settings.max_request_timeout))
+    # standalone: the mounts are the running bridge's, which may want its token; never sent to Tempo or Pyroscope
+    extra = bridge_headers(settings) if settings.is_standalone else {}
+    return CallContext(deadline=Deadline.start(None, settings.max_request_timeout), extra_headers=extra)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,9 @@ How it reaches the data:
 - **standalone mode**: the data lives in the running bridge's store, so it asks that bridge's API
   (``GET /api/v1/spans/…/profile`` at ``PROFILE_BRIDGE_LISTEN``; ``0.0.0.0`` is reached as ``127.0.0.1``).
 
+``--compare`` adds the span against its endpoint's usual requests (``bridge.compare``): the most unusual functions,
+the same list the compare page and ``GET /api/v1/spans/…/compare`` give.
+
 Exit codes: 0 an answer with samples; 1 no samples (mode ``none``) or a backend failed (one line on stderr); 2 bad ids
 or arguments (one line on stderr). Never a stack trace.
 """
@@ -16,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
@@ -26,6 +30,8 @@ from google.protobuf import json_format
 from bridge import flamegraph, ids
 from bridge._proto import querier_pb2 as qpb
 from bridge.answer import SCOPES, Scope, answer, answer_json
+from bridge.auth import TOKEN_HEADER
+from bridge.compare import compare, compare_json, parse_compare_params
 from bridge.config import Settings
 from bridge.connect import Deadline
 from bridge.errors import BridgeError, InvalidArgument, UpstreamUnavailable
@@ -128,6 +134,24 @@ def format_report(doc: Mapping[str, Any], top: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def format_compare(doc: Mapping[str, Any]) -> str:
+    """The ``--compare`` section, from the compare API's JSON document (both modes produce it)."""
+    unit = ProfileType.parse(str(doc["profileType"])).sample_unit
+    here, baseline = doc["here"], doc["baseline"]
+    lines = ["", f"compare  {doc['headline']}"]
+    if baseline["requests"]:
+        lines.append(f"         here {format_value(int(here['total']), unit)}, usually "
+                     f"{format_value(round(float(baseline['perRequest'])), unit)} per request")
+    for note in doc.get("notes", []):
+        lines.append(f"note     {note}")
+    if doc["unusual"]:
+        lines.append(f"most unusual functions (self, per request; {baseline['requests']} usual requests)")
+        lines += [f"  {item['text']}" for item in doc["unusual"]]
+    else:
+        lines.append("nothing differs")
+    return "\n".join(lines) + "\n"
+
+
 # --------------------------------------------------------------------------------------------- I/O
 
 
@@ -143,6 +167,11 @@ def bridge_url(settings: Settings) -> str:
     return f"http://{host}:{settings.listen_port}"
 
 
+def bridge_headers(settings: Settings) -> dict[str, str]:
+    """What a command sends the running bridge: its token (``PROFILE_BRIDGE_TOKEN``) when one is set."""
+    return {TOKEN_HEADER: settings.client_token} if settings.client_token else {}
+
+
 def client_timeout(settings: Settings) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=settings.max_request_timeout, connect=settings.connect_timeout)
 
@@ -155,7 +184,7 @@ async def fetch_from_bridge(settings: Settings, trace_id: str, span_id: str, *, 
     params = {"scope": scope, "profile_type": profile_type, "format": "json"}
     try:
         async with aiohttp.ClientSession(timeout=client_timeout(settings)) as session, session.get(
-            url, params=params
+            url, params=params, headers=bridge_headers(settings)
         ) as resp:
             body = await resp.json(content_type=None)
             if resp.status != 200:
@@ -168,6 +197,38 @@ async def fetch_from_bridge(settings: Settings, trace_id: str, span_id: str, *, 
             "bridge", f"no bridge answered at {base} ({type(exc).__name__}: {exc}); standalone mode keeps the data "
             "in the running service: start `profile-bridge serve`, or set PROFILE_BRIDGE_LISTEN to where it runs"
         ) from exc
+
+
+async def fetch_compare_from_bridge(settings: Settings, trace_id: str, span_id: str, *, window: str,
+                                    profile_type: str) -> dict[str, Any]:
+    """Standalone mode: the running bridge's compare API."""
+    base = bridge_url(settings)
+    url = f"{base}/api/v1/spans/{trace_id}/{span_id}/compare"
+    params = {"window": window, "profile_type": profile_type, "format": "json"}
+    try:
+        async with aiohttp.ClientSession(timeout=client_timeout(settings)) as session, session.get(
+            url, params=params
+        ) as resp:
+            body = await resp.json(content_type=None)
+            if resp.status != 200:
+                err = body.get("error", {}) if isinstance(body, dict) else {}
+                raise BridgeError(f"the bridge at {base} answered HTTP {resp.status}: "
+                                  f"{err.get('message', 'no message')}")
+            return dict(body)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise UpstreamUnavailable("bridge", f"no bridge answered at {base} ({type(exc).__name__}: {exc})") from exc
+
+
+async def compare_direct(settings: Settings, trace_id: str, span_id: str, *, window: str, profile_type: str,
+                         clock: Callable[[], float]) -> dict[str, Any]:
+    """Proxy mode: Tempo and Pyroscope directly, through the service's own comparison."""
+    params = parse_compare_params({"trace_id": trace_id, "span_id": span_id},
+                                  {"window": window, "profile_type": profile_type}, settings.profile_type)
+    metrics = Metrics()
+    ctx = CallContext(deadline=Deadline.start(None, settings.max_request_timeout))
+    async with open_clients(settings, metrics) as (tempo, pyroscope):
+        resolver = Resolver(tempo, pyroscope, SpanCache(1000, 16 * 1024**2, 60.0), settings, metrics, clock=clock)
+        return compare_json(await compare(resolver, params, settings, ctx, int(clock() * 1000)))
 
 
 async def answer_direct(settings: Settings, trace_id: str, span_id: str, *, scope: Scope,
@@ -194,9 +255,12 @@ def check_args(trace_id: str, span_id: str, scope: str, top: int, profile_type: 
     tid = ids.trace_id(trace_id)
     if tid is None:
         raise InvalidArgument(f"trace id {trace_id[:80]!r} is not 1-32 hex characters")
-    sid = ids.span_id(span_id)
-    if sid is None:
+    entry = ids.selector_entry(span_id)  # a span id, or pyroscope.profile.id's <span>:<trace> pasted as it is
+    if entry is None:
         raise InvalidArgument(f"span id {span_id[:80]!r} is not 16 hex characters")
+    sid, carried = entry
+    if carried is not None and carried != tid:
+        raise InvalidArgument(f"span id {span_id[:80]!r} carries trace {carried}, not the trace id given ({tid})")
     if scope not in SCOPES:
         raise InvalidArgument(f"scope {scope!r} is not one of: {', '.join(SCOPES)}")
     if top <= 0:
@@ -209,9 +273,13 @@ def check_args(trace_id: str, span_id: str, scope: str, top: int, profile_type: 
 
 
 async def resolve_report(settings: Settings, trace_id: str, span_id: str, *, scope: str, top: int,
-                         profile_type: str, out: TextIO, err: TextIO) -> int:
+                         profile_type: str, out: TextIO, err: TextIO, compare_window: str | None = None,
+                         clock: Callable[[], float] = time.time) -> int:
+    """``compare_window``: also compare the span with its endpoint's usual requests in that window (``--compare``)."""
     try:
         tid, sid, checked_scope = check_args(trace_id, span_id, scope, top, profile_type)
+        if compare_window is not None:
+            parse_compare_params({"trace_id": tid, "span_id": sid}, {"window": compare_window}, profile_type)
     except InvalidArgument as exc:
         print(f"profile-bridge resolve: {exc.message}", file=err)
         return EXIT_USAGE
@@ -221,14 +289,27 @@ async def resolve_report(settings: Settings, trace_id: str, span_id: str, *, sco
         print(f"profile-bridge resolve: {exc.message}", file=err)
         return EXIT_FAILED
     out.write(format_report(doc, top))
+    if compare_window is not None:
+        try:
+            if settings.is_standalone:
+                compared = await fetch_compare_from_bridge(settings, tid, sid, window=compare_window,
+                                                           profile_type=profile_type)
+            else:
+                compared = await compare_direct(settings, tid, sid, window=compare_window,
+                                                profile_type=profile_type, clock=clock)
+        except BridgeError as exc:
+            print(f"profile-bridge resolve: compare: {exc.message}", file=err)
+            return EXIT_FAILED
+        out.write(format_compare(compared))
     return EXIT_OK if doc["mode"] != "none" else EXIT_FAILED
 
 
 def run_resolve(settings: Settings, trace_id: str, span_id: str, *, scope: str, top: int, profile_type: str,
-                out: TextIO, err: TextIO = sys.stderr) -> int:
+                out: TextIO, err: TextIO = sys.stderr, compare_window: str | None = None) -> int:
     try:
         return asyncio.run(resolve_report(settings, trace_id, span_id, scope=scope, top=top,
-                                          profile_type=profile_type, out=out, err=err))
+                                          profile_type=profile_type, out=out, err=err,
+                                          compare_window=compare_window))
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line, never a stack trace
         print(f"profile-bridge resolve: internal error: {type(exc).__name__}: {exc}", file=err)
         return EXIT_FAILED

@@ -6,7 +6,9 @@
 
 Requests arrive as bytes and are decoded here, so a malformed body is ``INVALID_ARGUMENT`` with a message (grpc's
 own deserialiser would say ``INTERNAL``). The tenant is the ``x-scope-orgid`` metadata entry, credentials
-``authorization``; the call's deadline (if the client set one) caps the budget. ``BridgeError`` codes map one to one
+``authorization``; with authentication on (``bridge.auth``) the caller's token (``x-profile-bridge-token`` or
+``authorization``) must allow ``ingest`` and fixes the tenant. The call's deadline (if the client set one) caps the
+budget. ``BridgeError`` codes map one to one
 onto gRPC status codes.
 """
 
@@ -18,10 +20,14 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
 import grpc
+from google.protobuf import any_pb2
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import DecodeError, Message
+from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as psvc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as tsvc
 
+from bridge.auth import Auth, grpc_grant
 from bridge.config import Settings
 from bridge.connect import Deadline
 from bridge.errors import BridgeError, InvalidArgument
@@ -52,13 +58,16 @@ class GrpcServer:
         await self.server.stop(grace)
 
 
-def call_context(context: grpc.aio.ServicerContext, settings: Settings) -> CallContext:
+def call_context(context: grpc.aio.ServicerContext, settings: Settings, auth: Auth | None = None) -> CallContext:
+    """The call's budget, tenant and credentials; with ``auth`` the caller's token must allow ingest (and the tenant
+    is the one bound to it): ``Unauthenticated`` / ``PermissionDenied`` otherwise."""
     metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+    tenant, authorization = grpc_grant(auth, metadata)
     remaining = context.time_remaining()
     return CallContext(
         deadline=Deadline.start(remaining, settings.max_request_timeout),
-        tenant=metadata.get("x-scope-orgid") or None,
-        authorization=metadata.get("authorization") or None,
+        tenant=tenant,
+        authorization=authorization,
     )
 
 
@@ -74,6 +83,17 @@ def decode(cls: type[M], body: bytes) -> M:
 Handler = Callable[[bytes, grpc.aio.ServicerContext], Awaitable[Message]]
 
 
+def status_details(code: grpc.StatusCode, exc: BridgeError) -> tuple[tuple[str, bytes], ...]:
+    """For a temporary failure (a full disk), ``RetryInfo`` in ``grpc-status-details-bin``, as the OTLP spec asks of
+    a server that wants the exporter to come back after a delay; nothing otherwise."""
+    if exc.retry_after is None:
+        return ()
+    info = any_pb2.Any()
+    info.Pack(error_details_pb2.RetryInfo(retry_delay=Duration(seconds=exc.retry_after)))
+    status = status_pb2.Status(code=code.value[0], message=exc.message, details=[info])
+    return (("grpc-status-details-bin", status.SerializeToString()),)
+
+
 def _guarded(name: str, fn: Handler) -> Handler:
     """Map errors once: BridgeError → its gRPC code and message; anything else → logged, INTERNAL."""
 
@@ -82,7 +102,8 @@ def _guarded(name: str, fn: Handler) -> Handler:
             return await fn(body, context)
         except BridgeError as exc:
             log.info("%s failed: %s (%s)", name, exc.message, exc.code.value)
-            await context.abort(CODE_TO_GRPC.get(exc.code, grpc.StatusCode.UNKNOWN), exc.message)
+            code = CODE_TO_GRPC.get(exc.code, grpc.StatusCode.UNKNOWN)
+            await context.abort(code, exc.message, trailing_metadata=status_details(code, exc))
         except Exception:
             log.exception("unhandled error in %s", name)
             await context.abort(grpc.StatusCode.INTERNAL, "internal error in profile-bridge (see its log)")
@@ -92,9 +113,12 @@ def _guarded(name: str, fn: Handler) -> Handler:
 
 
 def build_handlers(settings: Settings, gateway: Gateway, trace_sink: TraceSink | None) -> list[Any]:
+    auth = Auth.from_settings(settings)
+
     async def export_profiles(body: bytes, context: grpc.aio.ServicerContext) -> Message:
+        ctx = call_context(context, settings, auth)  # the caller first: nothing is decoded for a stranger
         req = decode(psvc.ExportProfilesServiceRequest, body)
-        return await gateway.export(req, call_context(context, settings), route="otlp_grpc_profiles", wire=body)
+        return await gateway.export(req, ctx, route="otlp_grpc_profiles", wire=body)
 
     handlers: list[Any] = [
         grpc.method_handlers_generic_handler(PROFILES_SERVICE, {
@@ -109,8 +133,8 @@ def build_handlers(settings: Settings, gateway: Gateway, trace_sink: TraceSink |
         sink = trace_sink
 
         async def export_traces(body: bytes, context: grpc.aio.ServicerContext) -> Message:
+            ctx = call_context(context, settings, auth)
             req = decode(tsvc.ExportTraceServiceRequest, body)
-            ctx = call_context(context, settings)
             rejected, message = await sink.ingest_otlp_traces(req, ctx.tenant)
             resp = tsvc.ExportTraceServiceResponse()
             if rejected or message:

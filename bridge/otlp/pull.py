@@ -23,6 +23,7 @@ from typing import Any, Final
 import aiohttp
 from yarl import URL
 
+from bridge.compression import Budget
 from bridge.config import Settings
 from bridge.connect import Deadline
 from bridge.errors import BridgeError
@@ -93,7 +94,7 @@ class Puller:
         """Fetch, convert, link and deliver one profile. Raises ``BridgeError`` saying what went wrong."""
         started_ns = int(self.wall_clock() * 1e9)
         raw = await self.fetch(target)
-        profile = decode_pprof(raw)
+        profile = decode_pprof(raw, budget=Budget.for_body_limit(self.settings.max_body_bytes))
         if not profile.time_nanos:
             profile.time_nanos = started_ns
         req = pprof_to_otlp(profile, service_name(target))

@@ -52,6 +52,17 @@ def parse_profile_type(value: str) -> str:
     return text
 
 
+_ENV_NAME_RE: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def parse_env_name(value: str) -> str:
+    """The name of an environment variable (of Grafana's process), or empty."""
+    name = value.strip()
+    if name and not _ENV_NAME_RE.match(name):
+        raise ValueError("not an environment variable name (letters, digits and '_', not starting with a digit)")
+    return name
+
+
 def parse_path(value: str) -> str:
     path = parse_name(value)
     if not path.startswith("/"):
@@ -120,6 +131,10 @@ PROVISION_FIELDS: Final[tuple[ProvisionField, ...]] = (
        "http://prometheus:9090"),
     _p("PROMETHEUS_NAME", "prometheus_name", parse_name, "Prometheus (profile-bridge)", "name of that data source"),
     _p("PROMETHEUS_UID", "prometheus_uid", parse_uid, "profile-bridge-prometheus", "uid of that data source"),
+    _p("TOKEN_ENV", "token_env", parse_env_name, "",
+       "the name of an environment variable of Grafana's process holding the bridge's token (docs/security.md): the "
+       "data sources through the bridge and the app plugin send it as X-Profile-Bridge-Token; the files name the "
+       "variable, never the token; empty: no token"),
     _p("DASHBOARDS_PATH", "dashboards_path", parse_path, "/etc/grafana/provisioning/dashboards/json",
        "where Grafana finds the rendered dashboards/json/*.json (the default: --out DIR is Grafana's provisioning "
        "directory)"),
@@ -152,6 +167,7 @@ class ProvisionSettings:
     prometheus_uid: str
     dashboards_path: str
     dashboards_folder: str
+    token_env: str = ""
     dashboards_folder_uid: str = "profile-bridge"
     plugin_id: str = "profile-bridge-app"
 
@@ -206,6 +222,11 @@ class ProvisionSettings:
         provision.check_unique()
         return provision
 
+    @property
+    def token_ref(self) -> str:
+        """``${NAME}``: what Grafana replaces with its environment variable when it reads the file."""
+        return "${" + self.token_env + "}" if self.token_env else ""
+
     def datasources(self) -> list[tuple[str, str, str, str]]:
         """(name, uid, name key, uid key) of every data source rendered, in file order."""
         rows = [
@@ -251,6 +272,9 @@ class ProvisionSettings:
         ):
             lines.append(f"{name!r} → {url}" if url else f"{name!r} left out ({PROVISION_PREFIX}{key} not set)")
         lines.append(f"dashboards in folder {self.dashboards_folder!r}, read by Grafana from {self.dashboards_path}")
+        if self.token_env:
+            lines.append(f"the bridge's token: from Grafana's environment variable {self.token_env} "
+                         "(X-Profile-Bridge-Token)")
         return lines
 
 

@@ -15,6 +15,12 @@ Every answer carries ``X-Profile-Bridge-Resolution`` (the mode), ``X-Profile-Bri
 ``{"error": {"code", "message"}}`` (the middleware): bad ids or parameters 400, unknown span 404, upstream failures
 503/504.
 
+``GET /api/v1/functions/spans``: the spans that burn a function (``bridge.burners``; parameters ``service``,
+``function``, ``match``, ``from``, ``to``, ``profile_type``, ``limit``: ``docs/functions-and-compare.md``).
+
+``GET /api/v1/spans/{trace_id}/{span_id}/compare``: the span against its endpoint's usual self (``bridge.compare``;
+parameters ``baseline``, ``window``, ``format``, ``profile_type``).
+
 ``GET /api/v1/requests/slowest``: the index page's list as JSON (the Grafana app plugin's page reads it), each request
 with its resolution mode. Parameters: ``since`` (``15m``, ``1h``, …; default 1h, at most 7 days), ``per_service``
 (1..50, default 10), ``profile_type`` (default: the setting). A request whose resolution failed carries
@@ -32,8 +38,11 @@ from aiohttp import web
 
 from bridge import flamegraph, ids
 from bridge.answer import SCOPES, Answer, Scope, answer, answer_json
+from bridge.burners import function_answer_json, spans_for_function
+from bridge.compare import compare, compare_collapsed, compare_json, parse_compare_params
 from bridge.config import parse_seconds
 from bridge.errors import InvalidArgument
+from bridge.functions import parse_function_query
 from bridge.pprof import encode_pprof
 from bridge.profiletype import ProfileType
 from bridge.recent import (
@@ -71,9 +80,10 @@ def parse_params(request: web.Request, default_profile_type: str) -> ProfilePara
     trace_id = ids.trace_id(raw_trace)
     if trace_id is None:
         raise InvalidArgument(f"trace id {raw_trace[:80]!r} is not 1-32 hex characters")
-    span_id = ids.span_id(raw_span)
-    if span_id is None:
+    parsed = ids.selector_entry(raw_span)  # also SPAN:TRACE, as a span's pyroscope.profile.id reads
+    if parsed is None or parsed[1] not in (None, trace_id):
         raise InvalidArgument(f"span id {raw_span[:80]!r} is not 16 hex characters")
+    span_id = parsed[0]
     query = request.query
     scope = query.get("scope", "span")
     if scope not in SCOPES:
@@ -111,8 +121,11 @@ async def answer_for(request: web.Request, params: ProfileParams, ctx: CallConte
 # --------------------------------------------------------------------------------------------- JSON shapes
 
 
+NOSNIFF: Final = {"X-Content-Type-Options": "nosniff"}  # frame names are anyone's text: never read as HTML
+
+
 def render(ans: Answer, fmt: str) -> web.Response:
-    headers = answer_headers(ans.resolution, ans.measure)
+    headers = {**answer_headers(ans.resolution, ans.measure), **NOSNIFF}
     base = f"{ans.span.span_id}-{ans.scope}"
     if fmt == "pprof":
         prof = encode_pprof(flamegraph.iter_stacks(ans.tree), ans.profile_type, duration_nanos=ans.span.duration_ns,
@@ -196,7 +209,7 @@ async def slowest_requests(request: web.Request) -> web.Response:
     rows = [row for _, service_rows in services for row in service_rows]
     resolutions = iter(await resolve_rows(backends.resolver, traces, [r.span for r in rows],
                                           profile_type=params.profile_type, settings=settings, ctx=ctx))
-    return web.json_response({
+    return web.json_response(headers=NOSNIFF, data={
         "mode": settings.mode,
         "since": params.since,
         "sinceSeconds": params.since_s,
@@ -209,6 +222,37 @@ async def slowest_requests(request: web.Request) -> web.Response:
     })
 
 
+# --------------------------------------------------------------------------------------------- function → spans
+
+
+async def function_spans(request: web.Request) -> web.Response:
+    app = request.app
+    settings = app[SETTINGS]
+    query = parse_function_query(request.query, settings.profile_type, int(app[CLOCK].now() * 1000))
+    backends = backends_of(app)
+    ans = await spans_for_function(backends.functions, backends.resolver, query, settings, call_context(request))
+    return web.json_response(function_answer_json(ans, backends.name))
+
+
+# --------------------------------------------------------------------------------------------- compare with usual
+
+
+async def span_compare(request: web.Request) -> web.Response:
+    app = request.app
+    settings = app[SETTINGS]
+    params = parse_compare_params(request.match_info, request.query, settings.profile_type)
+    cmp = await compare(backends_of(app).resolver, params, settings, call_context(request),
+                        int(app[CLOCK].now() * 1000))
+    headers = answer_headers(cmp.ans.resolution, cmp.ans.measure)
+    if params.format == "collapsed":
+        headers["Content-Disposition"] = f'inline; filename="{params.span_id}-compare.folded"'
+        return web.Response(text=compare_collapsed(cmp), content_type="text/plain", charset="utf-8",
+                            headers=headers)
+    return web.json_response(compare_json(cmp), headers=headers)
+
+
 def setup(app: web.Application) -> None:
     app.router.add_get("/api/v1/spans/{trace_id}/{span_id}/profile", span_profile)
+    app.router.add_get("/api/v1/spans/{trace_id}/{span_id}/compare", span_compare)
+    app.router.add_get("/api/v1/functions/spans", function_spans)
     app.router.add_get("/api/v1/requests/slowest", slowest_requests)

@@ -1,4 +1,5 @@
-"""``/healthz`` (process alive), ``/readyz`` (every backend answers; JSON per backend), ``/metrics``."""
+"""``/healthz`` (process alive), ``/readyz`` (every backend answers, and in standalone mode the store takes writes —
+not while its disk is full; JSON per backend), ``/metrics``."""
 
 from __future__ import annotations
 
@@ -30,7 +31,11 @@ async def readyz(request: web.Request) -> web.Response:
 
     results = await asyncio.gather(*(check(s) for s in sources.values()))
     detail = dict(zip(sources, results, strict=True))
-    ok = all(r["status"] == "ready" for r in results)
+    if backends.disk_full is not None:
+        problem = backends.disk_full.problem()
+        detail["store_writes"] = ({"status": "unavailable", "code": "unavailable", "message": problem}
+                                  if problem else {"status": "ready", "detail": "writes accepted"})
+    ok = all(r["status"] == "ready" for r in detail.values())
     body = {"status": "ready" if ok else "unavailable", "mode": backends.name, "upstreams": detail}
     return web.json_response(body, status=200 if ok else 503)
 
@@ -38,7 +43,10 @@ async def readyz(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     m = request.app[METRICS]
     m.cache_entries.labels("spans").set(len(request.app[SPAN_CACHE]))
-    return web.Response(body=m.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+    # rendered on a worker thread: the event loop keeps serving meanwhile (the text is small: every label is a
+    # closed set, bridge.metrics)
+    body = await asyncio.to_thread(m.render)
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
 def setup(app: web.Application) -> None:

@@ -19,6 +19,8 @@ after it has committed: a malformed body stores nothing.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import functools
 import json
 from collections.abc import Callable
@@ -30,10 +32,12 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
 
 from bridge._proto import push_pb2
+from bridge.compression import Budget
 from bridge.connect import Codec, decode_request, decompress, encode_response
 from bridge.errors import BridgeError, Code, InvalidArgument, ResourceExhausted, Unimplemented
+from bridge.limits import RANGE_TEXT, unix_ns_ok
 from bridge.middleware import ROUTE_LABEL
-from bridge.routes.otlp import status_response
+from bridge.routes.otlp import error_status, status_response
 from bridge.state import CLOCK, METRICS, SETTINGS, IngestSink, backends_of
 from bridge.store import decode
 from bridge.upstream.proxy import read_body
@@ -47,11 +51,33 @@ OFFLOAD_BYTES: Final = 256 * 1024
 INGEST_FORMATS: Final = ("pprof", "folded", "lines")
 
 
-async def off_loop(size: int, fn: Callable[..., T], *args: Any) -> T:
-    """Decode a body: inline when small, on a worker thread when large, so one big upload does not stall every
-    other request on the event loop."""
-    if size >= OFFLOAD_BYTES:
-        return await asyncio.to_thread(fn, *args)
+DECODE_SLOTS: Final = 2  # decodes on worker threads at once: more only multiplies memory (the GIL serialises them)
+
+
+class DecodeSlots:
+    """The app's worker-thread decodes, at most ``DECODE_SLOTS`` at a time: each may hold its request's whole
+    decompression budget, so this bounds what concurrent uploads cost together, not only each one."""
+
+    def __init__(self) -> None:
+        self._semaphore: asyncio.Semaphore | None = None  # made in the running loop, on first use
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._semaphore is None:
+            self._semaphore = asyncio.Semaphore(DECODE_SLOTS)
+        async with self._semaphore:
+            return await asyncio.to_thread(fn, *args)
+
+
+SLOTS = web.AppKey("decode_slots", DecodeSlots)
+
+
+async def off_loop(request: web.Request, size: int, fn: Callable[..., T], *args: Any,
+                   inflates: bool = False) -> T:
+    """Decode a body: inline when small, on a worker thread when large — or when it may inflate (``inflates``: a
+    gzipped payload inside, which a small body can carry) — so one upload does not stall every other request on
+    the event loop."""
+    if size >= OFFLOAD_BYTES or inflates:
+        return await request.app[SLOTS].run(fn, *args)
     return fn(*args)
 
 
@@ -62,10 +88,15 @@ def _sink(request: web.Request) -> IngestSink:
     return sink
 
 
-async def _body(request: web.Request, max_bytes: int) -> bytes:
-    """The whole body, bounded by ``max_bytes`` also after gzip."""
+async def _body(request: web.Request, max_bytes: int, budget: Budget) -> bytes:
+    """The whole body, bounded by ``max_bytes`` also after gzip (charged to the request's ``budget``)."""
     raw, encoding = await read_body(request, max_bytes)
-    return decompress(raw, encoding, max_bytes)
+    return decompress(raw, encoding, max_bytes, budget)
+
+
+def _budget(request: web.Request) -> Budget:
+    """The request's one decompression budget: its body and every gzipped payload inside it."""
+    return Budget.for_body_limit(request.app[SETTINGS].max_body_bytes)
 
 
 def _tenant(request: web.Request) -> str | None:
@@ -106,13 +137,12 @@ async def v1_traces(request: web.Request) -> web.Response:
             http_status=415,
         )
     try:
-        body = await _body(request, settings.max_body_bytes)
-        batch = await off_loop(len(body), decode_traces, body, as_json)
+        body = await _body(request, settings.max_body_bytes, _budget(request))
+        batch = await off_loop(request, len(body), decode_traces, body, as_json)
         await _sink(request).ingest_spans(batch, _tenant(request))
     except BridgeError as exc:
         metrics.ingest_rejected.labels("/v1/traces").inc()
-        status = 413 if isinstance(exc, ResourceExhausted) else exc.http_status
-        return status_response(exc.code, exc.message, as_json, http_status=status)
+        return error_status(exc, as_json)
     resp = otlp_trace_svc.ExportTraceServiceResponse()
     if batch.rejected:
         resp.partial_success.rejected_spans = batch.rejected
@@ -126,9 +156,11 @@ async def v1_traces(request: web.Request) -> web.Response:
 
 
 def decode_push(raw: bytes, content_type: str | None, encoding: str | None, max_bytes: int,
-                now_ns: int) -> tuple[Codec, list[decode.ProfileRecord]]:
-    req, codec = decode_request(raw, content_type, encoding, push_pb2.PushRequest, max_bytes)
-    return codec, decode.records_from_push(req, now_ns=now_ns)
+                now_ns: int, budget: Budget | None = None) -> tuple[Codec, list[decode.ProfileRecord]]:
+    """A Push body → records; the body and every gzipped pprof in it inflate within one ``budget``."""
+    budget = budget if budget is not None else Budget.for_body_limit(max_bytes)
+    req, codec = decode_request(raw, content_type, encoding, push_pb2.PushRequest, max_bytes, budget)
+    return codec, decode.records_from_push(req, now_ns=now_ns, budget=budget)
 
 
 async def push(request: web.Request) -> web.Response:
@@ -137,8 +169,8 @@ async def push(request: web.Request) -> web.Response:
     try:
         raw, encoding = await read_body(request, settings.max_body_bytes)
         codec, records = await off_loop(
-            len(raw), decode_push, raw, request.headers.get("Content-Type"), encoding, settings.max_body_bytes,
-            _now_ns(request),
+            request, len(raw), decode_push, raw, request.headers.get("Content-Type"), encoding,
+            settings.max_body_bytes, _now_ns(request), _budget(request), inflates=True,  # its pprofs are gzipped
         )
         await _sink(request).ingest_profiles(records, _tenant(request))
     except BridgeError:
@@ -158,22 +190,50 @@ def _opt_int(request: web.Request, name: str) -> int | None:
     try:
         return int(raw)
     except ValueError:
-        raise InvalidArgument(f"{name}={raw!r} is not a whole number") from None
+        raise InvalidArgument(f"{name}={raw[:40]!r} is not a whole number") from None
 
 
-async def _read_part(part: BodyPartReader, budget: int) -> bytes:
+def _opt_time(request: web.Request, name: str) -> int | None:
+    """``from`` / ``until``: a Unix time in s, ms, µs or ns (told apart by size, as Pyroscope does), 1970–2200."""
+    value = _opt_int(request, name)
+    if value is not None and not (value >= 0 and unix_ns_ok(decode.epoch_to_ns(value))):
+        raise InvalidArgument(f"{name}={str(value)[:40]} is not a Unix time {RANGE_TEXT} (seconds, milliseconds, "
+                              "microseconds or nanoseconds)")
+    return value
+
+
+async def _read_part(request: web.Request, part: BodyPartReader, max_bytes: int, inflate: Budget) -> bytes:
+    """One part, at most ``max_bytes`` as sent, its transfer and content encodings undone — a gzipped part inflates
+    within the request's ``inflate`` budget (aiohttp's own ``part.decode`` would cut it at 64 KiB without a word)."""
     chunks: list[bytes] = []
     size = 0
     while chunk := await part.read_chunk():
         size += len(chunk)
-        if size > budget:
-            raise ResourceExhausted(f"multipart body is over the limit of {budget} bytes")
+        if size > max_bytes:
+            raise ResourceExhausted(f"multipart body is over the limit of {max_bytes} bytes")
         chunks.append(chunk)
-    return part.decode(b"".join(chunks))
+    data = b"".join(chunks)
+    name = part.name or "(unnamed)"
+    transfer = part.headers.get("Content-Transfer-Encoding", "").strip().lower()
+    if transfer == "base64":
+        try:
+            data = base64.b64decode(data, validate=False)
+        except ValueError as exc:
+            raise InvalidArgument(f"multipart part {name!r} is not valid base64 ({exc})") from exc
+    elif transfer == "quoted-printable":
+        data = binascii.a2b_qp(data)
+    elif transfer not in ("", "binary", "8bit", "7bit"):
+        raise InvalidArgument(f"multipart part {name!r} has Content-Transfer-Encoding {transfer!r}: send binary")
+    encoding = (part.headers.get("Content-Encoding") or "identity").strip().lower()
+    if encoding == "identity":
+        return data
+    if encoding != "gzip":
+        raise InvalidArgument(f"multipart part {name!r} has Content-Encoding {encoding!r}: send gzip or identity")
+    return await off_loop(request, len(data), decompress, data, encoding, inflate.limit, inflate, inflates=True)
 
 
 async def _multipart_profile(
-    request: web.Request, max_bytes: int
+    request: web.Request, max_bytes: int, inflate: Budget
 ) -> tuple[bytes, set[str] | None, dict[str, str] | None]:
     """The ``profile`` part, and from ``sample_type_config`` (when sent) the sample types to keep and their display
     names (Pyroscope names the profile by them)."""
@@ -194,7 +254,7 @@ async def _multipart_profile(
         if not isinstance(part, BodyPartReader):
             raise InvalidArgument("nested multipart bodies are not accepted")
         name = part.name
-        data = await _read_part(part, budget)
+        data = await _read_part(request, part, budget, inflate)
         budget -= len(data)
         if name == "profile":
             profile = bytes(data)
@@ -220,8 +280,8 @@ async def ingest(request: web.Request) -> web.Response:
         await _sink(request).ingest_profiles(records, _tenant(request))
     except BridgeError as exc:
         request.app[METRICS].ingest_rejected.labels("/ingest").inc()
-        status = 413 if isinstance(exc, ResourceExhausted) else exc.http_status
-        return web.Response(status=status, text=exc.message + "\n")
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+        return web.Response(status=exc.http_status, text=exc.message + "\n", headers=headers)
     return web.Response(status=200)
 
 
@@ -231,8 +291,8 @@ async def _decode_ingest(request: web.Request) -> list[decode.ProfileRecord]:
     if not name_param.strip():
         raise InvalidArgument("query parameter 'name' is required (e.g. name=myapp.cpu{env=prod})")
     name = decode.parse_legacy_name(name_param)
-    from_s = _opt_int(request, "from")
-    until_s = _opt_int(request, "until")
+    from_s = _opt_time(request, "from")
+    until_s = _opt_time(request, "until")
     rate = _opt_int(request, "sampleRate")
     sample_rate = 100 if rate is None else rate  # Pyroscope's default; an explicit 0 keeps counts as samples
     spy = request.query.get("spyName", "").strip()
@@ -243,22 +303,24 @@ async def _decode_ingest(request: web.Request) -> list[decode.ProfileRecord]:
             f"format={fmt!r} is not accepted in standalone mode: send format=pprof, folded or lines"
         )
     now = _now_ns(request)
+    inflate = _budget(request)
     if multipart:
         if fmt != "pprof":
             raise InvalidArgument("a multipart body must carry a pprof profile (format=pprof)")
-        profile, only_types, display_names = await _multipart_profile(request, settings.max_body_bytes)
-        return await off_loop(len(profile), functools.partial(
+        profile, only_types, display_names = await _multipart_profile(request, settings.max_body_bytes, inflate)
+        return await off_loop(request, len(profile), functools.partial(
             decode.records_from_legacy_pprof, profile, name, from_s=from_s, until_s=until_s, now_ns=now,
-            only_types=only_types, display_names=display_names, spy=spy,
-        ))
-    body = await _body(request, settings.max_body_bytes)
+            only_types=only_types, display_names=display_names, spy=spy, budget=inflate,
+        ), inflates=True)
+    body = await _body(request, settings.max_body_bytes, inflate)
     if not body:
         raise InvalidArgument("request body is empty")
     if fmt == "pprof":
-        return await off_loop(len(body), functools.partial(
+        return await off_loop(request, len(body), functools.partial(
             decode.records_from_legacy_pprof, body, name, from_s=from_s, until_s=until_s, now_ns=now, spy=spy,
-        ))
-    return await off_loop(len(body), functools.partial(
+            budget=inflate,
+        ), inflates=True)
+    return await off_loop(request, len(body), functools.partial(
         decode.records_from_folded, body, name, from_s=from_s, until_s=until_s, sample_rate=sample_rate, now_ns=now,
         lines=fmt == "lines", spy=spy,
     ))
@@ -266,6 +328,7 @@ async def _decode_ingest(request: web.Request) -> list[decode.ProfileRecord]:
 
 def setup(app: web.Application) -> None:
     """Register the ingest routes (``create_app`` does when the mode keeps data)."""
+    app[SLOTS] = DecodeSlots()
     app.router.add_post("/v1/traces", v1_traces)
     app.router.add_post("/push.v1.PusherService/Push", push)
     app.router.add_post("/ingest", ingest)

@@ -5,7 +5,9 @@
 - Answers ``ExportProfilesServiceResponse`` in the request's encoding; a partial success carries the count of
   samples whose ids were invalid (``rejected_profiles`` stays 0).
 - Errors are OTLP errors: a ``google.rpc.Status`` in the request's encoding with the HTTP status of its code
-  (malformed body 400, unsupported media type 415, upstream failures as Pyroscope answered them, e.g. 503/504).
+  (malformed body 400, a body over ``PROFILE_BRIDGE_MAX_BODY_BYTES`` 413 — not 429, which exporters retry —,
+  unsupported media type 415, a full disk 503 with ``Retry-After``, upstream failures as Pyroscope answered them,
+  e.g. 503/504).
 """
 
 from __future__ import annotations
@@ -86,14 +88,23 @@ def _convert_ids(obj: Any) -> None:
             obj[key] = base64.b64encode(raw).decode("ascii")
 
 
-def status_response(code: Code, message: str, as_json: bool, *, http_status: int | None = None) -> web.Response:
-    """An OTLP/HTTP error: ``google.rpc.Status`` in the request's encoding."""
+def status_response(code: Code, message: str, as_json: bool, *, http_status: int | None = None,
+                    retry_after: int | None = None) -> web.Response:
+    """An OTLP/HTTP error: ``google.rpc.Status`` in the request's encoding; ``Retry-After`` when it is temporary."""
     status = status_pb2.Status(code=CODE_TO_GRPC[code].value[0], message=message)
     http = http_status or CODE_TO_HTTP[code]
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
     if as_json:
         body = json.dumps({"code": status.code, "message": message}).encode()
-        return web.Response(status=http, body=body, content_type=JSON_TYPE)
-    return web.Response(status=http, body=status.SerializeToString(), content_type="application/x-protobuf")
+        return web.Response(status=http, body=body, content_type=JSON_TYPE, headers=headers)
+    return web.Response(status=http, body=status.SerializeToString(), content_type="application/x-protobuf",
+                        headers=headers)
+
+
+def error_status(exc: BridgeError, as_json: bool) -> web.Response:
+    """A ``BridgeError`` as an OTLP/HTTP error: a body too large is 413 (never retried), a full disk 503 with
+    ``Retry-After`` (retried), the rest their code's status."""
+    return status_response(exc.code, exc.message, as_json, http_status=exc.http_status, retry_after=exc.retry_after)
 
 
 async def export_profiles(request: web.Request) -> web.Response:
@@ -113,7 +124,7 @@ async def export_profiles(request: web.Request) -> web.Response:
         gateway = backends_of(app).gateway
         resp = await gateway.export(req, ctx, route="otlp_http_profiles", wire=None if as_json else data)
     except BridgeError as exc:
-        return status_response(exc.code, exc.message, as_json)
+        return error_status(exc, as_json)
     if as_json:
         body = json_format.MessageToJson(resp, indent=None).encode()
         return web.Response(body=body, content_type=JSON_TYPE)

@@ -29,10 +29,10 @@ from bridge.connect import (
 from bridge.middleware import ROUTE_LABEL
 from bridge.resolve import Resolver, SpanQuery, answer_headers, measure_of
 from bridge.span_rpc import answer_of, clean_selector_of, span_query_of
-from bridge.state import SETTINGS, backends_of, call_context
+from bridge.state import METRICS, SETTINGS, backends_of, call_context
 from bridge.upstream.base import CallContext
 from bridge.upstream.proxy import read_body
-from bridge.wire.pyroscope import SPAN_RPCS, method_label, rpc_method
+from bridge.wire.pyroscope import QUERIER_METHODS, SPAN_RPCS, method_label, rpc_method
 
 MOUNT: Final = "/pyroscope"
 
@@ -77,3 +77,4 @@ async def _resolve(request: web.Request, resolver: Resolver, method: str, query:
 
 def setup(app: web.Application) -> None:
     app.router.add_route("*", MOUNT + "/{tail:.*}", handle)
+    app[METRICS].allow("route", f"{MOUNT}/*", *(f"{MOUNT}/{method_label(m)}" for m in (*QUERIER_METHODS, None)))

@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import gzip
 import logging
+from functools import partial
 from typing import Final
 
 import aiohttp
 from aiohttp import web
 
+from bridge import offload
 from bridge.compression import EncodingError, accepts_gzip, undo_content_encoding
-from bridge.enrich import Enriched, UndecodableBody, enrich_trace_body
+from bridge.enrich import Enriched, EnrichPolicy, UndecodableBody, enrich_encoded, enrich_trace_body, load_trace
 from bridge.errors import InvalidArgument
 from bridge.ids import tempo_trace_id
 from bridge.middleware import ROUTE_LABEL
+from bridge.offload import OFFLOAD
 from bridge.services import enrich_policy
 from bridge.spans import Trace
 from bridge.state import METRICS, SETTINGS, SPAN_CACHE, backends_of, call_context
@@ -38,8 +41,10 @@ from bridge.wire.tempo import TempoAnswer, is_protobuf_answer, trace_request
 log = logging.getLogger("bridge.tempo")
 
 MOUNT: Final = "/tempo"
-MAX_ANSWER_BYTES: Final = 256 * 1024**2  # a trace answer inflates to at most this much
 GZIP_LEVEL: Final = 1  # answers go to Grafana next door: speed over ratio
+# answers this large (as received, usually gzipped: about 500 spans) are enriched in the helper process
+# (bridge.offload); below it the work takes a few milliseconds and the round trip would cost more than it saves
+OFFLOAD_BYTES: Final = 64 * 1024
 _ANSWER_DROP: Final = HOP_BY_HOP | {"content-length", "content-encoding"}
 
 
@@ -67,9 +72,11 @@ async def trace_by_id(request: web.Request, version: int, trace_id: str, ctx: Ca
     policy = await enrich_policy(app[SETTINGS].enrich, backends.profiled_services, ctx)
     protobuf = is_protobuf_answer(answer.headers.get("Content-Type", ""), request.headers.get("Accept", ""))
     metrics = app[METRICS]
+    if len(answer.body) >= OFFLOAD_BYTES:
+        return await _big_answer(request, answer, version, protobuf, policy, trace_id, ctx)
     try:
-        plain = undo_content_encoding(answer.body, answer.encoding, MAX_ANSWER_BYTES)
-        enriched = enrich_trace_body(plain, version=version, protobuf=protobuf, policy=policy)
+        plain = undo_content_encoding(answer.body, answer.encoding, app[SETTINGS].max_upstream_answer_bytes)
+        enriched = enrich_trace_body(plain, version=version, protobuf=protobuf, policy=policy, trace_id=trace_id)
     except (EncodingError, UndecodableBody) as exc:
         reason = exc.reason if isinstance(exc, UndecodableBody) else "encoding"
         log.warning("tempo: trace %s answer passed through unchanged, it cannot be decoded (%s)", trace_id, exc)
@@ -97,12 +104,15 @@ async def _send(request: web.Request, answer: TempoAnswer, enriched: Enriched | 
             if "accept-encoding" not in headers.get("Vary", "").lower():
                 headers.add("Vary", "Accept-Encoding")
     elif encoding.lower() in ("gzip", "x-gzip") and not client_gzip:
-        body, encoding = _gunzip_or_raw(answer, enriched)
+        body, encoding = _gunzip_or_raw(answer, enriched, request.app[SETTINGS].max_upstream_answer_bytes)
     else:
         body = answer.body
     if encoding and encoding.lower() != "identity":
         headers["Content-Encoding"] = encoding
-    response = web.Response(status=answer.status, body=body, headers=headers)
+    return await _write(request, web.Response(status=answer.status, body=body, headers=headers))
+
+
+async def _write(request: web.Request, response: web.Response) -> web.Response:
     try:
         await response.prepare(request)
         await response.write_eof()
@@ -111,13 +121,49 @@ async def _send(request: web.Request, answer: TempoAnswer, enriched: Enriched | 
     return response
 
 
-def _gunzip_or_raw(answer: TempoAnswer, enriched: Enriched | None) -> tuple[bytes, str]:
+def _gunzip_or_raw(answer: TempoAnswer, enriched: Enriched | None, limit: int) -> tuple[bytes, str]:
     if enriched is not None:
         return enriched.body, ""  # the decompressed body, unchanged
     try:
-        return undo_content_encoding(answer.body, answer.encoding, MAX_ANSWER_BYTES), ""
+        return undo_content_encoding(answer.body, answer.encoding, limit), ""
     except EncodingError:
         return answer.body, answer.encoding  # corrupt: as it came, nothing better to send
+
+
+async def _big_answer(request: web.Request, answer: TempoAnswer, version: int, protobuf: bool, policy: EnrichPolicy,
+                      trace_id: str, ctx: CallContext) -> web.StreamResponse:
+    """A big answer is decoded, enriched and gzipped in the helper process (``bridge.offload``): the event loop only
+    moves bytes. Its spans are remembered as they were sent and parsed when a click needs them."""
+    app = request.app
+    metrics = app[METRICS]
+    client_gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
+    limit = app[SETTINGS].max_upstream_answer_bytes
+    done = await app[OFFLOAD].run(
+        partial(enrich_encoded, version=version, protobuf=protobuf, policy=policy, trace_id=trace_id,
+                gzip_level=GZIP_LEVEL if client_gzip else None, max_bytes=limit),
+        answer.body, answer.encoding,
+    )
+    if done.failure:
+        log.warning("tempo: trace %s answer passed through unchanged, it cannot be decoded (%s)", trace_id,
+                    done.detail)
+        metrics.enrich_failures.labels(done.failure).inc()
+        return await _send(request, answer, None)
+    body, encoding = (answer.body, answer.encoding) if done.body is None else (done.body, done.encoding)
+    headers = end_to_end(answer.headers, _ANSWER_DROP)
+    if encoding and encoding.lower() != "identity":
+        headers["Content-Encoding"] = encoding
+        if done.changed and "accept-encoding" not in headers.get("Vary", "").lower():
+            headers.add("Vary", "Accept-Encoding")
+    response = await _write(request, web.Response(status=answer.status, body=body, headers=headers))
+    if done.added:
+        metrics.enriched_spans.inc(done.added)
+    if done.span_count:
+        load = partial(load_trace, body, encoding, version=version, protobuf=protobuf, trace_id=trace_id,
+                       max_bytes=limit)
+        cache = app[SPAN_CACHE]
+        cache.put_pending(ctx.cache_scope, trace_id, load, done.span_count, len(body))
+        metrics.cache_entries.labels("spans").set(len(cache))
+    return response
 
 
 def _remember(app: web.Application, ctx: CallContext, trace_id: str, enriched: Enriched) -> None:
@@ -128,7 +174,7 @@ def _remember(app: web.Application, ctx: CallContext, trace_id: str, enriched: E
         if not spans:
             return
         cache = app[SPAN_CACHE]
-        cache.put_trace(ctx.tenant, Trace.from_spans(spans, trace_id))
+        cache.put_trace(ctx.cache_scope, Trace.from_spans(spans, trace_id))
     except Exception:  # noqa: BLE001 - the answer is out; the cache is an optimisation
         log.exception("tempo: spans of trace %s could not be recorded in the span cache", trace_id)
         return
@@ -137,3 +183,5 @@ def _remember(app: web.Application, ctx: CallContext, trace_id: str, enriched: E
 
 def setup(app: web.Application) -> None:
     app.router.add_route("*", MOUNT + "/{tail:.*}", handle)
+    app[METRICS].allow("route", f"{MOUNT}/*", f"{MOUNT}/api/v2/traces/{{id}}", f"{MOUNT}/api/traces/{{id}}")
+    offload.setup(app)

@@ -6,7 +6,8 @@ Pyroscope's querier and the ingest sinks — composed of the store's parts, each
 - ``retention``: the age and size budgets; ``rollup``: per-stack totals per minute … 6 hours, compacted in the
   background (``compact``);
 - ``traces.Traces`` (``store.traces``): trace by id, span lookup, TraceQL search, tags;
-- ``profiles.Profiles`` (``store.profiles``): merged stacks, the querier RPCs, series, profile types, labels.
+- ``profiles.Profiles`` (``store.profiles``): merged stacks, the querier RPCs, series, profile types, labels;
+- ``functions.FunctionSpans`` (``store.functions``): which spans burn a function.
 
 ``Store`` only forwards (its methods are the public API the app, the routes and the tests use) and answers what
 belongs to the whole store: ``ready``, ``counts``, ``used_bytes``, ``compact``, ``analyze``, ``close``.
@@ -28,10 +29,12 @@ from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 from bridge._proto import profile_pb2
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
+from bridge.functions import FunctionHits, FunctionQuery
 from bridge.metrics import Metrics
 from bridge.spans import SearchHit, Trace
 from bridge.store import decode, retention, rollup, traceql
 from bridge.store.database import DB_FILE, Database, StoreError
+from bridge.store.functions import FunctionSpans
 from bridge.store.ingest import Ingest
 from bridge.store.profiles import Profiles
 from bridge.store.query import SearchResult
@@ -56,8 +59,8 @@ class Counts:
 
 
 class Store:
-    """The standalone store. Implements ``TraceSource`` and ``ProfileSource``, plus the rest of Pyroscope's querier
-    and the ingest sinks."""
+    """The standalone store. Implements ``TraceSource``, ``ProfileSource`` and ``FunctionIndex``, plus the rest of
+    Pyroscope's querier and the ingest sinks."""
 
     name = "store"
     stamps_window_start = True  # ingest stores every profile at the start of its capture window (decode.upload_window)
@@ -70,6 +73,7 @@ class Store:
         self.ingest = Ingest(db, clock=clock, metrics=metrics, retention_age=retention_age)
         self.traces = Traces(db)
         self.profiles = Profiles(db)
+        self.functions = FunctionSpans(db)
 
     # ----------------------------------------------------------------------------------------- lifetime
 
@@ -223,6 +227,11 @@ class Store:
 
     async def select_series(self, req: qpb.SelectSeriesRequest, ctx: CallContext) -> qpb.SelectSeriesResponse:
         return await self.profiles.select_series(req, ctx)
+
+    # ----------------------------------------------------------------------------------------- FunctionIndex
+
+    async def function_spans(self, query: FunctionQuery, selector: str, ctx: CallContext) -> FunctionHits:
+        return await self.functions.function_spans(query, selector, ctx)
 
 
 def _counts(conn: sqlite3.Connection, tenant: str | None) -> Counts:

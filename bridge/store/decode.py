@@ -26,7 +26,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_tra
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
 from bridge._proto import profile_pb2, push_pb2
+from bridge.compression import Budget
 from bridge.errors import InvalidArgument
+from bridge.limits import LATEST_NS, RANGE_TEXT, unix_ns_ok
 from bridge.pprof import decode_pprof, iter_samples, period_type, sample_types
 from bridge.profiletype import NAME_LABEL, ProfileType
 from bridge.spans import SERVICE_NAME, pb_any_value_to_str
@@ -40,10 +42,6 @@ MAX_TAG_VALUE: Final = 128
 # (SelectSeries points, the JavaScript numbers Grafana reads flame graphs into) holds exactly. Any sum of stored values
 # then needs over 1,024 profiles at this bound before it could pass the int64 a flame graph (and SQLite's SUM) holds.
 MAX_SAMPLE_VALUE: Final = 2**53
-# Capture times the store keeps: Unix times from 1970 up to 2200-01-01, in nanoseconds, so a time, a time plus its
-# duration, and the time-bucket arithmetic of the rollups all stay far inside int64.
-LATEST_NS: Final = 7_258_118_400 * 1_000_000_000
-
 _HEX16 = re.compile(r"^[0-9a-fA-F]{16}$")
 _HEX32 = re.compile(r"^[0-9a-fA-F]{32}$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_.]*$")
@@ -106,10 +104,12 @@ def _check_label_name(name: str, where: str) -> None:
 
 
 def _check_capture_time(time_ns: int, duration_ns: int) -> None:
-    if not (0 <= time_ns < LATEST_NS and 0 <= duration_ns < LATEST_NS):
+    """Capture times the store keeps (bridge.limits): a time, a time plus its duration, and the rollups' bucket
+    arithmetic then stay far inside int64."""
+    if not (unix_ns_ok(time_ns) and 0 <= duration_ns < LATEST_NS):
         raise InvalidArgument(
             f"profile capture start {time_ns} ns (duration {duration_ns} ns) is not a Unix time in nanoseconds "
-            "between 1970 and 2200"
+            f"{RANGE_TEXT}"
         )
 
 
@@ -188,8 +188,9 @@ def records_from_pprof(
     return out
 
 
-def records_from_push(req: push_pb2.PushRequest, *, now_ns: int) -> list[ProfileRecord]:
-    """``push.v1.PushRequest`` (what pyroscope-io and the Go SDK's push path send) → records."""
+def records_from_push(req: push_pb2.PushRequest, *, now_ns: int, budget: Budget | None = None) -> list[ProfileRecord]:
+    """``push.v1.PushRequest`` (what pyroscope-io and the Go SDK's push path send) → records. Every gzipped sample
+    inflates within the request's one ``budget``."""
     out: list[ProfileRecord] = []
     for n, series in enumerate(req.series):
         base: dict[str, str] = {}
@@ -200,7 +201,7 @@ def records_from_push(req: push_pb2.PushRequest, *, now_ns: int) -> list[Profile
             raise InvalidArgument(f"series #{n} has no __name__ label (e.g. process_cpu)")
         for m, raw in enumerate(series.samples):
             try:
-                profile = decode_pprof(raw.raw_profile)
+                profile = decode_pprof(raw.raw_profile, budget=budget)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"series #{n} sample #{m}: {exc.message}") from exc
             out.extend(records_from_pprof(profile, base, now_ns=now_ns))
@@ -405,10 +406,11 @@ def _legacy_base(name: LegacyName, spy: str) -> dict[str, str]:
 def records_from_legacy_pprof(
     raw: bytes, name: LegacyName, *, from_s: int | None, until_s: int | None, now_ns: int,
     only_types: set[str] | None = None, display_names: Mapping[str, str] | None = None, spy: str = "",
+    budget: Budget | None = None,
 ) -> list[ProfileRecord]:
     """A pprof uploaded to ``/ingest``: named by ``pprof_profile_name`` (every sample type gets the same
     ``__name__``), stored at its true capture window (``upload_window``)."""
-    profile = decode_pprof(raw)
+    profile = decode_pprof(raw, budget=budget)
     from_ns = epoch_to_ns(from_s) if from_s else None
     until_ns = epoch_to_ns(until_s) if until_s else None
     start, duration = upload_window(profile.time_nanos, profile.duration_nanos, from_ns, until_ns, now_ns)
@@ -534,6 +536,9 @@ def records_from_otlp_profiles(
                         labels[TRACE_ID_LABEL] = trace_id
                     value = (sum(sample.values) if sample.values else len(sample.timestamps_unix_nano)) * factor
                     samples.append((stack_of(sample.stack_index), value, labels))
+                if not unix_ns_ok(prof.time_unix_nano) or prof.duration_nano >= LATEST_NS:
+                    raise InvalidArgument(f"OTLP profiles: time_unix_nano {prof.time_unix_nano} (duration "
+                                          f"{prof.duration_nano}) must be a Unix time in nanoseconds {RANGE_TEXT}")
                 out.extend(
                     records_from_samples(resource, ptype, prof.time_unix_nano or now_ns, prof.duration_nano, samples)
                 )
@@ -595,6 +600,14 @@ def rows_from_export(req: otlp_trace_svc.ExportTraceServiceRequest) -> SpanBatch
                         reasons.append(
                             f"span {span.name!r}: trace id must be 16 non-zero bytes and span id 8 non-zero bytes "
                             f"(got {len(span.trace_id)} and {len(span.span_id)})"
+                        )
+                    continue
+                if not (unix_ns_ok(span.start_time_unix_nano) and unix_ns_ok(span.end_time_unix_nano)):
+                    rejected += 1
+                    if len(reasons) < 3:
+                        reasons.append(
+                            f"span {span.name[:80]!r}: start and end ({span.start_time_unix_nano}, "
+                            f"{span.end_time_unix_nano}) must be Unix times in nanoseconds {RANGE_TEXT}"
                         )
                     continue
                 for kv in span.attributes:

@@ -29,6 +29,7 @@ from bridge.errors import InvalidArgument
 from bridge.metrics import Metrics
 from bridge.store import decode, rollup
 from bridge.store.database import Database
+from bridge.store.functions import index_stack
 from bridge.store.schema import pack_frames
 
 K = TypeVar("K")
@@ -162,9 +163,12 @@ class Ingest:
         sid = self._stack_ids.get(frames)
         if sid is not None:
             return sid
-        blob = pack_frames([self._function_id(conn, name) for name in frames])
-        return _intern(conn, self._stack_ids, frames, "SELECT id FROM stacks WHERE frames = ?", (blob,),
-                       "INSERT INTO stacks (frames) VALUES (?)", (blob,))
+        function_ids = [self._function_id(conn, name) for name in frames]
+        blob = pack_frames(function_ids)
+        sid = _intern(conn, self._stack_ids, frames, "SELECT id FROM stacks WHERE frames = ?", (blob,),
+                      "INSERT INTO stacks (frames) VALUES (?)", (blob,))
+        index_stack(conn, sid, function_ids)  # the function → spans index (store/functions.py)
+        return sid
 
     def _series_id(self, conn: sqlite3.Connection, tenant: str, record: decode.ProfileRecord) -> int:
         labels = json.dumps(dict(record.labels), sort_keys=True, separators=(",", ":"))

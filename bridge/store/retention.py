@@ -16,6 +16,7 @@ from typing import Final
 
 from bridge.store import rollup
 from bridge.store.database import Database
+from bridge.store.functions import collect_garbage as collect_function_index
 
 GC_INTERVAL_NS: Final = 3600 * 1_000_000_000
 LAST_GC: Final = "last_gc"
@@ -116,6 +117,7 @@ def _collect_garbage(conn: sqlite3.Connection) -> None:
     """Drop rows nothing refers to any more: stacks, series, resources, scopes."""
     conn.execute("DELETE FROM stacks WHERE id NOT IN (SELECT stack_id FROM profile_stacks UNION "
                  "SELECT stack_id FROM rollups)")
+    collect_function_index(conn)
     conn.execute("DELETE FROM series WHERE id NOT IN (SELECT DISTINCT series_id FROM profiles)")
     conn.execute("DELETE FROM resources WHERE id NOT IN (SELECT DISTINCT resource_id FROM spans)")
     conn.execute("DELETE FROM scopes WHERE id NOT IN (SELECT DISTINCT scope_id FROM spans)")

@@ -11,6 +11,7 @@ import time
 from typing import Final
 
 from bridge.config import Settings
+from bridge.errors import StorageFull
 from bridge.store.backend import Store
 
 log = logging.getLogger("bridge.store")
@@ -36,6 +37,8 @@ async def maintenance_loop(store: Store, settings: Settings, interval: float) ->
             next_retention = now + interval
             try:
                 result = await store.enforce_retention(settings.retention_age, settings.retention_bytes)
+            except StorageFull as exc:
+                _postponed("retention", exc)
             except Exception:  # noqa: BLE001 - logged, retried on the next turn
                 log.exception("store retention pass failed")
             else:
@@ -46,12 +49,22 @@ async def maintenance_loop(store: Store, settings: Settings, interval: float) ->
                     )
         try:
             await store.compact()
+        except StorageFull as exc:
+            _postponed("rollup compaction", exc)
         except Exception:  # noqa: BLE001 - logged, retried on the next turn
             log.exception("store rollup compaction failed")
         if time.monotonic() >= next_analyze:
             next_analyze = time.monotonic() + ANALYZE_INTERVAL
             try:
                 await store.analyze()
+            except StorageFull as exc:
+                _postponed("ANALYZE", exc)
             except Exception:  # noqa: BLE001 - logged, retried on the next turn
                 log.exception("store ANALYZE failed")
         await asyncio.sleep(tick)
+
+
+def _postponed(step: str, exc: StorageFull) -> None:
+    """A full disk is one episode, reported once by the disk-full watch (bridge/diskfull.py) at ERROR; background
+    steps that cannot write meanwhile only say so at INFO and run again on their next turn."""
+    log.info("store %s postponed: %s", step, exc.message)

@@ -7,14 +7,15 @@ Layout (ids are integers; span ids are stored as signed 64-bit integers, trace i
 
 - traces: ``resources`` / ``scopes`` hold each distinct OTLP Resource / InstrumentationScope (with its schema URL) as
   the original protobuf bytes; ``spans`` holds each span's original protobuf bytes plus the columns queries need
-  (since 5, its trace and span id indexes lead with the span's 10-minute bucket: lookups probe the buckets that
+  (since 6, its trace and span id indexes lead with the span's 10-minute bucket: lookups probe the buckets that
   hold spans).
   ``tags`` remembers string attribute values for the tag endpoints.
 - profiles: ``functions`` (de-duplicated names), ``stacks`` (de-duplicated sequences of function ids, root first,
   packed as little-endian int32), ``series`` (one per tenant + label set, profile type included as labels),
   ``profiles`` (one per series and capture window: start, duration, total), ``samples`` (stack, value, span id,
-  trace id per row), ``profile_stacks`` (each profile's total per stack, for merges without a span selector).
-- what keeps a query's cost with its answer rather than with the history (5): ``span_profiles`` / ``trace_profiles``
+  trace id per row), ``profile_stacks`` (each profile's total per stack, for merges without a span selector),
+  ``stack_functions`` (which stacks hold which function: the function → spans index, ``store/functions.py``).
+- what keeps a query's cost with its answer rather than with the history (6): ``span_profiles`` / ``trace_profiles``
   name, per 10 minutes of capture start, the profiles holding samples of a span or trace (their keys lead with that
   bucket, so
   ingest writes into the newest part of the index instead of at random places all over it); ``rollups`` hold each
@@ -29,6 +30,16 @@ import sys
 from array import array
 from collections.abc import Sequence
 from typing import Final
+
+
+def _frame_id(hexed: str) -> str:
+    """SQL: the function id of a frame from ``hex()`` of its 4 ``stacks.frames`` bytes (little-endian int32)."""
+    digit = "(instr('0123456789ABCDEF', substr({h}, {k}, 1)) - 1)"
+    return " + ".join(
+        f"({digit.format(h=hexed, k=2 * j + 1)} * 16 + {digit.format(h=hexed, k=2 * j + 2)}) * {256 ** j}"
+        for j in range(4)
+    )
+
 
 MIGRATIONS: Final[tuple[str, ...]] = (
     # 1: traces and profiles
@@ -116,7 +127,22 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE INDEX samples_profile ON samples (profile_id);
     DROP INDEX samples_profile_stack;
     """,
-    # 5: span and trace lookups through per-10-minute profile lists instead of an index over every sample row (random
+    # 5: which stacks hold which function (the function → spans query); existing stacks indexed here, new ones at
+    # ingest (store/functions.py)
+    """
+    CREATE TABLE stack_functions (
+        function_id INTEGER NOT NULL,
+        stack_id INTEGER NOT NULL,
+        PRIMARY KEY (function_id, stack_id)
+    ) WITHOUT ROWID;
+    INSERT INTO stack_functions (function_id, stack_id)
+        WITH RECURSIVE frame(stack_id, frames, n, i) AS (
+            SELECT id, frames, length(frames) / 4, 0 FROM stacks WHERE length(frames) >= 4
+            UNION ALL SELECT stack_id, frames, n, i + 1 FROM frame WHERE i + 1 < n
+        ), hexed(stack_id, h) AS (SELECT stack_id, hex(substr(frames, 4 * i + 1, 4)) FROM frame)
+        SELECT DISTINCT """ + _frame_id("h") + """, stack_id FROM hexed;
+    """,
+    # 6: span and trace lookups through per-10-minute profile lists instead of an index over every sample row (random
     # keys made ingest slower as history grew, and took 45 % of the file); per-stack rollups for long-range merges;
     # spans over a minute indexed by their end, and every span's end beside its start, so a search's time window
     # bounds its scan from both sides; span lookups by trace or span id through keys that lead with the span's

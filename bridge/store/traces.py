@@ -31,7 +31,7 @@ from bridge.store.schema import SPAN_BUCKET_NS, SPAN_BUCKET_SQL
 from bridge.upstream.base import CallContext
 
 SEARCH_SCAN_BUDGET: Final = 200_000  # spans a search examines at most before it answers partial
-LONG_SPAN_NS: Final = 60 * 1_000_000_000  # the spans_long index's predicate (schema migration 5)
+LONG_SPAN_NS: Final = 60 * 1_000_000_000  # the spans_long index's predicate (schema migration 6)
 TRACE_MARGIN_NS: Final = 600 * 1_000_000_000  # a found trace's spans are looked up this far around the window first
 
 

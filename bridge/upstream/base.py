@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
@@ -10,6 +11,7 @@ from typing import Final, Protocol
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
 from bridge.connect import Deadline
+from bridge.functions import FunctionHits, FunctionQuery
 from bridge.spans import SearchHit, Trace
 
 # request headers carried from Grafana to every upstream call made on its behalf
@@ -35,7 +37,24 @@ class CallContext:
 
     @property
     def tenant_key(self) -> str:
+        """The tenant as the store keeps it: no tenant is ``anonymous``, as in Pyroscope without multi-tenancy."""
         return self.tenant or "anonymous"
+
+    @property
+    def cache_scope(self) -> str:
+        """What the bridge's caches are keyed by (``scope_key``): an answer fetched for one caller is reused only for
+        a caller who sent the same tenant header and the same credentials."""
+        return scope_key(self.tenant, self.authorization)
+
+
+def scope_key(tenant: str | None, authorization: str | None = None) -> str:
+    """Pure: the cache scope of a caller. The tenant exactly as sent — no header is not ``anonymous`` nor any other
+    value — and a digest of the credentials when there are any: a caller without them (or with others) is never
+    shown what the upstream answered someone else."""
+    key = "-" if tenant is None else "t:" + tenant
+    if authorization:
+        key += "|" + hashlib.sha256(authorization.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return key
 
 
 class TraceSource(Protocol):
@@ -96,3 +115,16 @@ class ProfileSource(Protocol):
         ...
 
     async def ready(self, ctx: CallContext) -> str: ...
+
+
+class FunctionIndex(Protocol):
+    """Which spans burn a function (``bridge.functions``): the store's own index of per-sample span ids, or
+    Pyroscope's span exemplars."""
+
+    name: str
+
+    async def function_spans(self, query: FunctionQuery, selector: str, ctx: CallContext) -> FunctionHits:
+        """The spans whose linked samples in ``[query.start_ms, query.end_ms]`` of the profiles ``selector`` matches
+        hold the function, most value through it first, at most ``query.limit``. ``Unimplemented`` when the backend
+        cannot answer the question at all."""
+        ...

@@ -13,14 +13,16 @@ import aiohttp
 from bridge.errors import Code, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 
 
-def map_client_error(upstream: str, exc: BaseException, budget: float | None = None) -> UpstreamError:
+def map_client_error(
+    upstream: str, exc: BaseException, budget: float | aiohttp.ClientTimeout | None = None
+) -> UpstreamError:
     """Pure: an exception raised while talking to ``upstream`` → the error the user sees. ``budget`` is the time
-    the call was given (seconds), named in timeout messages."""
+    the call was given (seconds), or its ``ClientTimeout``: a timeout message names the figure of the timeout that
+    fired (connect, read or total), never another one."""
     if isinstance(exc, UpstreamError):
         return exc
     if isinstance(exc, TimeoutError | asyncio.TimeoutError):
-        within = f" within {budget:.3g} s" if budget is not None else " in time"
-        return UpstreamTimeout(upstream, f"{upstream} did not answer{within}")
+        return _timeout(upstream, exc, budget)
     if isinstance(exc, aiohttp.ClientConnectorError):
         return UpstreamUnavailable(upstream, f"cannot connect to {upstream} ({_why(exc)})")
     if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
@@ -34,6 +36,20 @@ def map_client_error(upstream: str, exc: BaseException, budget: float | None = N
     if isinstance(exc, aiohttp.ClientError):
         return UpstreamUnavailable(upstream, f"request to {upstream} failed ({_why(exc)})")
     return UpstreamError(upstream, f"request to {upstream} failed ({_why(exc)})", code=Code.INTERNAL)
+
+
+def _timeout(upstream: str, exc: BaseException, budget: float | aiohttp.ClientTimeout | None) -> UpstreamTimeout:
+    if not isinstance(budget, aiohttp.ClientTimeout):
+        within = f" within {budget:.3g} s" if budget is not None else " in time"
+        return UpstreamTimeout(upstream, f"{upstream} did not answer{within}")
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        figure = budget.sock_connect or budget.connect
+        if figure is not None:
+            return UpstreamTimeout(upstream, f"{upstream} did not answer: no connection within {figure:.3g} s")
+    elif isinstance(exc, aiohttp.SocketTimeoutError) and budget.sock_read is not None:
+        return UpstreamTimeout(upstream, f"{upstream} did not answer: nothing arrived for {budget.sock_read:.3g} s")
+    within = f" within {budget.total:.3g} s" if budget.total is not None else " in time"
+    return UpstreamTimeout(upstream, f"{upstream} did not answer{within}")
 
 
 def _why(exc: BaseException) -> str:

@@ -31,13 +31,13 @@ from bridge.errors import (
 from bridge.metrics import Metrics
 from bridge.spans import SearchHit, Span, Trace
 from bridge.upstream.base import CallContext
+from bridge.upstream.bounded import read_capped
 from bridge.upstream.faults import map_client_error
 from bridge.wire import pyroscope as pyroscope_wire
 from bridge.wire import tempo as tempo_wire
 
 M = TypeVar("M", bound=Message)
 
-MAX_ANSWER_BYTES: Final = 256 * 1024**2
 CONNECTIONS_PER_UPSTREAM: Final = 256
 
 
@@ -84,11 +84,7 @@ class _Upstream:
                 method, self.base_url + path, params=params, headers=sent, data=data, timeout=timeout,
                 allow_redirects=False,
             ) as resp:
-                if resp.content_length is not None and resp.content_length > MAX_ANSWER_BYTES:
-                    raise UpstreamError(
-                        self.name, f"{self.name} answered {resp.content_length} bytes, over {MAX_ANSWER_BYTES}"
-                    )
-                body = await resp.read()
+                body = await read_capped(resp, self.settings.max_upstream_answer_bytes, self.name, call)
                 if resp.status >= 400:
                     outcome = str(resp.status)
                 return resp.status, resp.headers.get("Content-Type", ""), body
@@ -96,7 +92,7 @@ class _Upstream:
             outcome = exc.code.value
             raise
         except Exception as exc:  # noqa: BLE001 - the one boundary where client failures are mapped
-            err = map_client_error(self.name, exc, timeout.total)
+            err = map_client_error(self.name, exc, timeout)
             outcome = err.code.value
             raise err from exc
         finally:

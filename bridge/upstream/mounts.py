@@ -3,7 +3,8 @@ same sessions as their clients (``bridge.upstream.http``).
 
 - ``PyroscopeForward``: everything the resolver does not answer goes to Pyroscope as it came, streamed; only span
   RPCs in a Connect codec the bridge decodes are read first (they may be resolved).
-- ``TempoForward``: trace-by-ID answers are fetched whole (still in their Content-Encoding, bounded) for enrichment;
+- ``TempoForward``: trace-by-ID answers are fetched whole (still in their Content-Encoding, at most
+  ``PROFILE_BRIDGE_MAX_UPSTREAM_ANSWER_BYTES``) for enrichment;
   everything else under the mount is streamed.
 """
 
@@ -23,16 +24,17 @@ from bridge.connect import Codec, codec_for
 from bridge.errors import InvalidArgument, UpstreamError
 from bridge.metrics import Metrics
 from bridge.upstream.base import CallContext
+from bridge.upstream.bounded import read_capped
 from bridge.upstream.faults import map_client_error
-from bridge.upstream.proxy import CHUNK, HOP_BY_HOP, end_to_end, stream_through, target_url
+from bridge.upstream.proxy import HOP_BY_HOP, end_to_end, stream_through, target_url
 from bridge.wire.pyroscope import SPAN_RPCS
 from bridge.wire.tempo import TempoAnswer
 
 PYROSCOPE_MOUNT: Final = "/pyroscope"
 TEMPO_MOUNT: Final = "/tempo"
-MAX_TRACE_BYTES: Final = 256 * 1024**2  # a trace-by-ID answer larger than this is refused, not buffered
-# request headers not forwarded when the bridge fetches a trace itself (it asks for gzip on its own)
-_TRACE_REQUEST_DROP: Final = HOP_BY_HOP | {"host", "accept-encoding", "content-length", "expect"}
+# request headers not forwarded when the bridge fetches a trace itself (it asks for gzip on its own; a browser's
+# cookies never go up)
+_TRACE_REQUEST_DROP: Final = HOP_BY_HOP | {"host", "accept-encoding", "content-length", "expect", "cookie"}
 
 
 def upstream_timeout(settings: Settings, ctx: CallContext) -> aiohttp.ClientTimeout:
@@ -96,24 +98,14 @@ class TempoForward:
         try:
             async with self.session.get(url, headers=headers, timeout=timeout, allow_redirects=False,
                                         auto_decompress=False) as resp:
-                if resp.content_length is not None and resp.content_length > MAX_TRACE_BYTES:
-                    raise UpstreamError("tempo", f"tempo answered {resp.content_length} bytes, over the bridge's "
-                                                 f"limit of {MAX_TRACE_BYTES}")
-                parts: list[bytes] = []
-                size = 0
-                async for chunk in resp.content.iter_chunked(CHUNK):
-                    size += len(chunk)
-                    if size > MAX_TRACE_BYTES:
-                        raise UpstreamError("tempo", f"tempo answered over the bridge's limit of {MAX_TRACE_BYTES} "
-                                                     "bytes")
-                    parts.append(chunk)
+                body = await read_capped(resp, self.settings.max_upstream_answer_bytes, "tempo", "a trace")
                 outcome = "ok" if resp.status < 400 else str(resp.status)
-                return TempoAnswer(resp.status, CIMultiDict(resp.headers), b"".join(parts))
+                return TempoAnswer(resp.status, CIMultiDict(resp.headers), body)
         except UpstreamError as exc:
             outcome = exc.code.value
             raise
         except Exception as exc:  # noqa: BLE001 - the one boundary where client failures are mapped
-            err = map_client_error("tempo", exc, timeout.total)
+            err = map_client_error("tempo", exc, timeout)
             outcome = err.code.value
             raise err from exc
         finally:

@@ -137,7 +137,7 @@ class HttpProfilesForwarder:
             outcome = exc.code.value
             raise
         except Exception as exc:  # noqa: BLE001 - the one boundary where client failures are mapped
-            err = map_client_error(UPSTREAM, exc, left)
+            err = map_client_error(UPSTREAM, exc, timeout)
             outcome = err.code.value
             raise err from exc
         finally:

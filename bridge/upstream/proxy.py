@@ -3,7 +3,7 @@
 Bodies are never decoded or buffered whole: the request body streams up as it arrives, the response body streams
 down chunk by chunk, ``Content-Encoding`` untouched both ways (the session must not decompress). End-to-end headers
 survive (tenant, auth, ``Connect-*``, content type and encoding); hop-by-hop headers (RFC 9110 §7.6.1, plus any
-named in ``Connection``) are dropped in both directions.
+named in ``Connection``) are dropped in both directions, and a browser's ``Cookie`` never goes up.
 
 Failures before the answer's headers are sent become ``UpstreamError``s (the middleware turns them into the
 caller's error shape). A failure after the headers went out cannot be reported any more: the client connection is
@@ -12,6 +12,7 @@ aborted, so the client sees a truncated answer rather than a silently shortened 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -20,12 +21,15 @@ from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 from aiohttp.web_protocol import RequestPayloadError
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from bridge.errors import InvalidArgument, ResourceExhausted, UpstreamTimeout
+from bridge.errors import InvalidArgument, ResourceExhausted, UpstreamError, UpstreamTimeout
 from bridge.metrics import Metrics
+from bridge.middleware import PASSED_THROUGH
+from bridge.upstream import relay
 from bridge.upstream.faults import map_client_error
 
 log = logging.getLogger("bridge.proxy")
@@ -44,12 +48,25 @@ HOP_BY_HOP: Final = frozenset(
         "upgrade",
     }
 )
-# set by aiohttp from the target URL / the body it sends
-_REQUEST_DROP: Final = HOP_BY_HOP | {"host", "expect"}
+# set by aiohttp from the target URL / the body it sends; and the browser's cookies, which are the bridge's page
+# session at most, never the upstream's business
+_REQUEST_DROP: Final = HOP_BY_HOP | {"host", "expect", "cookie"}
 # aiohttp would otherwise add these itself when the client did not send them
 _SKIP_AUTO: Final = ("Accept-Encoding", "User-Agent", "Content-Type")
 MIN_TIMEOUT: Final = 0.001  # seconds; less is a spent budget
 CHUNK: Final = 256 * 1024  # read size for callers that stream in fixed chunks (the /tempo mount uses it)
+# How much of an answer may wait in the bridge, per direction, before it stops reading: the upstream's answer is
+# read while the client is still taking the part before it (aiohttp's 64 KiB defaults made every 1 MB answer a
+# dozen stop-and-go turns of the event loop).
+RELAY_BUFFER: Final = 4 * 1024 * 1024
+# nginx in front (deploy/nginx-front.conf) sends the RPCs the bridge may resolve with this header, keeps their bodies,
+# and sends the request to Pyroscope itself when the bridge answers PASS_BACK_STATUS: an answer the bridge would only
+# relay (a 1 MB flame graph) then never goes through Python. Only a body the bridge leaves as it came is passed back.
+PASS_BACK_HEADER: Final = "X-Profile-Bridge-Pass-Back"
+PASS_BACK_STATUS: Final = 421
+_RAW_BODY = web.RequestKey("raw_body", bytes)
+
+
 async def read_body(request: web.Request, max_bytes: int) -> tuple[bytes, str | None]:
     """The request body as sent (the app's server never undoes its Content-Encoding: ``create_app`` turns aiohttp's
     ``auto_decompress`` off), read in chunks and refused (``ResourceExhausted``) as soon as it passes ``max_bytes``;
@@ -67,7 +84,8 @@ async def read_body(request: web.Request, max_bytes: int) -> tuple[bytes, str | 
             parts.append(chunk)
     except RequestPayloadError as exc:
         raise InvalidArgument(f"request body cannot be read ({str(exc).strip()})") from exc
-    return b"".join(parts), request.headers.get("Content-Encoding") or None
+    raw = request[_RAW_BODY] = b"".join(parts)
+    return raw, request.headers.get("Content-Encoding") or None
 
 
 def end_to_end(headers: Mapping[str, str], drop: Iterable[str] = HOP_BY_HOP) -> CIMultiDict[str]:
@@ -128,6 +146,9 @@ async def stream_through(
         # aiohttp reads a zero timeout as "no timeout": a spent budget must fail here, not wait forever
         raise UpstreamTimeout(upstream, f"no time left in the request's budget to ask {upstream}")
     url = target_url if isinstance(target_url, URL) else URL(target_url, encoded=True)
+    request[PASSED_THROUGH] = True
+    if PASS_BACK_HEADER in request.headers and (body is None or body is request.get(_RAW_BODY)):
+        return web.Response(status=PASS_BACK_STATUS, headers={PASS_BACK_HEADER: "1"})
     headers = end_to_end(request.headers, _REQUEST_DROP)
     data: bytes | aiohttp.StreamReader | None = body
     if body is not None:
@@ -139,6 +160,12 @@ async def stream_through(
         headers.popall("Content-Length", None)
     else:
         data = request.content
+    pool = _lean_pool(request, url)
+    if pool is not None and (body is not None or not request.body_exists or _small_body(request)):
+        if body is None and request.body_exists:
+            body = (await read_body(request, relay.MAX_BODY))[0]  # still in its Content-Encoding, sent as is
+            headers["Content-Length"] = str(len(body))
+        return await _lean(request, pool, url, headers, body or b"", upstream, timeout, metrics)
     started = time.perf_counter()
     outcome = "ok"
     try:
@@ -152,9 +179,10 @@ async def stream_through(
                 allow_redirects=False,
                 auto_decompress=False,
                 skip_auto_headers=_SKIP_AUTO,
+                read_bufsize=RELAY_BUFFER,
             )
         except Exception as exc:  # noqa: BLE001 - mapped at this boundary, re-raised typed
-            err = map_client_error(upstream, exc, timeout.total)
+            err = map_client_error(upstream, exc, timeout)
             outcome = err.code.value
             raise err from exc
         async with upstream_resp:
@@ -162,6 +190,91 @@ async def stream_through(
     finally:
         if metrics is not None:
             metrics.upstream_seconds.labels(upstream, "passthrough", outcome).observe(time.perf_counter() - started)
+
+
+def _lean_pool(request: web.Request, url: URL) -> relay.Pool | None:
+    """The lean relay's pool for ``url`` when the app has one and the request suits it (``bridge.upstream.relay``)."""
+    lean = request.app.get(relay.RELAY)
+    if lean is None or "Expect" in request.headers or "Upgrade" in request.headers:
+        return None
+    return lean.pool(url)
+
+
+def _small_body(request: web.Request) -> bool:
+    length = request.content_length
+    return length is not None and length <= relay.MAX_BODY and "Transfer-Encoding" not in request.headers
+
+
+async def _lean(request: web.Request, pool: relay.Pool, url: URL, headers: CIMultiDict[str], body: bytes,
+                upstream: str, timeout: aiohttp.ClientTimeout, metrics: Metrics | None) -> web.StreamResponse:
+    """``stream_through`` over the lean relay: the request in one write, the answer relayed as it arrives."""
+    if not body and request.method in ("POST", "PUT", "PATCH"):
+        headers["Content-Length"] = "0"
+    host = url.raw_host or ""
+    if url.explicit_port is not None:
+        host = f"{host}:{url.port}"
+    head = relay.request_head(request.method, url.raw_path_qs, host, list(headers.items()))
+    exchange = relay.Exchange(pool, upstream)
+    started = time.perf_counter()
+    outcome = "ok"
+    try:
+        try:
+            conn = await exchange.start(head, body, head_only=request.method == "HEAD",
+                                        connect_timeout=timeout.sock_connect or timeout.connect, total=timeout.total,
+                                        sock_read=timeout.sock_read)
+        except UpstreamError as exc:
+            outcome = exc.code.value
+            raise
+        response = _RelayedResponse(status=conn.status, reason=conn.reason or None)
+        fields: CIMultiDict[str] = CIMultiDict(conn.fields)
+        response.headers.extend(end_to_end(fields, HOP_BY_HOP | {"content-length"}))
+        length = fields.get("Content-Length")
+        framed = length is not None and length.isdigit() and "Transfer-Encoding" not in fields
+        if framed:
+            response.content_length = int(length)  # type: ignore[arg-type]
+        writer = await response.prepare(request)
+        read_timeout = min(t for t in (timeout.sock_read, timeout.total, 3600.0) if t is not None)
+        while True:
+            try:
+                async with asyncio.timeout(read_timeout):
+                    chunk = await conn.read()
+            except Exception as exc:  # noqa: BLE001 - headers are out: no error answer is possible any more
+                _abort(request, upstream, exc)
+                break
+            if not chunk:
+                break
+            try:
+                await response.write(chunk)  # the first one carries the answer's head
+            except (ConnectionError, aiohttp.ClientConnectionResetError):
+                log.debug("client went away during %s %s", request.method, request.path)
+                break
+            if framed and not conn.done and request.transport is not None and writer is not None:
+                await _spliced(request, conn, writer, upstream, read_timeout)
+                break
+        return response
+    finally:
+        exchange.finish()
+        if metrics is not None:
+            metrics.upstream_seconds.labels(upstream, "passthrough", outcome).observe(time.perf_counter() - started)
+
+
+async def _spliced(request: web.Request, conn: relay.Connection, writer: AbstractStreamWriter, upstream: str,
+                   read_timeout: float) -> None:
+    """The rest of a body of known length, spliced from the upstream's connection into the client's as it arrives
+    (``relay.Connection.splice``); the client's backlog drained through aiohttp's writer."""
+    assert request.transport is not None
+    conn.splice(request.transport)
+    while True:
+        try:
+            async with asyncio.timeout(read_timeout):
+                await conn.wait_spliced()
+            if conn.done:
+                return
+            await writer.drain()
+            conn.resume_spliced()
+        except Exception as exc:  # noqa: BLE001 - headers are out: no error answer is possible any more
+            _abort(request, upstream, exc)
+            return
 
 
 class _RelayedResponse(web.StreamResponse):
@@ -181,6 +294,8 @@ async def _relay(request: web.Request, upstream_resp: aiohttp.ClientResponse, up
     await response.prepare(request)
     if request.method == "HEAD":
         return response
+    if (transport := request.transport) is not None:
+        transport.set_write_buffer_limits(high=RELAY_BUFFER)
     content = upstream_resp.content
     while True:
         try:

@@ -40,6 +40,14 @@ SPAN_NAME_LABEL: Final = "span_name"
 SERVICE_LABEL: Final = "service_name"
 SPY_LABEL: Final = "pyroscope_spy"
 
+# what the function → spans list needs of Pyroscope in proxy mode (../shared/contracts/pyroscope.md, "Span
+# exemplars"): field 10 of SelectSeriesRequest, answered with span ids per point. Released Pyroscope (v2.2.1 and
+# before, as read) rejects EXEMPLAR_TYPE_SPAN on SelectSeries or ignores the field.
+SPAN_EXEMPLARS_NEEDED: Final = (
+    "a Pyroscope whose SelectSeries answers span exemplars (exemplar_type = EXEMPLAR_TYPE_SPAN with a "
+    "stack_trace_selector): newer than v2.2.1, the latest release this bridge was checked against"
+)
+
 
 def rpc_method(tail: str) -> str | None:
     """``querier.v1.QuerierService/SelectMergeSpanProfile`` (a path under a mount, no leading slash) →

@@ -73,6 +73,17 @@ def span_by_id_query(span_id: str) -> str:
     return f'{{ span:id = "{span_id}" }} | select(span:name, resource.service.name)'
 
 
+def traceql_string(value: str) -> str:
+    """A TraceQL string literal: double quotes, backslash and quote escaped, newlines as ``\\n``."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def endpoint_query(service: str, name: str) -> str:
+    """The TraceQL that finds a service's spans of one name (an endpoint's requests), with what the hits need."""
+    return (f"{{ resource.service.name = {traceql_string(service)} && span:name = {traceql_string(name)} }} "
+            "| select(span:name, resource.service.name)")
+
+
 # --------------------------------------------------------------------------------------------- decoding answers
 
 

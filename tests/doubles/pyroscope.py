@@ -17,6 +17,12 @@ capture window, in ms) and its samples with their ``span_id`` labels (``../share
   ``SelectMergeStacktraces.span_selector``: ``ignores_stacktraces_span_selector=True``.
 - ``ProfileTypes``, ``LabelNames``, ``LabelValues``, ``Series`` (with ``__name__`` and ``__profile_type__``, as
   Pyroscope answers), ``SelectSeries`` from the same data; ``/ready``.
+- ``SelectSeries`` honours ``stack_trace_selector.call_site`` (root-first prefix: only samples whose stack starts
+  with those frames count) and answers ``exemplar_type = EXEMPLAR_TYPE_SPAN`` with span exemplars per point: the
+  ``exemplars_per_point`` spans whose samples added most to it, by the double's own sums (exemplar labels: the
+  profile's series labels; no trace id). ``span_exemplars`` plays other Pyroscopes: ``"ignored"`` (one that does not
+  know field 10: points, no exemplars) or ``"unimplemented"`` (v2's query backend: Connect ``unimplemented``,
+  "exemplar type span is not implemented").
 - ``POST /ingest`` (``format=pprof``, raw or multipart ``profile`` part, as ``@pyroscope/nodejs`` and the Go SDK
   upload): stored as Pyroscope stores it, by this double's own reading of Pyroscope's rules
   (``pkg/og/convert/pprof/profile.go``): one ``__name__`` for every sample type — ``wall`` when any sample type is
@@ -149,6 +155,8 @@ class PyroscopeDouble:
     faults: Faults = field(default_factory=Faults)
     empty_style: str = "v2.2"
     ignores_stacktraces_span_selector: bool = False
+    span_exemplars: str = "span"  # "span", "ignored" (no exemplars) or "unimplemented" (a Connect error)
+    exemplars_per_point: int = 10
     cookie: str = ""  # /ready answers with this Set-Cookie when set
     url: str = ""
     app: web.Application = field(init=False)
@@ -263,6 +271,8 @@ class PyroscopeDouble:
             answer = handler[1](self, msg)
         except ValueError as exc:
             return _error(Code.INVALID_ARGUMENT, str(exc))
+        except NotImplementedError as exc:
+            return _error(Code.UNIMPLEMENTED, str(exc))
         if ctype == "application/proto":
             data = answer.SerializeToString()
         else:
@@ -324,7 +334,13 @@ class PyroscopeDouble:
         return out
 
     def select_series(self, req: querier_pb2.SelectSeriesRequest) -> Message:
+        span_wanted = req.exemplar_type == types_pb2.EXEMPLAR_TYPE_SPAN
+        if span_wanted and self.span_exemplars == "unimplemented":
+            raise NotImplementedError("exemplar type span is not implemented")
+        call_site = tuple(loc.name for loc in req.stack_trace_selector.call_site) \
+            if req.HasField("stack_trace_selector") else ()
         groups: dict[tuple[tuple[str, str], ...], dict[int, float]] = {}
+        by_span: dict[tuple[tuple[str, str], ...], dict[int, dict[str, tuple[int, int, dict[str, str]]]]] = {}
         step_ms = max(1, int(req.step * 1000)) if req.step else 15_000
         for p in self.profiles:
             if p.type_id != req.profile_typeID or not req.start <= p.time_ms <= req.end:
@@ -334,13 +350,29 @@ class PyroscopeDouble:
             key = tuple((g, p.labels.get(g, "")) for g in req.group_by)
             bucket = p.time_ms - p.time_ms % step_ms
             points = groups.setdefault(key, {})
-            points[bucket] = points.get(bucket, 0.0) + sum(v for _, v, _ in p.samples)
+            picked = [(v, labels) for frames, v, labels in p.samples if frames[:len(call_site)] == call_site]
+            if not picked:
+                continue
+            points[bucket] = points.get(bucket, 0.0) + sum(v for v, _ in picked)
+            spans = by_span.setdefault(key, {}).setdefault(bucket, {})
+            for value, labels in picked:
+                span = labels.get("span_id")
+                if span:
+                    have, _, _ = spans.get(span, (0, 0, {}))
+                    spans[span] = (have + value, p.time_ms, p.labels)
         out = querier_pb2.SelectSeriesResponse()
         for key, points in sorted(groups.items()):
+            if not points:
+                continue
             series = out.series.add()
             series.labels.extend(types_pb2.LabelPair(name=k, value=v) for k, v in key)
             for ts, value in sorted(points.items()):
-                series.points.add(value=value, timestamp=ts)
+                point = series.points.add(value=value, timestamp=ts)
+                if span_wanted and self.span_exemplars == "span":
+                    ranked = sorted(by_span.get(key, {}).get(ts, {}).items(), key=lambda kv: (-kv[1][0], kv[0]))
+                    for span, (total, stamp, labels) in ranked[: self.exemplars_per_point]:
+                        point.exemplars.add(timestamp=stamp, span_id=span, value=total, labels=[
+                            types_pb2.LabelPair(name=k, value=v) for k, v in sorted(labels.items())])
         return out
 
     def _in_range(self, start: int, end: int, matchers: Iterable[str]) -> list[StoredProfile]:

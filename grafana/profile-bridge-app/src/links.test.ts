@@ -1,10 +1,15 @@
 import {
+  bridgeCompareUrl,
+  bridgeFunctionsUrl,
   bridgeSpanUrl,
+  configureCompareWithUsual,
+  configureHotFunctions,
   configureRelatedExplore,
   configureRelatedProfiles,
   configureRequestProfile,
   explorePanes,
   exploreUrl,
+  functionsFromSearch,
   labelSelector,
   quoteLabelValue,
   rootSpanId,
@@ -134,7 +139,7 @@ describe('Related profiles in Explore', () => {
             queryType: 'profile',
             profileTypeId: 'process_cpu:cpu:nanoseconds:cpu:nanoseconds',
             labelSelector: '{service_name="shop-backend", service_namespace="shop"}',
-            spanSelector: [SPAN],
+            spanSelector: [`${SPAN}:${TRACE}`],
             groupBy: [],
           },
         ],
@@ -177,7 +182,7 @@ describe('Related profiles in Explore', () => {
     // one matcher per mapped attribute: the quote inside the value is escaped, so it cannot close the value
     expect(selector).toContain('service_name="x\\", service_name=~\\".+\\"} | {a=\\"\\\\\\n&panes=&orgId=2#/../admin"');
     expect(panes.trace.datasource).toBe('tempo"&x=1');
-    expect(panes.profile.queries[0].spanSelector).toEqual([SPAN]);
+    expect(panes.profile.queries[0].spanSelector).toEqual([`${SPAN}:${TRACE}`]);
   });
 
   test('a malformed app page query opens nothing', () => {
@@ -249,5 +254,75 @@ describe('Request profile (trace header)', () => {
     expect(configureRequestProfile({ ...trace, traceID: 'not/hex' })).toBeUndefined();
     expect(configureRequestProfile({ ...trace, datasource: { type: 'zipkin' } })).toBeUndefined();
     expect(configureRequestProfile(undefined)).toBeUndefined();
+  });
+});
+
+describe('Compare with usual', () => {
+  test("a span context gives the app's span page in its compare view, which goes on to the bridge's compare page", () => {
+    const link = configureCompareWithUsual(spanContext());
+    expect(link).toEqual({ path: `/a/profile-bridge-app/span?trace=${TRACE}&span=${SPAN}&view=compare` });
+    const query = appQuery(link!.path);
+    expect(bridgeCompareUrl(SETTINGS, query.get('trace')!, query.get('span')!)).toBe(
+      `http://localhost:4041/spans/${TRACE}/${SPAN}/compare`
+    );
+  });
+
+  test.each([
+    ['no span id (Grafana before 12.4)', { spanID: undefined }],
+    ['a span id that is a path', { spanID: '../../../admin/x' }],
+    ['a data source that is not Tempo', { datasource: { type: 'jaeger', uid: 'j' } }],
+  ])('%s gives no link', (_, changes) => {
+    expect(configureCompareWithUsual(spanContext(changes as Partial<ResourceAttributesContext>))).toBeUndefined();
+  });
+
+  test('no bridge URL, or a bad id: nothing to open', () => {
+    expect(bridgeCompareUrl({}, TRACE, SPAN)).toBeUndefined();
+    expect(bridgeCompareUrl({ bridgeUrl: 'javascript:alert(1)' }, TRACE, SPAN)).toBeUndefined();
+    expect(bridgeCompareUrl(SETTINGS, TRACE, '../x')).toBeUndefined();
+  });
+});
+
+describe('Hot functions and their requests', () => {
+  test("the span's service and start go to the app's functions page, then to the bridge, the start ± 30 min", () => {
+    const link = configureHotFunctions(spanContext());
+    expect(link?.path.split('?')[0]).toBe('/a/profile-bridge-app/functions');
+    const query = appQuery(link!.path);
+    expect([...query.keys()].sort()).toEqual(['from', 'service', 'start', 'to']);
+    const wanted = functionsFromSearch(query, NOW)!;
+    expect(wanted).toEqual({
+      service: 'shop-backend',
+      range: { from: START_MS - 1_800_000, to: START_MS + 1_800_000 },
+    });
+    expect(bridgeFunctionsUrl(SETTINGS, wanted.service, wanted.range)).toBe(
+      `http://localhost:4041/functions/spans?service=shop-backend&from=${START_MS - 1_800_000}&to=${START_MS + 1_800_000}`
+    );
+  });
+
+  test("without the span start (Grafana 12.4) the trace view's range, without that the last hour", () => {
+    const query = appQuery(configureHotFunctions(spanContext({ spanStartTime: undefined }))!.path);
+    expect(functionsFromSearch(query, NOW)!.range).toEqual({ from: NOW - 3_600_000, to: NOW });
+    const bare = functionsFromSearch(new URLSearchParams('service=shop-backend'), NOW);
+    expect(bare!.range).toEqual({ from: NOW - 3_600_000, to: NOW });
+  });
+
+  test('a hostile service name is encoded, never a path or another parameter', () => {
+    const evil = 'x&function=evil#/../../admin?';
+    const link = configureHotFunctions(spanContext({ attributes: { 'service.name': [evil] } }))!;
+    const wanted = functionsFromSearch(appQuery(link.path), NOW)!;
+    expect(wanted.service).toBe(evil);
+    const url = new URL(bridgeFunctionsUrl(SETTINGS, wanted.service, wanted.range)!);
+    expect(url.pathname).toBe('/functions/spans');
+    expect([...url.searchParams.keys()].sort()).toEqual(['from', 'service', 'to']);
+    expect(url.searchParams.get('service')).toBe(evil);
+  });
+
+  test('no service, a too long one, no span or no bridge URL: no link or nothing to open', () => {
+    expect(configureHotFunctions(spanContext({ attributes: {} }))).toBeUndefined();
+    expect(configureHotFunctions(spanContext({ attributes: { 'service.name': ['s'.repeat(300)] } }))).toBeUndefined();
+    expect(configureHotFunctions(spanContext({ spanID: undefined }))).toBeUndefined();
+    expect(configureHotFunctions(undefined)).toBeUndefined();
+    expect(functionsFromSearch(new URLSearchParams('from=1&to=2'), NOW)).toBeUndefined();
+    expect(bridgeFunctionsUrl({}, 'shop-backend', { from: 1, to: 2 })).toBeUndefined();
+    expect(bridgeFunctionsUrl(SETTINGS, '', { from: 1, to: 2 })).toBeUndefined();
   });
 });

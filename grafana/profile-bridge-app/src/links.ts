@@ -7,6 +7,9 @@
  * and goes on to the final URL, built here too:
  *
  * - `/a/<id>/span?trace=…&span=…[&scope=request]` → the bridge's span page `<bridgeUrl>/spans/<trace>/<span>`;
+ * - `/a/<id>/span?trace=…&span=…&view=compare` → the span against its usual self `<bridgeUrl>/spans/<trace>/<span>/compare`;
+ * - `/a/<id>/functions?service=…&start=…&…` → the service's hot functions, each opening the requests that burn it
+ *   (`<bridgeUrl>/functions/spans?service=…&from=…&to=…`);
  * - `/a/<id>/explore?trace=…&span=…&start=…&…` → Grafana Explore, split: the trace beside the span's profile query.
  *
  * Ids are checked (hex, the right length) before anything is built: a context without a span id (Grafana before
@@ -236,6 +239,52 @@ export function bridgeSpanUrl(
   return scope === 'request' ? `${url}?scope=request` : url;
 }
 
+/** The bridge's comparison of a span with its endpoint's usual requests; undefined as `bridgeSpanUrl`. */
+export function bridgeCompareUrl(
+  settings: AppSettings | undefined,
+  traceId: string,
+  spanId: string
+): string | undefined {
+  const span = bridgeSpanUrl(settings, traceId, spanId);
+  return span === undefined ? undefined : `${span}/compare`;
+}
+
+/** Half an hour each side of the span: where "Hot functions and their requests" looks. */
+export const FUNCTIONS_MARGIN_MS = 30 * 60_000;
+const MAX_SERVICE_LENGTH = 256;
+
+/** The range the hot functions are read over: the span's start ± 30 min when known, else the trace view's range,
+ * else the hour before `now` (ms). */
+export function functionsRange(
+  startMs: number | undefined,
+  range: { from: number; to: number } | undefined,
+  now: number
+): { from: number; to: number } {
+  if (startMs !== undefined) {
+    return { from: startMs - FUNCTIONS_MARGIN_MS, to: startMs + FUNCTIONS_MARGIN_MS };
+  }
+  return range ?? { from: now - 3_600_000, to: now };
+}
+
+/** The bridge's page of a service's hottest functions in a range (each links the requests that burn it); undefined
+ * when the bridge URL is not set (or not http(s)) or the service is missing or too long. */
+export function bridgeFunctionsUrl(
+  settings: AppSettings | undefined,
+  service: string | undefined,
+  range: { from: number; to: number }
+): string | undefined {
+  const { bridgeUrl } = withDefaults(settings);
+  if (!bridgeUrl || !isHttpUrl(bridgeUrl) || !service || service.length > MAX_SERVICE_LENGTH) {
+    return undefined;
+  }
+  const params = new URLSearchParams({
+    service,
+    from: String(Math.floor(range.from)),
+    to: String(Math.ceil(range.to)),
+  });
+  return `${bridgeUrl}/functions/spans?${params.toString()}`;
+}
+
 /** The window of the Explore panes: a minute each side of the span's start when known, else the trace view's
  * range, else the last hour before `now`. */
 export function exploreRange(ref: SpanRef, now: number): { from: string; to: string } {
@@ -249,7 +298,8 @@ export function exploreRange(ref: SpanRef, now: number): { from: string; to: str
 }
 
 /** Explore's `panes`: the trace (its own Tempo data source) beside the span's profile query, the one Grafana's
- * "Profiles for this span" sends (`queryType: profile`, a span selector of the span's id). */
+ * "Profiles for this span" sends (`queryType: profile`, a span selector of what the bridge's Tempo mount writes into
+ * `pyroscope.profile.id`: `<span id>:<trace id>`, so any bridge process resolves it without searching Tempo). */
 export function explorePanes(
   settings: AppSettings | undefined,
   ref: SpanRef,
@@ -275,13 +325,18 @@ export function explorePanes(
           queryType: 'profile',
           profileTypeId: s.profileTypeId,
           labelSelector: labelSelector(s.tags, ref.resource),
-          spanSelector: [ref.spanId],
+          spanSelector: [carriedSpanId(ref)],
           groupBy: [],
         },
       ],
       range,
     },
   };
+}
+
+/** The span selector entry the bridge reads as a span and its trace (it sends only the span id on to Pyroscope). */
+export function carriedSpanId(ref: Pick<SpanRef, 'spanId' | 'traceId'>): string {
+  return `${ref.spanId}:${ref.traceId}`;
 }
 
 /** Grafana's Explore URL (relative to Grafana's root) for the panes. */
@@ -325,4 +380,49 @@ export function configureRequestProfile(ctx: TraceHeaderContext | undefined): Li
   }
   const params = new URLSearchParams({ trace: traceId, span: spanId, scope: 'request' });
   return { path: `${PLUGIN_BASE_URL}/span?${params.toString()}` };
+}
+
+/** "Compare with usual": the app's `span` page in its compare view (it goes on to the bridge's compare page). */
+export function configureCompareWithUsual(ctx: ResourceAttributesContext | undefined): LinkOverride {
+  const ref = spanRefFromContext(ctx);
+  if (!ref) {
+    return undefined;
+  }
+  const params = new URLSearchParams({ trace: ref.traceId, span: ref.spanId, view: 'compare' });
+  return { path: `${PLUGIN_BASE_URL}/span?${params.toString()}` };
+}
+
+/** "Hot functions and their requests": the app's `functions` page for the span's service, carrying the span's
+ * start and the trace view's range (the page picks the window); hidden without a service name. */
+export function configureHotFunctions(ctx: ResourceAttributesContext | undefined): LinkOverride {
+  const ref = spanRefFromContext(ctx);
+  const service = ref?.resource['service.name'];
+  if (!ref || !service || service.length > MAX_SERVICE_LENGTH) {
+    return undefined;
+  }
+  const params = new URLSearchParams({ service });
+  if (ref.startMs !== undefined) {
+    params.set('start', String(ref.startMs));
+  }
+  if (ref.range) {
+    params.set('from', String(ref.range.from));
+    params.set('to', String(ref.range.to));
+  }
+  return { path: `${PLUGIN_BASE_URL}/functions?${params.toString()}` };
+}
+
+/** What the `functions` page was opened with: the service and the range to read (undefined without a service). */
+export function functionsFromSearch(
+  params: URLSearchParams,
+  now: number
+): { service: string; range: { from: number; to: number } } | undefined {
+  const service = params.get('service') ?? '';
+  if (!service || service.length > MAX_SERVICE_LENGTH) {
+    return undefined;
+  }
+  const start = finiteNumber(params.get('start'));
+  const from = finiteNumber(params.get('from'));
+  const to = finiteNumber(params.get('to'));
+  const range = from !== undefined && to !== undefined && to > from ? { from, to } : undefined;
+  return { service, range: functionsRange(start !== undefined && start > 0 ? start : undefined, range, now) };
 }

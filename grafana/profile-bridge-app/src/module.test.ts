@@ -5,7 +5,7 @@ import { plugin, SPAN_LINK_CATEGORY } from './module';
 describe('the links the app registers', () => {
   const links = plugin.addedLinkConfigs;
 
-  test('are the three links plugin.json declares, with the same titles, descriptions and targets', () => {
+  test('are the five links plugin.json declares, with the same titles, descriptions and targets', () => {
     // Grafana refuses a link whose title and targets plugin.json does not declare
     const declared = pluginJson.extensions.addedLinks.map((l) => ({ ...l, targets: [...l.targets].sort() }));
     const registered = links.map((l) => ({
@@ -18,7 +18,12 @@ describe('the links the app registers', () => {
 
   test('target the trace view: span details beside service.name, and the trace header', () => {
     const byTitle = Object.fromEntries(links.map((l) => [l.title, l]));
-    for (const title of ['Related profiles', 'Related profiles in Explore']) {
+    for (const title of [
+      'Related profiles',
+      'Related profiles in Explore',
+      'Compare with usual',
+      'Hot functions and their requests',
+    ]) {
       expect(byTitle[title].targets).toEqual([PluginExtensionPoints.TraceViewResourceAttributes]);
       expect(byTitle[title].category).toBe(SPAN_LINK_CATEGORY);
     }

@@ -2,7 +2,13 @@ import React, { Suspense, lazy } from 'react';
 import { AppPlugin, type AppRootProps, PluginExtensionPoints } from '@grafana/data';
 import { LoadingPlaceholder } from '@grafana/ui';
 import type { AppConfigProps } from './components/AppConfig/AppConfig';
-import { configureRelatedExplore, configureRelatedProfiles, configureRequestProfile } from './links';
+import {
+  configureCompareWithUsual,
+  configureHotFunctions,
+  configureRelatedExplore,
+  configureRelatedProfiles,
+  configureRequestProfile,
+} from './links';
 import { AppSettings, PLUGIN_BASE_URL, ResourceAttributesContext, TraceHeaderContext } from './types';
 
 const LazyApp = lazy(() => import('./components/App/App'));
@@ -53,6 +59,26 @@ export const plugin = new AppPlugin<AppSettings>()
     icon: 'compass',
     path: `${PLUGIN_BASE_URL}/explore`,
     configure: configureRelatedExplore,
+  })
+  .addLink<ResourceAttributesContext>({
+    title: 'Compare with usual',
+    description:
+      "Open the bridge's comparison of this span with its endpoint's usual requests: a diff flame graph and the most unusual functions",
+    targets: [PluginExtensionPoints.TraceViewResourceAttributes],
+    category: SPAN_LINK_CATEGORY,
+    icon: 'exchange-alt',
+    path: `${PLUGIN_BASE_URL}/span`,
+    configure: configureCompareWithUsual,
+  })
+  .addLink<ResourceAttributesContext>({
+    title: 'Hot functions and their requests',
+    description:
+      "Open the bridge's list of this service's hottest functions around the span; each opens the requests that burn it",
+    targets: [PluginExtensionPoints.TraceViewResourceAttributes],
+    category: SPAN_LINK_CATEGORY,
+    icon: 'list-ul',
+    path: `${PLUGIN_BASE_URL}/functions`,
+    configure: configureHotFunctions,
   })
   .addLink<TraceHeaderContext>({
     title: 'Request profile',

@@ -2,8 +2,14 @@ import React from 'react';
 import { MemoryRouter } from 'react-router-dom';
 import { render, screen } from '@testing-library/react';
 import { locationService } from '@grafana/runtime';
-import { configureRelatedExplore, configureRelatedProfiles, configureRequestProfile } from '../links';
-import { OpenExplore, OpenSpan } from './Open';
+import {
+  configureCompareWithUsual,
+  configureHotFunctions,
+  configureRelatedExplore,
+  configureRelatedProfiles,
+  configureRequestProfile,
+} from '../links';
+import { OpenExplore, OpenFunctions, OpenSpan } from './Open';
 
 const TRACE = '9ec1b914dcf8fa8d54837b7c570b1af9';
 const SPAN = '5a816dd003bf6b81';
@@ -41,6 +47,30 @@ describe('the pages the trace view links open', () => {
     expect(go).toHaveBeenCalledWith(`http://localhost:4041/spans/${TRACE}/${SPAN}?scope=request`);
   });
 
+  test("Compare with usual goes on to the bridge's compare page", () => {
+    const go = jest.fn();
+    openAt(configureCompareWithUsual(context)!.path, <OpenSpan settings={SETTINGS} go={go} />);
+    expect(go).toHaveBeenCalledWith(`http://localhost:4041/spans/${TRACE}/${SPAN}/compare`);
+  });
+
+  test("Hot functions and their requests goes on to the bridge's functions page of the span's service", () => {
+    const go = jest.fn();
+    openAt(configureHotFunctions(context)!.path, <OpenFunctions settings={SETTINGS} go={go} now={() => 0} />);
+    const start = 1_795_945_303_639;
+    expect(go).toHaveBeenCalledWith(
+      `http://localhost:4041/functions/spans?service=shop-backend&from=${start - 1_800_000}&to=${start + 1_800_000}`
+    );
+  });
+
+  test('the functions page without a service or a bridge URL says so and goes nowhere', () => {
+    const go = jest.fn();
+    openAt('/functions?from=1&to=2', <OpenFunctions settings={SETTINGS} go={go} />);
+    expect(screen.getByText('No service to open')).toBeInTheDocument();
+    openAt(configureHotFunctions(context)!.path, <OpenFunctions settings={{}} go={go} />);
+    expect(screen.getByText('The bridge URL is not set')).toBeInTheDocument();
+    expect(go).not.toHaveBeenCalled();
+  });
+
   test('without a bridge URL it says where to set one, and goes nowhere', () => {
     const go = jest.fn();
     openAt(configureRelatedProfiles(context)!.path, <OpenSpan settings={{}} go={go} />);
@@ -71,7 +101,7 @@ describe('the pages the trace view links open', () => {
     expect(panes.profile.queries[0]).toMatchObject({
       datasource: { type: 'grafana-pyroscope-datasource', uid: 'prof' },
       labelSelector: '{service_name="shop-backend"}',
-      spanSelector: [SPAN],
+      spanSelector: [`${SPAN}:${TRACE}`],
     });
     expect(panes.profile.range).toEqual({
       from: String(1_795_945_303_639 - 60_000),

@@ -2,7 +2,16 @@ import React, { useEffect, useMemo } from 'react';
 import { useLocation } from 'react-router-dom';
 import { locationService, PluginPage } from '@grafana/runtime';
 import { Alert } from '@grafana/ui';
-import { bridgeSpanUrl, cleanSpanId, cleanTraceId, exploreUrl, spanRefFromSearch } from '../links';
+import {
+  bridgeCompareUrl,
+  bridgeFunctionsUrl,
+  bridgeSpanUrl,
+  cleanSpanId,
+  cleanTraceId,
+  exploreUrl,
+  functionsFromSearch,
+  spanRefFromSearch,
+} from '../links';
 import { Link } from '../components/Link';
 import { testIds } from '../testIds';
 import { AppSettings, PLUGIN_ID } from '../types';
@@ -32,15 +41,22 @@ function Missing({ title, children }: { title: string; children: React.ReactNode
   );
 }
 
-/** Where "Related profiles" and "Request profile" land: goes on to the bridge's span page
- * (`<bridgeUrl>/spans/<trace>/<span>[?scope=request]`). */
+/** Where "Related profiles", "Request profile" and "Compare with usual" land: goes on to the bridge's span page
+ * (`<bridgeUrl>/spans/<trace>/<span>[?scope=request]`) or, with `view=compare`, its comparison with the usual
+ * requests (`<bridgeUrl>/spans/<trace>/<span>/compare`). */
 export function OpenSpan({ settings, go = leave }: Props) {
   const { search } = useLocation();
   const params = useMemo(() => new URLSearchParams(search), [search]);
   const traceId = cleanTraceId(params.get('trace'));
   const spanId = cleanSpanId(params.get('span'));
   const scope = params.get('scope') === 'request' ? 'request' : 'span';
-  const url = traceId && spanId ? bridgeSpanUrl(settings, traceId, spanId, scope) : undefined;
+  const compare = params.get('view') === 'compare';
+  const url =
+    traceId && spanId
+      ? compare
+        ? bridgeCompareUrl(settings, traceId, spanId)
+        : bridgeSpanUrl(settings, traceId, spanId, scope)
+      : undefined;
 
   useEffect(() => {
     if (url) {
@@ -52,6 +68,47 @@ export function OpenSpan({ settings, go = leave }: Props) {
     return (
       <Missing title="No span to open">
         This page opens the bridge&apos;s page of a span: it needs a trace id (hex) and a 16-hex-character span id.
+      </Missing>
+    );
+  }
+  if (!url) {
+    return (
+      <Missing title="The bridge URL is not set">
+        Set the bridge&apos;s URL as your browser reaches it on the <Link href={CONFIG_PATH}>configuration page</Link>{' '}
+        (or provision <code>jsonData.bridgeUrl</code>).
+      </Missing>
+    );
+  }
+  return (
+    <PluginPage>
+      <div data-testid={testIds.open.container}>
+        Opening{' '}
+        <Link href={url} external>
+          {url}
+        </Link>
+        …
+      </div>
+    </PluginPage>
+  );
+}
+
+/** Where "Hot functions and their requests" lands: goes on to the bridge's page of the service's hottest functions
+ * around the span (`<bridgeUrl>/functions/spans?service=…&from=…&to=…`). */
+export function OpenFunctions({ settings, go = leave, now = Date.now }: Props) {
+  const { search } = useLocation();
+  const wanted = useMemo(() => functionsFromSearch(new URLSearchParams(search), now()), [search, now]);
+  const url = wanted ? bridgeFunctionsUrl(settings, wanted.service, wanted.range) : undefined;
+
+  useEffect(() => {
+    if (url) {
+      go(url);
+    }
+  }, [url, go]);
+
+  if (!wanted) {
+    return (
+      <Missing title="No service to open">
+        This page opens the bridge&apos;s list of a service&apos;s hot functions: it needs a service name.
       </Missing>
     );
   }

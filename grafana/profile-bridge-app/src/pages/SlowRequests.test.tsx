@@ -40,7 +40,7 @@ describe('the app page: slowest recent requests per service', () => {
       );
       const explore = new URL(within(row).getByRole('link', { name: 'Explore' }).getAttribute('href')!, 'http://g');
       const panes = JSON.parse(explore.searchParams.get('panes')!);
-      expect(panes.profile.queries[0].spanSelector).toEqual([req.spanId]);
+      expect(panes.profile.queries[0].spanSelector).toEqual([`${req.spanId}:${req.traceId}`]);
       expect(panes.profile.queries[0].datasource.uid).toBe('prof');
       expect(panes.profile.queries[0].labelSelector).toContain(`service_name="${req.service}"`);
     });
