@@ -31,6 +31,7 @@ from bridge.connect import Deadline
 from bridge.state import RUNTIME
 from bridge.store import Store
 from bridge.upstream.base import CallContext
+from tests.doubles.shop import capture_now
 from tests.paths import SHOP_CAPTURE
 
 Client = Callable[..., Awaitable[TestClient[Any, Any]]]
@@ -119,7 +120,7 @@ def test_credentials_from_the_token_header_bearer_and_basic() -> None:
 
 
 async def test_without_a_token_only_health_and_metrics_answer(tmp_path: Path, aiohttp_client: Client) -> None:
-    client = await aiohttp_client(create_app(settings(tmp_path)))
+    client = await aiohttp_client(create_app(settings(tmp_path), wall_clock=capture_now))
     for path in ("/healthz", "/readyz", "/metrics"):
         assert (await client.get(path)).status == 200, path
     for method, path in [("GET", "/"), ("GET", f"/spans/{TRACE_ID}/0123456789abcdef"),
@@ -139,14 +140,14 @@ async def test_without_a_token_only_health_and_metrics_answer(tmp_path: Path, ai
 
 
 async def test_metrics_can_require_a_read_token(tmp_path: Path, aiohttp_client: Client) -> None:
-    client = await aiohttp_client(create_app(settings(tmp_path, auth_metrics="read")))
+    client = await aiohttp_client(create_app(settings(tmp_path, auth_metrics="read"), wall_clock=capture_now))
     assert (await client.get("/metrics")).status == 401
     assert (await client.get("/metrics", headers=bearer(TEAM_B))).status == 200
     assert (await client.get("/metrics", headers=bearer(INGEST_A))).status == 403  # ingest only
 
 
 async def test_ingest_is_bound_to_the_tokens_tenant(tmp_path: Path, aiohttp_client: Client) -> None:
-    client = await aiohttp_client(create_app(settings(tmp_path)))
+    client = await aiohttp_client(create_app(settings(tmp_path), wall_clock=capture_now))
     resp = await client.post("/v1/traces", data=TRACES, headers=PROTO)
     assert resp.status == 401 and "needs a token" in status_pb2.Status.FromString(await resp.read()).message
     resp = await client.post("/v1/traces", data=TRACES, headers={**PROTO, **bearer(TEAM_B)})
@@ -164,7 +165,7 @@ async def test_ingest_is_bound_to_the_tokens_tenant(tmp_path: Path, aiohttp_clie
 
 
 async def test_push_with_basic_auth_as_grafana_and_sdks_send_it(tmp_path: Path, aiohttp_client: Client) -> None:
-    client = await aiohttp_client(create_app(settings(tmp_path)))
+    client = await aiohttp_client(create_app(settings(tmp_path), wall_clock=capture_now))
     push = sorted(SHOP_CAPTURE.glob("*_push.v1.PusherService_Push.bin"))[0].read_bytes()
     resp = await client.post("/push.v1.PusherService/Push", data=push,
                              headers={"Content-Type": "application/proto", **basic("any-user", TEAM_A)})
@@ -176,7 +177,7 @@ async def test_push_with_basic_auth_as_grafana_and_sdks_send_it(tmp_path: Path, 
 
 
 async def test_reads_see_the_tokens_tenant_only(tmp_path: Path, aiohttp_client: Client) -> None:
-    client = await aiohttp_client(create_app(settings(tmp_path)))
+    client = await aiohttp_client(create_app(settings(tmp_path), wall_clock=capture_now))
     assert (await client.post("/v1/traces", data=TRACES, headers={**PROTO, **bearer(TEAM_A)})).status == 200
     path = f"/tempo/api/v2/traces/{TRACE_ID}"
     resp = await client.get(path, headers=bearer(TEAM_A))
@@ -194,7 +195,7 @@ async def test_reads_see_the_tokens_tenant_only(tmp_path: Path, aiohttp_client: 
 
 async def test_grpc_exports_need_an_ingest_token(tmp_path: Path, aiohttp_client: Client) -> None:
     client = await aiohttp_client(create_app(settings(tmp_path, otlp_grpc_enabled=True,
-                                                      otlp_grpc_listen=("127.0.0.1", 0))))
+                                                      otlp_grpc_listen=("127.0.0.1", 0)), wall_clock=capture_now))
     port = client.app[RUNTIME].backends.grpc.port
     req = tsvc.ExportTraceServiceRequest.FromString(TRACES)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -220,7 +221,7 @@ async def test_a_stock_opentelemetry_exporter_sends_with_its_headers(tmp_path: P
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    client = await aiohttp_client(create_app(settings(tmp_path)))
+    client = await aiohttp_client(create_app(settings(tmp_path), wall_clock=capture_now))
     memory = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "sdk-with-token"}))
     provider.add_span_processor(SimpleSpanProcessor(memory))

@@ -62,7 +62,9 @@ async def bridge(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterato
     port = _free_port()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PROFILE_BRIDGE_LISTEN": f"127.0.0.1:{port}",
            "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false", "PROFILE_BRIDGE_DATA_DIR": str(tmp_path / "data"),
-           "PROFILE_BRIDGE_LOG_LEVEL": "warning", **getattr(request, "param", {})}
+           "PROFILE_BRIDGE_LOG_LEVEL": "warning",
+           # the served process runs on the real clock: keep the recorded fixtures (2021–2026) whatever today's date
+           "PROFILE_BRIDGE_RETENTION_AGE": "3650d", **getattr(request, "param", {})}
     log = tmp_path / "bridge.log"
     with log.open("w") as stderr:
         proc = subprocess.Popen([sys.executable, "-m", "bridge", "serve"], env=env, cwd=tmp_path,
