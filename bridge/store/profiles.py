@@ -259,8 +259,9 @@ class Profiles:
         )
         if req.HasField("stack_trace_selector") and req.stack_trace_selector.call_site:
             stacks = filter_call_site(stacks, [loc.name for loc in req.stack_trace_selector.call_site])
-        return encode_pprof(stacks, req.profile_typeID, time_nanos=max(0, req.start) * 1_000_000,
-                            duration_nanos=max(0, req.end - req.start) * 1_000_000)
+        # start and end as Pyroscope stamps them (end - start), clipped to what int64 nanoseconds hold
+        lo, hi = window_ns(req.start, req.end)
+        return encode_pprof(stacks, req.profile_typeID, time_nanos=lo, duration_nanos=max(0, hi - 1_000_000 - lo))
 
     async def profile_types(self, req: qpb.ProfileTypesRequest, ctx: CallContext) -> qpb.ProfileTypesResponse:
         window = window_ns(req.start, req.end) if req.start or req.end else None
