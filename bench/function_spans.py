@@ -33,6 +33,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from store_data import CPU, HZ, SPANS_PER_WINDOW, STACKS_PER_SERVICE, T0_S, WINDOW_S, vocabulary  # noqa: E402
 
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
 from bridge.connect import Deadline  # noqa: E402
@@ -40,24 +43,8 @@ from bridge.functions import FunctionMatch, FunctionQuery  # noqa: E402
 from bridge.store import Store, decode  # noqa: E402
 from bridge.upstream.base import CallContext  # noqa: E402
 
-CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
-WINDOW_S = 10
-HZ = 100
-STACKS_PER_SERVICE = 300
-SPANS_PER_WINDOW = 40
-T0_S = 1_700_000_000
 CHECKPOINTS_MIN = (10, 60, 360)
 SERVICE = "svc-1"
-
-
-def vocabulary(rng: random.Random, service: int) -> list[tuple[str, ...]]:
-    modules = [f"svc{service}/mod{m}" for m in range(12)]
-    out = []
-    for _ in range(STACKS_PER_SERVICE):
-        depth = rng.randint(8, 25)
-        base = ["main", "serve", "handle_request"]
-        out.append(tuple(base + [f"{rng.choice(modules)}.fn{rng.randint(0, 60)}" for _ in range(depth - 3)]))
-    return out
 
 
 class Generator:
@@ -118,7 +105,8 @@ async def main() -> None:
     selector = f'{{service_name="{SERVICE}"}}'
     medians: dict[str, list[tuple[int, float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="function-spans-") as tmp:
-        store = await Store.open(tmp, synchronous="NORMAL")
+        clock = {"now": float(T0_S)}  # follows the data, so rollups are compacted as they would be live
+        store = await Store.open(tmp, synchronous="NORMAL", clock=lambda: clock["now"])
         try:
             written = 0
             rows = 0
@@ -129,6 +117,9 @@ async def main() -> None:
                     rows += sum(len(r.samples) for r in batch)
                     await store.ingest_profiles(batch, None)
                     written += 1
+                    clock["now"] = T0_S + written * WINDOW_S + 60.0
+                    if written % 6 == 0:
+                        await store.compact()
                 size = await store.used_bytes() / 1024**2
                 print(f"store at {minutes} min: {written * args.services} profiles, {rows:,} sample rows, "
                       f"{size:.0f} MiB (ingest {time.perf_counter() - started:.0f} s)")

@@ -8,13 +8,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Final
+from collections.abc import Awaitable
+from typing import Final, TypeVar
 
 from bridge.config import Settings
 from bridge.errors import StorageFull
 from bridge.store.backend import Store
 
 log = logging.getLogger("bridge.store")
+T = TypeVar("T")
 
 MAX_RETENTION_INTERVAL: Final = 60.0
 COMPACT_INTERVAL: Final = 10.0
@@ -35,36 +37,27 @@ async def maintenance_loop(store: Store, settings: Settings, interval: float) ->
         now = time.monotonic()
         if now >= next_retention:
             next_retention = now + interval
-            try:
-                result = await store.enforce_retention(settings.retention_age, settings.retention_bytes)
-            except StorageFull as exc:
-                _postponed("retention", exc)
-            except Exception:  # noqa: BLE001 - logged, retried on the next turn
-                log.exception("store retention pass failed")
-            else:
-                if result.profiles or result.spans:
-                    log.info(
-                        "retention dropped %d profiles and %d spans; store uses %d bytes",
-                        result.profiles, result.spans, result.used_bytes,
-                    )
-        try:
-            await store.compact()
-        except StorageFull as exc:
-            _postponed("rollup compaction", exc)
-        except Exception:  # noqa: BLE001 - logged, retried on the next turn
-            log.exception("store rollup compaction failed")
+            result = await _step("retention", store.enforce_retention(settings.retention_age, settings.retention_bytes))
+            if result is not None and (result.profiles or result.spans):
+                log.info(
+                    "retention dropped %d profiles and %d spans; store uses %d bytes",
+                    result.profiles, result.spans, result.used_bytes,
+                )
+        await _step("rollup compaction", store.compact())
         if time.monotonic() >= next_analyze:
             next_analyze = time.monotonic() + ANALYZE_INTERVAL
-            try:
-                await store.analyze()
-            except StorageFull as exc:
-                _postponed("ANALYZE", exc)
-            except Exception:  # noqa: BLE001 - logged, retried on the next turn
-                log.exception("store ANALYZE failed")
+            await _step("ANALYZE", store.analyze())
         await asyncio.sleep(tick)
 
 
-def _postponed(step: str, exc: StorageFull) -> None:
-    """A full disk is one episode, reported once by the disk-full watch (bridge/diskfull.py) at ERROR; background
-    steps that cannot write meanwhile only say so at INFO and run again on their next turn."""
-    log.info("store %s postponed: %s", step, exc.message)
+async def _step(name: str, work: Awaitable[T]) -> T | None:
+    """One background step; None when it failed. A full disk is one episode, reported once by the disk-full watch
+    (bridge/diskfull.py) at ERROR: a step that cannot write meanwhile only says so at INFO. Anything else is logged
+    with its traceback. Either way the step runs again on its next turn."""
+    try:
+        return await work
+    except StorageFull as exc:
+        log.info("store %s postponed: %s", name, exc.message)
+    except Exception:  # noqa: BLE001 - logged, retried on the next turn
+        log.exception("store %s failed", name)
+    return None
