@@ -41,35 +41,29 @@ function Missing({ title, children }: { title: string; children: React.ReactNode
   );
 }
 
-/** Where "Related profiles", "Request profile" and "Compare with usual" land: goes on to the bridge's span page
- * (`<bridgeUrl>/spans/<trace>/<span>[?scope=request]`) or, with `view=compare`, its comparison with the usual
- * requests (`<bridgeUrl>/spans/<trace>/<span>/compare`). */
-export function OpenSpan({ settings, go = leave }: Props) {
-  const { search } = useLocation();
-  const params = useMemo(() => new URLSearchParams(search), [search]);
-  const traceId = cleanTraceId(params.get('trace'));
-  const spanId = cleanSpanId(params.get('span'));
-  const scope = params.get('scope') === 'request' ? 'request' : 'span';
-  const compare = params.get('view') === 'compare';
-  const url =
-    traceId && spanId
-      ? compare
-        ? bridgeCompareUrl(settings, traceId, spanId)
-        : bridgeSpanUrl(settings, traceId, spanId, scope)
-      : undefined;
-
+/** Goes on to ``url`` once per URL, saying where; without what the page needs (``wanted``), says what is missing
+ * (``title`` and ``children``); without the bridge URL, where to set it. */
+function Leave({
+  url,
+  go,
+  wanted,
+  title,
+  children,
+}: {
+  url: string | undefined;
+  go: (url: string) => void;
+  wanted: boolean;
+  title: string;
+  children: React.ReactNode;
+}) {
   useEffect(() => {
     if (url) {
       go(url);
     }
   }, [url, go]);
 
-  if (!traceId || !spanId) {
-    return (
-      <Missing title="No span to open">
-        This page opens the bridge&apos;s page of a span: it needs a trace id (hex) and a 16-hex-character span id.
-      </Missing>
-    );
+  if (!wanted) {
+    return <Missing title={title}>{children}</Missing>;
   }
   if (!url) {
     return (
@@ -92,6 +86,30 @@ export function OpenSpan({ settings, go = leave }: Props) {
   );
 }
 
+/** Where "Related profiles", "Request profile" and "Compare with usual" land: goes on to the bridge's span page
+ * (`<bridgeUrl>/spans/<trace>/<span>[?scope=request]`) or, with `view=compare`, its comparison with the usual
+ * requests (`<bridgeUrl>/spans/<trace>/<span>/compare`). */
+export function OpenSpan({ settings, go = leave }: Props) {
+  const { search } = useLocation();
+  const params = useMemo(() => new URLSearchParams(search), [search]);
+  const traceId = cleanTraceId(params.get('trace'));
+  const spanId = cleanSpanId(params.get('span'));
+  const scope = params.get('scope') === 'request' ? 'request' : 'span';
+  const compare = params.get('view') === 'compare';
+  const url =
+    traceId && spanId
+      ? compare
+        ? bridgeCompareUrl(settings, traceId, spanId)
+        : bridgeSpanUrl(settings, traceId, spanId, scope)
+      : undefined;
+
+  return (
+    <Leave url={url} go={go} wanted={Boolean(traceId && spanId)} title="No span to open">
+      This page opens the bridge&apos;s page of a span: it needs a trace id (hex) and a 16-hex-character span id.
+    </Leave>
+  );
+}
+
 /** Where "Hot functions and their requests" lands: goes on to the bridge's page of the service's hottest functions
  * around the span (`<bridgeUrl>/functions/spans?service=…&from=…&to=…`). */
 export function OpenFunctions({ settings, go = leave, now = Date.now }: Props) {
@@ -99,37 +117,10 @@ export function OpenFunctions({ settings, go = leave, now = Date.now }: Props) {
   const wanted = useMemo(() => functionsFromSearch(new URLSearchParams(search), now()), [search, now]);
   const url = wanted ? bridgeFunctionsUrl(settings, wanted.service, wanted.range) : undefined;
 
-  useEffect(() => {
-    if (url) {
-      go(url);
-    }
-  }, [url, go]);
-
-  if (!wanted) {
-    return (
-      <Missing title="No service to open">
-        This page opens the bridge&apos;s list of a service&apos;s hot functions: it needs a service name.
-      </Missing>
-    );
-  }
-  if (!url) {
-    return (
-      <Missing title="The bridge URL is not set">
-        Set the bridge&apos;s URL as your browser reaches it on the <Link href={CONFIG_PATH}>configuration page</Link>{' '}
-        (or provision <code>jsonData.bridgeUrl</code>).
-      </Missing>
-    );
-  }
   return (
-    <PluginPage>
-      <div data-testid={testIds.open.container}>
-        Opening{' '}
-        <Link href={url} external>
-          {url}
-        </Link>
-        …
-      </div>
-    </PluginPage>
+    <Leave url={url} go={go} wanted={Boolean(wanted)} title="No service to open">
+      This page opens the bridge&apos;s list of a service&apos;s hot functions: it needs a service name.
+    </Leave>
   );
 }
 
