@@ -49,6 +49,7 @@ from bridge.resolve import REQUEST_MODES, Resolver
 from bridge.spans import Span
 from bridge.units import format_duration_ns, format_value
 from bridge.upstream.base import CallContext
+from bridge.views import ROW_HEIGHT, SVG_WIDTH, Frame, fit_label
 from bridge.wire.tempo import endpoint_query
 
 BASELINES: Final = ("endpoint",)
@@ -369,25 +370,7 @@ def compare_collapsed(cmp: Comparison) -> str:
 
 # --------------------------------------------------------------------------------------------- the page
 
-SVG_WIDTH: Final = 1200
-ROW_HEIGHT: Final = 18
-CHAR_WIDTH: Final = 7.0
-
-
-@dataclass(frozen=True, slots=True)
-class DiffFrame:
-    x: float
-    y: int
-    width: float
-    depth: int
-    name: str
-    label: str
-    title: str
-    fill: str
-    folded: bool
-
-
-def diff_frames(cmp: Comparison, unit: str) -> tuple[list[DiffFrame], int, int]:
+def diff_frames(cmp: Comparison, unit: str) -> tuple[list[Frame], int, int]:
     """The diff flame graph's bars (width: usual + here per request), its height and the frames folded."""
     rects, folded = layout_diff(combine(cmp.usual, cmp.here), SVG_WIDTH)
     frames = []
@@ -400,10 +383,10 @@ def diff_frames(cmp: Comparison, unit: str) -> tuple[list[DiffFrame], int, int]:
                  f"{sign}{format_value(abs(change), unit)}")
         if r.folded:
             title = f"{r.folded} frames too narrow to draw\n" + title.split("\n", 1)[1]
-        room = int((r.width - 6) / CHAR_WIDTH)
-        label = "" if room < 3 else n.name if len(n.name) <= room else n.name[: room - 1] + "…"
-        frames.append(DiffFrame(round(r.x, 2), r.depth * ROW_HEIGHT, round(r.width, 2), r.depth, n.name, label,
-                                title, diff_colour(usual, here) if r.depth else "rgb(190,190,200)", r.folded > 0))
+        frames.append(Frame(x=round(r.x, 2), y=r.depth * ROW_HEIGHT, width=round(r.width, 2), depth=r.depth,
+                            name=n.name, label=fit_label(n.name, r.width), title=title,
+                            fill=diff_colour(usual, here) if r.depth else "rgb(190,190,200)", match=False,
+                            folded=r.folded > 0))
     depth = 1 + max((r.depth for r in rects), default=0)
     return frames, depth * ROW_HEIGHT + 2, folded
 
