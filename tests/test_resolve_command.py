@@ -11,9 +11,17 @@ import sys
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from bridge import flamegraph
-from bridge.commands.resolve import function_costs, resolve_report, top_table
+from bridge.auth import TOKEN_HEADER
+from bridge.commands.resolve import (
+    fetch_compare_from_bridge,
+    fetch_from_bridge,
+    function_costs,
+    resolve_report,
+    top_table,
+)
 from bridge.config import Settings
 from tests.doubles.pyroscope import load_push_profiles
 from tests.doubles.tempo import refused_url
@@ -137,6 +145,27 @@ async def test_standalone_mode_asks_the_running_bridge(stack: Stack, aiohttp_ser
     code, out, _ = await run(settings, root.trace_id, root.span_id)
     assert code == 0 and re.search(r"^mode\s+linked$", out, re.M)
     assert server.app is not None
+
+
+async def test_commands_send_the_token_to_every_bridge_api(aiohttp_server: Any) -> None:
+    """``resolve`` and ``resolve --compare`` ask a standalone bridge's APIs with PROFILE_BRIDGE_TOKEN (the compare
+    call once went without it, so a bridge with tokens answered it 401)."""
+    seen: list[tuple[str, str | None]] = []
+
+    async def api(request: web.Request) -> web.Response:
+        seen.append((request.path, request.headers.get(TOKEN_HEADER)))
+        return web.json_response({"path": request.path})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/spans/{trace}/{span}/{what}", api)
+    server = await aiohttp_server(app)
+    settings = Settings.for_tests(mode="standalone", listen_host="127.0.0.1", listen_port=server.port,
+                                  client_token="s3cret")
+    trace, span = "e19e0353f421bfce945f7d1514c6c9f1", "1c60f2b8cd2d96d1"
+    assert await fetch_from_bridge(settings, trace, span, scope="span", profile_type=CPU)
+    assert await fetch_compare_from_bridge(settings, trace, span, window="1h", profile_type=CPU)
+    assert seen == [(f"/api/v1/spans/{trace}/{span}/profile", "s3cret"), (f"/api/v1/spans/{trace}/{span}/compare",
+                                                                         "s3cret")]
 
 
 async def test_standalone_mode_without_a_bridge_says_to_start_one() -> None:

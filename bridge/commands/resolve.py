@@ -176,15 +176,12 @@ def client_timeout(settings: Settings) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=settings.max_request_timeout, connect=settings.connect_timeout)
 
 
-async def fetch_from_bridge(settings: Settings, trace_id: str, span_id: str, *, scope: str,
-                            profile_type: str) -> dict[str, Any]:
-    """Standalone mode: the running bridge's API answers (its store holds the data)."""
+async def _bridge_json(settings: Settings, path: str, params: dict[str, str]) -> dict[str, Any]:
+    """Standalone mode: GET one of the running bridge's APIs (its store holds the data), with the token when set."""
     base = bridge_url(settings)
-    url = f"{base}/api/v1/spans/{trace_id}/{span_id}/profile"
-    params = {"scope": scope, "profile_type": profile_type, "format": "json"}
     try:
         async with aiohttp.ClientSession(timeout=client_timeout(settings)) as session, session.get(
-            url, params=params, headers=bridge_headers(settings)
+            f"{base}{path}", params=params, headers=bridge_headers(settings)
         ) as resp:
             body = await resp.json(content_type=None)
             if resp.status != 200:
@@ -199,24 +196,18 @@ async def fetch_from_bridge(settings: Settings, trace_id: str, span_id: str, *, 
         ) from exc
 
 
+async def fetch_from_bridge(settings: Settings, trace_id: str, span_id: str, *, scope: str,
+                            profile_type: str) -> dict[str, Any]:
+    """Standalone mode: the running bridge's profile API."""
+    return await _bridge_json(settings, f"/api/v1/spans/{trace_id}/{span_id}/profile",
+                              {"scope": scope, "profile_type": profile_type, "format": "json"})
+
+
 async def fetch_compare_from_bridge(settings: Settings, trace_id: str, span_id: str, *, window: str,
                                     profile_type: str) -> dict[str, Any]:
     """Standalone mode: the running bridge's compare API."""
-    base = bridge_url(settings)
-    url = f"{base}/api/v1/spans/{trace_id}/{span_id}/compare"
-    params = {"window": window, "profile_type": profile_type, "format": "json"}
-    try:
-        async with aiohttp.ClientSession(timeout=client_timeout(settings)) as session, session.get(
-            url, params=params
-        ) as resp:
-            body = await resp.json(content_type=None)
-            if resp.status != 200:
-                err = body.get("error", {}) if isinstance(body, dict) else {}
-                raise BridgeError(f"the bridge at {base} answered HTTP {resp.status}: "
-                                  f"{err.get('message', 'no message')}")
-            return dict(body)
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        raise UpstreamUnavailable("bridge", f"no bridge answered at {base} ({type(exc).__name__}: {exc})") from exc
+    return await _bridge_json(settings, f"/api/v1/spans/{trace_id}/{span_id}/compare",
+                              {"window": window, "profile_type": profile_type, "format": "json"})
 
 
 async def compare_direct(settings: Settings, trace_id: str, span_id: str, *, window: str, profile_type: str,
