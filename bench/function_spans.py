@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from benchkit import pct  # noqa: E402
 from store_data import CPU, HZ, SPANS_PER_WINDOW, STACKS_PER_SERVICE, T0_S, WINDOW_S, vocabulary  # noqa: E402
 
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
@@ -80,11 +81,6 @@ class Generator:
     def warm_function(self) -> str:
         """The function with the most expected self time in svc-1 (the heaviest stack's leaf)."""
         return self.stacks[1][0][-1]
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 async def timed(fn: Callable[[], Awaitable[object]]) -> float:

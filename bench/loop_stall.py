@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import gzip
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from benchkit import free_port, loadavg, pct  # noqa: E402
 from enrich import build_trace  # noqa: E402
 
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
@@ -59,24 +59,6 @@ app.router.add_post("/querier.v1.QuerierService/{m}", rpc)
 app.router.add_get("/ready", lambda r: web.Response(text="ready"))
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def loadavg() -> str:
-    try:
-        return Path("/proc/loadavg").read_text().strip()
-    except OSError:
-        return "unknown"
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 async def small_calls(session: aiohttp.ClientSession, base: str, n: int) -> list[float]:

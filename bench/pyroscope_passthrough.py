@@ -36,7 +36,6 @@ import asyncio
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,8 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from benchkit import free_port, loadavg, pct  # noqa: E402
 
 from bridge import flamegraph  # noqa: E402
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
@@ -126,12 +127,6 @@ f:close()
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def big_answer(target: int = 1_000_000) -> bytes:
     """A real SelectMergeStacktracesResponse of about ``target`` bytes (a wide synthetic call tree)."""
     stacks = []
@@ -173,18 +168,6 @@ async def wait_ready(session: aiohttp.ClientSession, url: str, proc: subprocess.
             pass
         await asyncio.sleep(0.05)
     raise SystemExit(f"{url} did not come up")
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
-def loadavg() -> str:
-    try:
-        return Path("/proc/loadavg").read_text().strip()
-    except OSError:
-        return "unknown"
 
 
 class Stack:

@@ -24,7 +24,6 @@ import asyncio
 import gzip
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchkit import free_port, loadavg  # noqa: E402
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace  # noqa: E402
 
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
@@ -73,19 +73,6 @@ http {{
   }}
 }}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def loadavg() -> str:
-    try:
-        return Path("/proc/loadavg").read_text().strip()
-    except OSError:
-        return "unknown"
 
 
 async def serve(app: web.Application) -> tuple[web.AppRunner, str]:

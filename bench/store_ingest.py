@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from benchkit import free_port, loadavg, pct  # noqa: E402
 from store_data import WINDOW_S, Generator, windows_per_hour  # noqa: E402
 
 from bridge._proto import push_pb2  # noqa: E402
@@ -67,13 +68,6 @@ def load_capture() -> list[tuple[str, dict[str, str], bytes, bytes]]:
             headers["Content-Encoding"] = "gzip"
         out.append((entry["path"], headers, wire, raw))
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def start_bridge(data_dir: str, retention_bytes: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -156,11 +150,6 @@ def decode_only(capture: list[tuple[str, dict[str, str], bytes, bytes]]) -> tupl
     return t_traces, t_push
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
 async def growth(hours: int, services: int, windows: int) -> None:
     """Ingest into a store holding ``hours`` of data vs into one that starts empty, interleaved."""
     gen = Generator(services)
@@ -216,10 +205,6 @@ async def growth(hours: int, services: int, windows: int) -> None:
         finally:
             await full.close()
             await empty.close()
-
-
-def loadavg() -> str:
-    return Path("/proc/loadavg").read_text().strip()
 
 
 async def main() -> None:

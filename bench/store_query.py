@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from benchkit import loadavg, pct  # noqa: E402
 from store_data import CPU, WINDOW_S, Generator, windows_per_hour  # noqa: E402
 
 from bridge import flamegraph  # noqa: E402
@@ -47,15 +48,6 @@ from bridge.store.query import DEFAULT_MAX_NODES, window_ns  # noqa: E402
 from bridge.upstream.base import CallContext  # noqa: E402
 
 Stacks = list[tuple[tuple[str, ...], int]]
-
-
-def loadavg() -> str:
-    return Path("/proc/loadavg").read_text().strip()
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
 async def build(tmp: str, gen: Generator, first: int, count: int, end_s: int) -> tuple[Store, float, int]:
