@@ -85,12 +85,7 @@ def parse_compare_params(match_info: Mapping[str, str], query: Mapping[str, str]
                          default_profile_type: str) -> CompareParams:
     """Pure: the path ids and the parameters, validated; ``InvalidArgument`` naming the bad one."""
     raw_trace, raw_span = match_info["trace_id"], match_info["span_id"]
-    trace_id = ids.trace_id(raw_trace)
-    if trace_id is None:
-        raise InvalidArgument(f"trace id {raw_trace[:80]!r} is not 1-32 hex characters")
-    span_id = ids.span_id(raw_span)
-    if span_id is None:
-        raise InvalidArgument(f"span id {raw_span[:80]!r} is not 16 hex characters")
+    trace_id, span_id = ids.span_of_trace(raw_trace, raw_span)
     baseline = query.get("baseline", "") or "endpoint"
     if baseline not in BASELINES:
         raise InvalidArgument(f"baseline {baseline[:40]!r} is not one of: {', '.join(BASELINES)} (the same "
@@ -106,10 +101,7 @@ def parse_compare_params(match_info: Mapping[str, str], query: Mapping[str, str]
     if fmt not in FORMATS:
         raise InvalidArgument(f"format {fmt[:40]!r} is not one of: {', '.join(FORMATS)}")
     profile_type = query.get("profile_type", "") or default_profile_type
-    try:
-        ProfileType.parse(profile_type)
-    except ValueError as exc:
-        raise InvalidArgument(str(exc)) from exc
+    ProfileType.parse(profile_type)  # BadProfileType: invalid_argument, naming the form
     return CompareParams(trace_id, span_id, baseline, window_s, fmt, profile_type)
 
 

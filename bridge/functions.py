@@ -204,9 +204,6 @@ def parse_function_query(query: Mapping[str, str], default_profile_type: str, no
         raise InvalidArgument(f"service is longer than {MAX_SERVICE_CHARS} characters")
     match = FunctionMatch.parse(query.get("function", ""), query.get("match", "") or "exact")
     profile_type = query.get("profile_type", "") or default_profile_type
-    try:
-        ProfileType.parse(profile_type)
-    except ValueError as exc:
-        raise InvalidArgument(str(exc)) from exc
+    ProfileType.parse(profile_type)  # BadProfileType: invalid_argument, naming the form
     start, end = parse_range(query, now_ms)
     return FunctionQuery(service, match, profile_type, start, end, parse_limit(query.get("limit", "")))

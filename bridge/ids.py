@@ -67,6 +67,21 @@ def selector_entry(value: str) -> tuple[str, str | None] | None:
     return None if tid is None else (sid, tid)
 
 
+def span_of_trace(raw_trace: str, raw_span: str) -> tuple[str, str]:
+    """A span named by the user (a URL's path, a command's arguments): its trace id and its span id, which may be
+    pasted as pyroscope.profile.id's carried ``<span>:<trace>``. ``InvalidArgument`` naming the bad one."""
+    tid = trace_id(raw_trace)
+    if tid is None:
+        raise InvalidArgument(f"trace id {raw_trace[:80]!r} is not 1-32 hex characters")
+    entry = selector_entry(raw_span)
+    if entry is None:
+        raise InvalidArgument(f"span id {raw_span[:80]!r} is not 16 hex characters")
+    sid, carried = entry
+    if carried is not None and carried != tid:
+        raise InvalidArgument(f"span id {raw_span[:80]!r} carries trace {carried}, not the trace id given ({tid})")
+    return tid, sid
+
+
 def tempo_trace_id(raw: str) -> str:
     """Tempo's ``util.HexStringToTraceID``: any hex up to 128 bits, either case, left-padded → 32 lower-case hex (all
     zeros too: Tempo answers "not found" for it). Anything else → ``InvalidArgument`` in Tempo's own words."""

@@ -582,10 +582,7 @@ def check_ids(trace_id: str | None, span_id: str | None, profile_type: str) -> t
         sid = ids.span_id(span_id)
         if sid is None:
             raise InvalidArgument(f"--span-id {span_id[:80]!r} is not 16 hex characters")
-    try:
-        ProfileType.parse(profile_type)
-    except ValueError as exc:
-        raise InvalidArgument(str(exc)) from exc
+    ProfileType.parse(profile_type)  # BadProfileType: invalid_argument, naming the form
     return tid, sid
 
 

@@ -243,23 +243,12 @@ async def fetch_answer(settings: Settings, trace_id: str, span_id: str, *, scope
 
 def check_args(trace_id: str, span_id: str, scope: str, top: int, profile_type: str) -> tuple[str, str, Scope]:
     """Validated, normalised arguments; ``InvalidArgument`` with the one line to print."""
-    tid = ids.trace_id(trace_id)
-    if tid is None:
-        raise InvalidArgument(f"trace id {trace_id[:80]!r} is not 1-32 hex characters")
-    entry = ids.selector_entry(span_id)  # a span id, or pyroscope.profile.id's <span>:<trace> pasted as it is
-    if entry is None:
-        raise InvalidArgument(f"span id {span_id[:80]!r} is not 16 hex characters")
-    sid, carried = entry
-    if carried is not None and carried != tid:
-        raise InvalidArgument(f"span id {span_id[:80]!r} carries trace {carried}, not the trace id given ({tid})")
+    tid, sid = ids.span_of_trace(trace_id, span_id)  # a span id, or pyroscope.profile.id's <span>:<trace> as it is
     if scope not in SCOPES:
         raise InvalidArgument(f"scope {scope!r} is not one of: {', '.join(SCOPES)}")
     if top <= 0:
         raise InvalidArgument(f"--top {top} must be a positive number")
-    try:
-        ProfileType.parse(profile_type)
-    except ValueError as exc:
-        raise InvalidArgument(str(exc)) from exc
+    ProfileType.parse(profile_type)  # BadProfileType: invalid_argument, naming the form
     return tid, sid, "request" if scope == "request" else "span"
 
 

@@ -77,13 +77,7 @@ class ProfileParams:
 def parse_params(request: web.Request, default_profile_type: str) -> ProfileParams:
     """Pure-ish: the path ids and query parameters, validated; ``InvalidArgument`` naming the bad one."""
     raw_trace, raw_span = request.match_info["trace_id"], request.match_info["span_id"]
-    trace_id = ids.trace_id(raw_trace)
-    if trace_id is None:
-        raise InvalidArgument(f"trace id {raw_trace[:80]!r} is not 1-32 hex characters")
-    parsed = ids.selector_entry(raw_span)  # also SPAN:TRACE, as a span's pyroscope.profile.id reads
-    if parsed is None or parsed[1] not in (None, trace_id):
-        raise InvalidArgument(f"span id {raw_span[:80]!r} is not 16 hex characters")
-    span_id = parsed[0]
+    trace_id, span_id = ids.span_of_trace(raw_trace, raw_span)  # also SPAN:TRACE, as pyroscope.profile.id reads
     query = request.query
     scope = query.get("scope", "span")
     if scope not in SCOPES:
@@ -92,10 +86,7 @@ def parse_params(request: web.Request, default_profile_type: str) -> ProfilePara
     if fmt not in FORMATS:
         raise InvalidArgument(f"format {fmt[:40]!r} is not one of: {', '.join(FORMATS)}")
     profile_type = query.get("profile_type", "") or default_profile_type
-    try:
-        ProfileType.parse(profile_type)
-    except ValueError as exc:
-        raise InvalidArgument(str(exc)) from exc
+    ProfileType.parse(profile_type)  # BadProfileType: invalid_argument, naming the form
     max_nodes: int | None = None
     if query.get("max_nodes"):
         try:
@@ -170,10 +161,7 @@ def parse_slowest_params(query: Mapping[str, str], default_profile_type: str) ->
     if not 0 < per_service <= MAX_PER_SERVICE:
         raise InvalidArgument(f"per_service {text[:40]!r} is not a whole number in 1..{MAX_PER_SERVICE}")
     profile_type = query.get("profile_type", "") or default_profile_type
-    try:
-        ProfileType.parse(profile_type)
-    except ValueError as exc:
-        raise InvalidArgument(str(exc)) from exc
+    ProfileType.parse(profile_type)  # BadProfileType: invalid_argument, naming the form
     return SlowestParams(since, since_s, per_service, profile_type)
 
 
