@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
 from bridge.store import Store, decode, rollup, traceql
 from bridge.store.query import window_ns
+from bridge.store.traces import span_buckets
 from tests.test_store import CPU, ctx
 
 NS = 1_000_000_000
@@ -401,5 +404,60 @@ async def test_search_summary_finds_a_root_far_outside_the_window(tmp_path: Path
         [match] = result.traces
         assert (match.root_service, match.root_name, match.matched) == ("batch", "nightly job", 1)
         assert (match.start_ns, match.end_ns) == (T0_S * NS, (T0_S + 3 * 3600) * NS)
+    finally:
+        await store.close()
+
+
+async def test_lookups_probe_only_buckets_that_hold_data_whatever_the_gaps(tmp_path: Path) -> None:
+    """One span and one linked profile stamped in 2199 beside today's: a trace lookup, a search without a window and
+    a span flame graph probe the few 10-minute buckets that hold data, not the ~9 million between them (each lookup
+    used to list them all: seconds and hundreds of MiB per call, from one hostile upload)."""
+    far_s = 7_258_000_000  # 2199-12-30, inside what the store accepts
+    today = (b"\x0a" * 16, b"\x0b" * 8, "api", T0_S, 1, 500)
+    future = (b"\x0c" * 16, b"\x0d" * 8, "api", far_s, 1, 500)
+    now = [T0_S + 60.0]
+    store = await Store.open(tmp_path, clock=lambda: now[0])
+    try:
+        await store.ingest_otlp_traces(span_request([today, future]), None)
+        samples = [(("main", "work"), 10_000_000, {"span_id": (b"\x0b" * 8).hex(), "trace_id": (b"\x0a" * 16).hex()})]
+        far = [(("main", "far"), 10_000_000, {"span_id": (b"\x0d" * 8).hex(), "trace_id": (b"\x0c" * 16).hex()})]
+        await store.ingest_profiles(
+            decode.records_from_samples({"service_name": "api"}, PTYPE, T0_S * NS, 10 * NS, samples)
+            + decode.records_from_samples({"service_name": "api"}, PTYPE, far_s * NS, 10 * NS, far), None)
+
+        def probes(conn: sqlite3.Connection) -> tuple[int, int]:
+            return len(json.loads(span_buckets(conn))), len(json.loads(rollup.link_buckets(conn, 0, 2**63 - 1)))
+
+        assert await store.db.read(probes) == (2, 2)
+        trace = await store.trace_by_id((b"\x0a" * 16).hex(), ctx())
+        assert trace is not None and list(trace.spans) == [(b"\x0b" * 8).hex()]
+        found = await store.search_traces(traceql.parse("{ span.http.status_code = 500 }"), 0, 0, 10, 3, None)
+        assert {m.trace_id for m in found.traces} == {(b"\x0a" * 16).hex(), (b"\x0c" * 16).hex()}
+        span_ids = [decode.span_id_to_int((b"\x0b" * 8).hex())]
+        stacks = await store.merged_stacks(None, CPU, '{service_name="api"}', 0, 2**42, span_ids=span_ids)
+        assert stacks == [(("main", "work"), 10_000_000)]
+
+        now[0] = T0_S + 3600.0
+        await store.enforce_retention(60.0, 2**40)  # today's data ages out: so do its buckets
+        assert await store.db.read(probes) == (1, 1)
+    finally:
+        await store.close()
+
+
+async def test_the_size_cap_drops_tenths_of_the_stored_time_up_to_now_not_up_to_a_future_stamp(tmp_path: Path) -> None:
+    """Over its size cap the store drops the oldest tenth of its stored time, again until it fits. One span stamped
+    in 2199 made that tenth decades long: the first step dropped every span of today. Now a tenth ends at the
+    store's clock: the oldest minutes go, the rest of today stays."""
+    rng = random.Random(3)
+    spans = [(rng.getrandbits(127).to_bytes(16, "big"), rng.getrandbits(62).to_bytes(8, "big"), "api",
+              T0_S + i * 3, 1, 200) for i in range(1200)]  # an hour
+    spans.append((b"\x0c" * 16, b"\x0d" * 8, "api", 7_258_000_000, 1, 200))
+    store = await Store.open(tmp_path, clock=lambda: T0_S + 3600.0)
+    try:
+        await store.ingest_otlp_traces(span_request(spans), None)
+        used = await store.used_bytes()
+        result = await store.enforce_retention(365 * 86400.0, used - 1)  # just over the cap: a step or two
+        assert 0 < result.spans < 1200 // 2, result
+        assert (await store.counts()).spans == 1201 - result.spans
     finally:
         await store.close()

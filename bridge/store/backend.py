@@ -120,8 +120,8 @@ class Store:
     # ----------------------------------------------------------------------------------------- retention and size
 
     async def enforce_retention(self, max_age_s: float, max_bytes: int) -> RetentionResult:
-        cutoff_ns = int(self._clock() * 1_000_000_000) - int(max_age_s * 1_000_000_000)
-        return await retention.enforce_retention(self.db, cutoff_ns, max_bytes)
+        now_ns = int(self._clock() * 1_000_000_000)
+        return await retention.enforce_retention(self.db, now_ns - int(max_age_s * 1_000_000_000), max_bytes, now_ns)
 
     async def used_bytes(self) -> int:
         return await retention.used_bytes(self.db)

@@ -151,12 +151,7 @@ def _measure(conn: sqlite3.Connection, span_ids: Sequence[int], stacks: dict[int
     """Each span's value through the function, in it, and in all, from its own sample rows: found through the
     profiles that hold them (``span_profiles``, per 10 minutes of the range's stored time)."""
     series_json, lo, hi = in_profiles
-    first, last = conn.execute(
-        "SELECT min(time_ns), max(time_ns) FROM profiles WHERE series_id IN (SELECT value FROM json_each(?)) "
-        "AND time_ns >= ? AND time_ns < ?", in_profiles).fetchone()
-    if first is None:
-        return []
-    buckets = json.dumps(list(range(rollup.link_bucket(first), rollup.link_bucket(last) + 1)))
+    buckets = rollup.link_buckets(conn, lo, hi)
     spans = json.dumps(list(span_ids))
     found: dict[int, list[Any]] = {}
     for span, stack, value, trace in conn.execute(

@@ -30,7 +30,7 @@ from bridge.metrics import Metrics
 from bridge.store import decode, rollup
 from bridge.store.database import Database
 from bridge.store.functions import index_stack
-from bridge.store.schema import pack_frames
+from bridge.store.schema import LINK_BUCKETS, SPAN_BUCKET_NS, SPAN_BUCKETS, mark_buckets, pack_frames
 
 K = TypeVar("K")
 
@@ -219,6 +219,8 @@ class Ingest:
             if traces:
                 conn.executemany("INSERT INTO trace_profiles (bucket, trace_id, profile_id) VALUES (?, ?, ?)",
                                  [(bucket, trace, profile_id) for trace in traces])
+            if spans or traces:
+                mark_buckets(conn, LINK_BUCKETS, {bucket})
             if record.time_ns < marks[rollup.LEVELS[0]]:
                 rollup.add_late(conn, marks, series_id, record.time_ns, per_stack)
             stored += len(rows)
@@ -272,6 +274,7 @@ class Ingest:
             "end_ns, resource_id, scope_id, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             rows,
         )
+        mark_buckets(conn, SPAN_BUCKETS, {r.start_ns // SPAN_BUCKET_NS for r in batch.rows})
         if batch.tags:
             last = max(r.end_ns for r in batch.rows)
             conn.executemany(

@@ -182,13 +182,9 @@ class Profiles:
         if not ids:
             return None
         lo, hi = window
-        first = conn.execute("SELECT time_ns FROM profiles WHERE time_ns >= ? AND time_ns < ? ORDER BY time_ns "
-                             "LIMIT 1", (lo, hi)).fetchone()
-        if first is None:
+        buckets = rollup.link_buckets(conn, lo, hi)
+        if buckets == "[]":
             return None
-        last = conn.execute("SELECT time_ns FROM profiles WHERE time_ns >= ? AND time_ns < ? ORDER BY time_ns DESC "
-                            "LIMIT 1", (lo, hi)).fetchone()
-        buckets = list(range(rollup.link_bucket(first[0]), rollup.link_bucket(last[0]) + 1))
         marks = ",".join("?" * len(ids))
         inner = (
             f"SELECT stack_id, value FROM samples WHERE profile_id IN ("
@@ -197,7 +193,7 @@ class Profiles:
             "AND p.series_id IN (SELECT value FROM json_each(?)) AND p.time_ns >= ? AND p.time_ns < ?"
             f") AND {column} IN ({marks})"
         )
-        return inner, [json.dumps(buckets), *ids, series_json, lo, hi, *ids]
+        return inner, [buckets, *ids, series_json, lo, hi, *ids]
 
     def _select_stacks(
         self, conn: sqlite3.Connection, tenant: str, profile_type: str, selector: str, start_ms: int, end_ms: int,

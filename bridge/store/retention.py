@@ -17,6 +17,7 @@ from typing import Final
 from bridge.store import rollup
 from bridge.store.database import Database
 from bridge.store.functions import collect_garbage as collect_function_index
+from bridge.store.schema import LINK_BUCKETS, SPAN_BUCKET_NS, SPAN_BUCKETS, drop_buckets_before
 
 GC_INTERVAL_NS: Final = 3600 * 1_000_000_000
 LAST_GC: Final = "last_gc"
@@ -29,9 +30,10 @@ class RetentionResult:
     used_bytes: int = 0
 
 
-async def enforce_retention(db: Database, cutoff_ns: int, max_bytes: int) -> RetentionResult:
-    """Drop everything stamped before ``cutoff_ns``, then the oldest data until at most ``max_bytes`` are used."""
-    return await db.write(_retain, db, cutoff_ns, max_bytes)
+async def enforce_retention(db: Database, cutoff_ns: int, max_bytes: int, now_ns: int | None = None) -> RetentionResult:
+    """Drop everything stamped before ``cutoff_ns``, then the oldest data until at most ``max_bytes`` are used
+    (tenths of the stored time up to ``now_ns``: data stamped in the future does not stretch a tenth)."""
+    return await db.write(_retain, db, cutoff_ns, max_bytes, now_ns)
 
 
 async def used_bytes(db: Database) -> int:
@@ -58,13 +60,16 @@ def _delete_before(conn: sqlite3.Connection, profiles_before: int, spans_before:
             (rollup.link_bucket(profiles_before), profiles_before),
         )
     rollup.drop_before(conn, profiles_before)
+    drop_buckets_before(conn, LINK_BUCKETS, rollup.link_bucket(profiles_before))
     profiles = conn.execute("DELETE FROM profiles WHERE time_ns < ?", (profiles_before,)).rowcount
     spans = conn.execute("DELETE FROM spans WHERE start_ns < ?", (spans_before,)).rowcount
+    drop_buckets_before(conn, SPAN_BUCKETS, spans_before // SPAN_BUCKET_NS)
     conn.execute("DELETE FROM tags WHERE last_ns < ?", (spans_before,))
     return profiles, spans
 
 
-def _retain(conn: sqlite3.Connection, db: Database, cutoff_ns: int, max_bytes: int) -> RetentionResult:
+def _retain(conn: sqlite3.Connection, db: Database, cutoff_ns: int, max_bytes: int,
+            now_ns: int | None = None) -> RetentionResult:
     result = RetentionResult()
     by_size = False
 
@@ -87,6 +92,8 @@ def _retain(conn: sqlite3.Connection, db: Database, cutoff_ns: int, max_bytes: i
             if not lows:
                 return False
             lo, hi = min(lows), max(highs)
+            if now_ns is not None:  # one upload stamped in 2199 would make a tenth decades long: all of today's data
+                hi = max(lo, min(hi, now_ns))
             cut = lo + max(1, (hi - lo) // 10)
             p, s = _delete_before(c, cut, cut)
             result.profiles += p

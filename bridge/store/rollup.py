@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from bridge.store.schema import LINK_BUCKETS, present_buckets
+
 NANOS: Final = 1_000_000_000
 LEVELS: Final = (60, 600, 3600, 21600)  # bucket widths in seconds, finest first; each divides the next
 GRACE_NS: Final = 60 * NANOS  # a bucket is compacted once it ended this long ago (most late uploads are in by then)
@@ -47,6 +49,12 @@ UPSERT: Final = (
 def link_bucket(time_ns: int) -> int:
     """The ``bucket`` column of ``span_profiles`` / ``trace_profiles``: SQLite's integer division (toward zero)."""
     return time_ns // LINK_BUCKET_NS if time_ns >= 0 else -((-time_ns) // LINK_BUCKET_NS)
+
+
+def link_buckets(conn: sqlite3.Connection, lo: int, hi: int) -> str:
+    """The ``span_profiles`` / ``trace_profiles`` buckets that hold profiles captured in ``[lo, hi)``, as a JSON
+    list (``present_buckets``: only those, whatever the gaps between them)."""
+    return present_buckets(conn, LINK_BUCKETS, link_bucket(max(0, lo)), link_bucket(max(1, hi) - 1))
 
 
 def bucket_of(time_ns: int, level: int) -> int:

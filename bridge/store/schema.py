@@ -20,11 +20,13 @@ Layout (ids are integers; span ids are stored as signed 64-bit integers, trace i
   bucket, so
   ingest writes into the newest part of the index instead of at random places all over it); ``rollups`` hold each
   series' per-stack totals per minute, 10 minutes, hour and 6 hours (``rollup``), compacted in the background;
-  ``store_state`` holds the rollups' watermarks and the time before which retention dropped everything.
+  ``store_state`` holds the rollups' watermarks and the time before which retention dropped everything;
+  ``present_buckets`` (7) lists the 10-minute buckets that hold spans (kind 0) and linked profiles (kind 1).
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import sys
 from array import array
@@ -186,12 +188,46 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     CREATE UNIQUE INDEX spans_trace ON spans (tenant, start_ns / 600000000000, trace_id, span_id);
     CREATE INDEX spans_span ON spans (start_ns / 600000000000, span_id);
     """,
+    # 7: which 10-minute buckets hold spans (kind 0, by start) and linked profiles (kind 1, span_profiles /
+    # trace_profiles), so a lookup probes those buckets only: listing every bucket between the first and the last
+    # stored one cost one probe per 10 minutes of the gap (a span stamped in 2199 beside today's made each trace
+    # lookup list millions of buckets)
+    """
+    CREATE TABLE present_buckets (
+        kind INTEGER NOT NULL,
+        bucket INTEGER NOT NULL,
+        PRIMARY KEY (kind, bucket)
+    ) WITHOUT ROWID;
+    INSERT INTO present_buckets (kind, bucket) SELECT DISTINCT 0, start_ns / 600000000000 FROM spans;
+    INSERT OR IGNORE INTO present_buckets (kind, bucket) SELECT DISTINCT 1, bucket FROM span_profiles;
+    INSERT OR IGNORE INTO present_buckets (kind, bucket) SELECT DISTINCT 1, bucket FROM trace_profiles;
+    """,
 )
 
 LATEST: Final = len(MIGRATIONS)
 
 SPAN_BUCKET_NS: Final = 600_000_000_000
 SPAN_BUCKET_SQL: Final = "start_ns / 600000000000"  # exactly as in the spans_trace and spans_span indexes
+SPAN_BUCKETS: Final = 0  # present_buckets.kind: buckets of span start times
+LINK_BUCKETS: Final = 1  # present_buckets.kind: buckets of span_profiles / trace_profiles
+
+
+def mark_buckets(conn: sqlite3.Connection, kind: int, buckets: set[int]) -> None:
+    """Ingest: these buckets of ``kind`` hold data now."""
+    conn.executemany("INSERT OR IGNORE INTO present_buckets (kind, bucket) VALUES (?, ?)",
+                     [(kind, b) for b in buckets])
+
+
+def present_buckets(conn: sqlite3.Connection, kind: int, first: int, last: int) -> str:
+    """The buckets of ``kind`` in ``[first, last]`` that hold data, as a JSON list (for ``IN (SELECT value FROM
+    json_each(?))``): a lookup probes only those, whatever the gaps between them."""
+    return json.dumps([b for (b,) in conn.execute(
+        "SELECT bucket FROM present_buckets WHERE kind = ? AND bucket >= ? AND bucket <= ?", (kind, first, last))])
+
+
+def drop_buckets_before(conn: sqlite3.Connection, kind: int, bucket: int) -> None:
+    """Retention: buckets of ``kind`` that end before what it kept (every row in them is gone)."""
+    conn.execute("DELETE FROM present_buckets WHERE kind = ? AND bucket < ?", (kind, bucket))
 
 
 class SchemaError(RuntimeError):

@@ -27,7 +27,7 @@ from bridge.spans import SERVICE_NAME, SearchHit, Trace, spans_from_otlp
 from bridge.store import decode, traceql
 from bridge.store.database import Database
 from bridge.store.query import FAR_FUTURE_NS, SearchResult, TraceMatch, bound_attr_value, search_span
-from bridge.store.schema import SPAN_BUCKET_NS, SPAN_BUCKET_SQL
+from bridge.store.schema import SPAN_BUCKET_NS, SPAN_BUCKET_SQL, SPAN_BUCKETS, present_buckets
 from bridge.upstream.base import CallContext
 
 SEARCH_SCAN_BUDGET: Final = 200_000  # spans a search examines at most before it answers partial
@@ -35,20 +35,10 @@ LONG_SPAN_NS: Final = 60 * 1_000_000_000  # the spans_long index's predicate (sc
 TRACE_MARGIN_NS: Final = 600 * 1_000_000_000  # a found trace's spans are looked up this far around the window first
 
 
-def span_buckets(conn: sqlite3.Connection, lo: int = 0, hi: int = FAR_FUTURE_NS, first: int | None = None) -> str:
-    """The 10-minute buckets (``SPAN_BUCKET_SQL``) from the first (or ``first``'s) to the last stored span that starts
-    in ``[lo, hi)``, as a JSON list: what a lookup by trace or span id probes (two index lookups to find them)."""
-    if first is None:
-        row = conn.execute("SELECT start_ns FROM spans INDEXED BY spans_time WHERE start_ns >= ? AND start_ns < ? "
-                           "ORDER BY start_ns LIMIT 1", (lo, hi)).fetchone()
-        if row is None:
-            return "[]"
-        first = int(row[0])
-    last = conn.execute("SELECT start_ns FROM spans INDEXED BY spans_time WHERE start_ns >= ? AND start_ns < ? "
-                        "ORDER BY start_ns DESC LIMIT 1", (lo, hi)).fetchone()
-    if last is None:
-        return "[]"
-    return json.dumps(list(range(first // SPAN_BUCKET_NS, last[0] // SPAN_BUCKET_NS + 1)))
+def span_buckets(conn: sqlite3.Connection, lo: int = 0, hi: int = FAR_FUTURE_NS) -> str:
+    """The 10-minute buckets (``SPAN_BUCKET_SQL``) holding spans that start in ``[lo, hi)``, as a JSON list: what a
+    lookup by trace or span id probes (``present_buckets``: only buckets that hold spans, whatever the gaps)."""
+    return present_buckets(conn, SPAN_BUCKETS, max(0, lo) // SPAN_BUCKET_NS, (max(1, hi) - 1) // SPAN_BUCKET_NS)
 
 
 BUCKETS_IN: Final = f"{SPAN_BUCKET_SQL} IN (SELECT value FROM json_each(?))"
@@ -303,7 +293,7 @@ class Traces:
         lo, hi = window if window is not None else (0, FAR_FUTURE_NS)
         everywhere = span_buckets(conn)
         near_lo = max(0, lo - TRACE_MARGIN_NS) // SPAN_BUCKET_NS * SPAN_BUCKET_NS
-        around = span_buckets(conn, near_lo, min(hi + TRACE_MARGIN_NS, FAR_FUTURE_NS), first=near_lo)
+        around = span_buckets(conn, near_lo, min(hi + TRACE_MARGIN_NS, FAR_FUTURE_NS))
 
         def sql_match(row: tuple[Any, ...]) -> bool:
             for column, op, want in column_conds:
