@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from benchkit import free_port, loadavg, pct  # noqa: E402
+from benchkit import free_port, loadavg, pct, stop_children, wait_up  # noqa: E402
 from enrich import build_trace  # noqa: E402
 
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
@@ -116,19 +116,10 @@ async def measure(base: str, trace_url: str, rounds: int, calls: int, concurrent
     ]
 
 
-async def wait_up(url: str, proc: subprocess.Popen[bytes]) -> None:
+async def wait_all(urls_procs: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
     async with aiohttp.ClientSession() as session:
-        for _ in range(600):
-            if proc.poll() is not None:
-                raise SystemExit(f"{url}: exited with {proc.returncode}")
-            try:
-                async with session.get(url) as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-    raise SystemExit(f"{url} did not come up")
+        for url, proc in urls_procs:
+            await wait_up(session, url, proc)
 
 
 def main() -> int:
@@ -159,19 +150,12 @@ def main() -> int:
                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
             ))
             base = f"http://127.0.0.1:{port}"
-            asyncio.run(wait_up(f"http://127.0.0.1:{up}/ready", procs[0]))
-            asyncio.run(wait_up(base + "/healthz", procs[1]))
+            asyncio.run(wait_all([(f"http://127.0.0.1:{up}/ready", procs[0]), (base + "/healthz", procs[1])]))
             print(f"trace: {args.spans} spans, {len(body) / 1e6:.1f} MB protobuf", flush=True)
             lines = asyncio.run(measure(base, f"{base}/tempo/api/v2/traces/{trace_id}", max(1, min(args.rounds, 50)),
                                         max(20, min(args.calls, 5000)), max(1, min(args.concurrent, 16))))
         finally:
-            for proc in reversed(procs):
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=40)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop_children(procs)
     for line in lines:
         print(line)
     print(f"load average after: {loadavg()}")

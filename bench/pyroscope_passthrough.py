@@ -48,7 +48,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchkit import free_port, loadavg, pct  # noqa: E402
+from benchkit import free_port, loadavg, pct, stop_children, wait_up  # noqa: E402
 
 from bridge import flamegraph  # noqa: E402
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
@@ -155,21 +155,6 @@ REQUESTS = {
 }
 
 
-async def wait_ready(session: aiohttp.ClientSession, url: str, proc: subprocess.Popen[bytes]) -> None:
-    for _ in range(300):
-        if proc.poll() is not None:
-            raise SystemExit(f"child for {url} exited with {proc.returncode}")
-        try:
-            async with session.post(url, data=b"", headers={"Content-Type": "application/proto"}) as resp:
-                await resp.read()
-                if resp.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.05)
-    raise SystemExit(f"{url} did not come up")
-
-
 class Stack:
     """The three paths as child processes: upstream nginx, proxy nginx, bridge."""
 
@@ -230,13 +215,7 @@ class Stack:
                                            stderr=subprocess.DEVNULL))
 
     def stop(self) -> None:
-        for proc in reversed(self.procs):
-            proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_children(self.procs)
 
 
 async def latency_rounds(stack: Stack, rounds: int) -> list[str]:
@@ -245,7 +224,7 @@ async def latency_rounds(stack: Stack, rounds: int) -> list[str]:
     timeout = aiohttp.ClientTimeout(total=30, connect=5)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as session:
         for (proc, base) in zip(stack.procs, stack.bases.values(), strict=True):
-            await wait_ready(session, base + QUERIER + SMALL, proc)
+            await wait_up(session, base + QUERIER + SMALL, proc, post=b"", tries=300)
         for method, n in ((BIG, rounds), (SMALL, rounds * 4)):
             times: dict[str, list[float]] = {name: [] for name in stack.bases}
             size = 0

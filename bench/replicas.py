@@ -36,7 +36,7 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchkit import free_port, loadavg  # noqa: E402
+from benchkit import free_port, loadavg, stop_children, wait_up  # noqa: E402
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace  # noqa: E402
 
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
@@ -81,20 +81,6 @@ async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     return runner, f"http://127.0.0.1:{port}"
-
-
-async def wait_up(session: aiohttp.ClientSession, base: str, proc: subprocess.Popen[bytes]) -> None:
-    for _ in range(600):
-        if proc.poll() is not None:
-            raise SystemExit(f"{base}: exited with {proc.returncode}")
-        try:
-            async with session.get(base + "/healthz") as resp:
-                if resp.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.05)
-    raise SystemExit(f"{base} did not come up")
 
 
 async def open_trace(session: aiohttp.ClientSession, base: str, trace_id: str) -> list[tuple[otlp_trace.Span, str]]:
@@ -169,8 +155,8 @@ async def run(replicas: int, n_traces: int, workers: int, tmp: Path) -> list[str
         timeout = aiohttp.ClientTimeout(total=60, connect=5)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             for port, proc in zip(ports, procs, strict=False):
-                await wait_up(session, f"http://127.0.0.1:{port}", proc)
-            await wait_up(session, front, procs[-1])
+                await wait_up(session, f"http://127.0.0.1:{port}/healthz", proc)
+            await wait_up(session, front + "/healthz", procs[-1])
             clicks = wrong = 0
             modes: Counter[str] = Counter()
             examples: list[str] = []
@@ -188,13 +174,7 @@ async def run(replicas: int, n_traces: int, workers: int, tmp: Path) -> list[str
                         if len(examples) < 3:
                             examples.append(f"    got {got[0]} ({got[1][:90]}), anchor {want[0]} ({want[1][:90]})")
     finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_children(procs)
         for runner in runners:
             await runner.cleanup()
 

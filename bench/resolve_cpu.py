@@ -29,7 +29,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchkit import free_port  # noqa: E402
+from benchkit import free_port, stop_children, wait_up  # noqa: E402
 
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
 
@@ -106,14 +106,7 @@ async def run(passes: int, tmp: Path) -> list[str]:
         headers = {"Content-Type": "application/proto", "Connect-Protocol-Version": "1", "Accept-Encoding": "gzip"}
         timeout = aiohttp.ClientTimeout(total=30, connect=5)
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            for _ in range(200):
-                try:
-                    async with session.get(base + "/healthz") as resp:
-                        if resp.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
+            await wait_up(session, base + "/healthz", bridge, tries=200)
 
             async def resolve_all(tenant: str) -> tuple[float, int, dict[str, int]]:
                 modes: dict[str, int] = {}
@@ -165,13 +158,7 @@ async def run(passes: int, tmp: Path) -> list[str]:
             f"(resolution cold/baseline ratio {per_cold / max(per_base, 1e-6):.1f})",
         ]
     finally:
-        for proc in (bridge, doubles):
-            if proc is not None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        stop_children([doubles, bridge], timeout=5)
 
 
 def main() -> int:

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from benchkit import free_port, loadavg, pct  # noqa: E402
+from benchkit import free_port, loadavg, pct, stop_children  # noqa: E402
 from store_data import WINDOW_S, Generator, windows_per_hour  # noqa: E402
 
 from bridge._proto import push_pb2  # noqa: E402
@@ -278,11 +278,7 @@ async def main() -> None:
                       + f"; peak (VmHWM) {peak / 1024:.0f} MiB; store file "
                       f"{(Path(tmp) / 'store.sqlite3').stat().st_size / 1024**2:.0f} MiB")
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_children([proc], timeout=30)
     print(f"load average at end: {loadavg()}")
 
 
