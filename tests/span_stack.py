@@ -74,3 +74,24 @@ async def start_standalone(aiohttp_client: ClientFactory, data_dir: str) -> tupl
         resp = await client.post(route, data=path.read_bytes(), headers={"Content-Type": ctype})
         assert resp.status == 200, await resp.text()
     return client, shop
+
+
+@dataclass
+class Bridge:
+    """The bridge in either mode, holding the shop capture: proxy (with its doubles in ``stack``) or standalone."""
+
+    mode: str
+    client: Any
+    stack: Stack | None = None
+
+
+async def start_bridge(mode: str, aiohttp_server: ServerFactory, aiohttp_client: ClientFactory, data_dir: str,
+                       exemplars_per_point: int | None = None) -> Bridge:
+    """For a fixture parametrised over both modes; ``exemplars_per_point`` sets the Pyroscope double's (proxy)."""
+    if mode == "proxy":
+        stack = await start_stack(aiohttp_server, aiohttp_client)
+        if exemplars_per_point is not None:
+            stack.pyroscope.exemplars_per_point = exemplars_per_point
+        return Bridge("proxy", stack.http, stack)
+    client, _ = await start_standalone(aiohttp_client, data_dir)
+    return Bridge("standalone", client)

@@ -20,7 +20,7 @@ import pytest
 from bridge.config import Settings
 from tests.doubles.pyroscope import load_push_profiles
 from tests.doubles.shop import capture_now, load_shop
-from tests.span_stack import CPU, Stack, start_stack, start_standalone
+from tests.span_stack import CPU, Bridge, start_bridge, start_stack
 
 Stacks = dict[tuple[str, ...], int]
 
@@ -108,22 +108,10 @@ def decode_diff(doc: dict[str, Any]) -> dict[tuple[str, ...], tuple[int, int, in
 # --------------------------------------------------------------------------------------------- the two modes
 
 
-@dataclass
-class Bridge:
-    mode: str
-    client: Any
-    stack: Stack | None = None
-
-
 @pytest.fixture(params=["proxy", "standalone"])
 async def bridge(request: pytest.FixtureRequest, aiohttp_server: Any, aiohttp_client: Any,
                  tmp_path: Any) -> AsyncIterator[Bridge]:
-    if request.param == "proxy":
-        stack = await start_stack(aiohttp_server, aiohttp_client)
-        yield Bridge("proxy", stack.http, stack)
-    else:
-        client, _ = await start_standalone(aiohttp_client, str(tmp_path))
-        yield Bridge("standalone", client)
+    yield await start_bridge(request.param, aiohttp_server, aiohttp_client, str(tmp_path))
 
 
 def a_busy_price_request() -> str:

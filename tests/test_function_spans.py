@@ -17,7 +17,7 @@ import pytest
 from bridge._proto import types_pb2
 from tests.doubles.pyroscope import load_push_profiles
 from tests.doubles.shop import load_shop
-from tests.span_stack import CPU, Stack, start_stack, start_standalone
+from tests.span_stack import CPU, Bridge, Stack, start_bridge, start_stack
 
 API = "/api/v1/functions/spans"
 
@@ -59,23 +59,11 @@ def is_(name: str) -> Callable[[str], bool]:
     return lambda frame: frame == name
 
 
-@dataclass
-class Bridge:
-    mode: str
-    client: Any
-    stack: Stack | None = None
-
-
 @pytest.fixture(params=["proxy", "standalone"])
 async def bridge(request: pytest.FixtureRequest, aiohttp_server: Any, aiohttp_client: Any,
                  tmp_path: Any) -> AsyncIterator[Bridge]:
-    if request.param == "proxy":
-        stack = await start_stack(aiohttp_server, aiohttp_client)
-        stack.pyroscope.exemplars_per_point = 1000  # every span of a point: the whole list is comparable
-        yield Bridge("proxy", stack.http, stack)
-    else:
-        client, _ = await start_standalone(aiohttp_client, str(tmp_path))
-        yield Bridge("standalone", client)
+    # proxy: the Pyroscope double answers every span of a point, so the whole list is comparable
+    yield await start_bridge(request.param, aiohttp_server, aiohttp_client, str(tmp_path), exemplars_per_point=1000)
 
 
 async def get(client: Any, **params: str) -> tuple[int, dict[str, Any]]:
