@@ -122,11 +122,16 @@ class Connection(asyncio.Protocol):
                 return b""
             if self.error is not None:
                 raise self.error
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._next_event()
+
+    async def _next_event(self) -> None:
+        """Until the protocol's next event: data, the end of the body, the client's connection full, a failure
+        (``_wake``)."""
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
 
     @property
     def reusable(self) -> bool:
@@ -324,11 +329,7 @@ class Connection(asyncio.Protocol):
         while not self.done and not self.sink_paused:
             if self.error is not None:
                 raise self.error
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
+            await self._next_event()
         if self.error is not None and not self.done:
             raise self.error
 
