@@ -15,9 +15,11 @@ Anything else (``||``, structural operators, aggregates, metrics) is refused wit
 
 from __future__ import annotations
 
+import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from bridge.errors import InvalidArgument
 
@@ -208,6 +210,11 @@ def parse(text: str) -> Query:
     return Query(tuple(conds), tuple(select))
 
 
+COMPARISONS: Final[dict[str, Callable[[Any, Any], bool]]] = {
+    "=": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
+}
+
+
 def compare(actual: Value | None, cond: Cond) -> bool:
     """Does one attribute value satisfy a condition? A missing attribute satisfies nothing (TraceQL's nil)."""
     if actual is None:
@@ -228,19 +235,8 @@ def compare(actual: Value | None, cond: Cond) -> bool:
             return op == "!="
     if isinstance(want, str) and not isinstance(actual, str):
         actual = str(actual)
+    test = COMPARISONS.get(op)
     try:
-        if op == "=":
-            return actual == want
-        if op == "!=":
-            return actual != want
-        if op == ">":
-            return actual > want  # type: ignore[operator]
-        if op == ">=":
-            return actual >= want  # type: ignore[operator]
-        if op == "<":
-            return actual < want  # type: ignore[operator]
-        if op == "<=":
-            return actual <= want  # type: ignore[operator]
+        return test is not None and test(actual, want)
     except TypeError:
         return False
-    return False

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
-import operator
 import sqlite3
-from collections.abc import Callable
 from typing import Any, Final
 
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
@@ -42,11 +40,6 @@ def span_buckets(conn: sqlite3.Connection, lo: int = 0, hi: int = FAR_FUTURE_NS)
 
 
 BUCKETS_IN: Final = f"{SPAN_BUCKET_SQL} IN (SELECT value FROM json_each(?))"
-
-
-_OPS: Final[dict[str, Callable[[Any, Any], bool]]] = {
-    "=": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
-}
 
 
 def _summarise(match: TraceMatch, rows: list[tuple[Any, ...]]) -> None:
@@ -298,7 +291,7 @@ class Traces:
         def sql_match(row: tuple[Any, ...]) -> bool:
             for column, op, want in column_conds:
                 have = row[5] - row[4] if column < 0 else row[column]
-                if not _OPS[op](have, want):
+                if not traceql.COMPARISONS[op](have, want):
                     return False
             return True
 
