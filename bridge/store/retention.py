@@ -30,7 +30,7 @@ class RetentionResult:
     used_bytes: int = 0
 
 
-async def enforce_retention(db: Database, cutoff_ns: int, max_bytes: int, now_ns: int | None = None) -> RetentionResult:
+async def enforce_retention(db: Database, cutoff_ns: int, max_bytes: int, now_ns: int) -> RetentionResult:
     """Drop everything stamped before ``cutoff_ns``, then the oldest data until at most ``max_bytes`` are used
     (tenths of the stored time up to ``now_ns``: data stamped in the future does not stretch a tenth)."""
     return await db.write(_retain, db, cutoff_ns, max_bytes, now_ns)
@@ -68,8 +68,7 @@ def _delete_before(conn: sqlite3.Connection, profiles_before: int, spans_before:
     return profiles, spans
 
 
-def _retain(conn: sqlite3.Connection, db: Database, cutoff_ns: int, max_bytes: int,
-            now_ns: int | None = None) -> RetentionResult:
+def _retain(conn: sqlite3.Connection, db: Database, cutoff_ns: int, max_bytes: int, now_ns: int) -> RetentionResult:
     result = RetentionResult()
     by_size = False
 
@@ -91,9 +90,9 @@ def _retain(conn: sqlite3.Connection, db: Database, cutoff_ns: int, max_bytes: i
             highs = [v for v in (p_hi, s_hi) if v is not None]
             if not lows:
                 return False
-            lo, hi = min(lows), max(highs)
-            if now_ns is not None:  # one upload stamped in 2199 would make a tenth decades long: all of today's data
-                hi = max(lo, min(hi, now_ns))
+            # up to now: one upload stamped in 2199 would make a tenth decades long, all of today's data
+            lo = min(lows)
+            hi = max(lo, min(max(highs), now_ns))
             cut = lo + max(1, (hi - lo) // 10)
             p, s = _delete_before(c, cut, cut)
             result.profiles += p
