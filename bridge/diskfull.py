@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, Protocol, TypeVar
 
 from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as otlp_profiles_svc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
@@ -25,6 +25,8 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_tra
 from bridge.errors import StorageFull
 from bridge.metrics import Metrics
 from bridge.store.decode import ProfileRecord, SpanBatch
+
+T = TypeVar("T")
 
 log = logging.getLogger("bridge.store")
 
@@ -121,40 +123,26 @@ class WatchedSink:
         self.store = store
         self.disk = disk
 
-    async def ingest_profiles(self, records: list[ProfileRecord], tenant: str | None) -> int:
+    async def _watched(self, write: Awaitable[T]) -> T:
+        """One write's outcome to ``DiskFull``: refused for a full disk (then raised on), or done."""
         try:
-            stored = await self.store.ingest_profiles(records, tenant)
-        except StorageFull as exc:
-            self.disk.refused(exc)
-            raise
-        self.disk.wrote()
-        return stored
-
-    async def ingest_spans(self, batch: SpanBatch, tenant: str | None) -> int:
-        try:
-            stored = await self.store.ingest_spans(batch, tenant)
-        except StorageFull as exc:
-            self.disk.refused(exc)
-            raise
-        self.disk.wrote()
-        return stored
-
-    async def ingest_otlp_profiles(self, req: otlp_profiles_svc.ExportProfilesServiceRequest,
-                                   tenant: str | None) -> otlp_profiles_svc.ExportProfilesServiceResponse:
-        try:
-            answer = await self.store.ingest_otlp_profiles(req, tenant)
-        except StorageFull as exc:
-            self.disk.refused(exc)
-            raise
-        self.disk.wrote()
-        return answer
-
-    async def ingest_otlp_traces(self, req: otlp_trace_svc.ExportTraceServiceRequest,
-                                 tenant: str | None) -> tuple[int, str]:
-        try:
-            result = await self.store.ingest_otlp_traces(req, tenant)
+            result = await write
         except StorageFull as exc:
             self.disk.refused(exc)
             raise
         self.disk.wrote()
         return result
+
+    async def ingest_profiles(self, records: list[ProfileRecord], tenant: str | None) -> int:
+        return await self._watched(self.store.ingest_profiles(records, tenant))
+
+    async def ingest_spans(self, batch: SpanBatch, tenant: str | None) -> int:
+        return await self._watched(self.store.ingest_spans(batch, tenant))
+
+    async def ingest_otlp_profiles(self, req: otlp_profiles_svc.ExportProfilesServiceRequest,
+                                   tenant: str | None) -> otlp_profiles_svc.ExportProfilesServiceResponse:
+        return await self._watched(self.store.ingest_otlp_profiles(req, tenant))
+
+    async def ingest_otlp_traces(self, req: otlp_trace_svc.ExportTraceServiceRequest,
+                                 tenant: str | None) -> tuple[int, str]:
+        return await self._watched(self.store.ingest_otlp_traces(req, tenant))
