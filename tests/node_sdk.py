@@ -29,6 +29,7 @@ from aiohttp import web
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+from tests.faketime import both_clocks_ahead
 from tests.paths import FIXTURES, ROOT
 
 NODE_DIR: Final = ROOT / "tests" / "node"
@@ -55,7 +56,9 @@ def require_node() -> str:
 async def run_service(node: str, url: str, encoding: str) -> dict[str, dict[str, str]]:
     """Run the instrumented Node service against ``url`` until it exits (it flushes on its own explicit stops, not on
     SDK timers); its spans by role: ``{"trace_id", "span_id"}``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYROSCOPE_", "NODE_OPTIONS"))}
+    # libfaketime with a real monotonic clock leaves V8's CPU profiler sampling nothing (tests/faketime.py)
+    env = both_clocks_ahead(
+        {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYROSCOPE_", "NODE_OPTIONS"))})
     proc = await asyncio.create_subprocess_exec(
         node, str(NODE_DIR / "service.js"), url, encoding, SERVICE, cwd=str(NODE_DIR), env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 
 from tests.doubles.pyroscope import load_push_profiles
+from tests.faketime import both_clocks_ahead
 from tests.paths import ARTIFACTS
 from tests.span_stack import CPU, Stack, start_doubles
 from tests.tools import require_tool
@@ -91,7 +92,7 @@ async def browser() -> AsyncIterator[DevTools]:
     binary = chromium_binary()
     with tempfile.TemporaryDirectory(prefix="pb-chromium-") as profile:
         proc = await asyncio.create_subprocess_exec(
-            binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank",
+            binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank", env=both_clocks_ahead(),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         )
         try:
