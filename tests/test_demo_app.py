@@ -216,9 +216,14 @@ async def test_demo_app_sends_linked_traces_and_profiles(aiohttp_server: Any, de
         assert span_id in roots, f"{service} sample labelled with unknown span {span_id}"
         root = roots[span_id]
         assert root.service == service
-        # pyroscope-otel sets its three thread tags one after the other: a sample taken in between has only some
-        assert labels.get("trace_id", root.trace_id) == root.trace_id
-        assert labels.get("span_name", root.name) == root.name
+        # pyroscope-otel keeps its three tags per *thread*, set and removed one after the other: a sample taken in
+        # between has only some, and the demo's aiohttp services run every request on one thread, so while roots
+        # overlap (the concurrent /slow-io requests) the thread holds the tags of all of them and a sample may carry
+        # span_id of one and trace_id of another. What holds: each tag comes from a root of this service open then.
+        overlapping = [other for other in roots.values() if other.service == service
+                       and other.start_ns <= root.end_ns and root.start_ns <= other.end_ns]
+        assert labels.get("trace_id", root.trace_id) in {other.trace_id for other in overlapping}, labels
+        assert labels.get("span_name", root.name) in {other.name for other in overlapping}, labels
         linked[service].add(span_id)
         if "count_primes" in frames:
             assert root.name == "GET /price"
