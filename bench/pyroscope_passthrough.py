@@ -13,9 +13,10 @@ keepalive connections to the upstream (``keepalive 64``, HTTP/1.1), ``proxy_buff
 buffering off this is the most nginx reads from the upstream at a time: a 1 MB answer goes through in four reads
 instead of 256 of nginx's default 4 KiB page), and a buffered access log (``buffer=64k``).
 
-A fourth path, "front", is ``deploy/nginx-front.conf`` as shipped (nginx in front of the bridge: calls the bridge only
-relays go straight to the upstream, span RPCs — ``SelectMergeStacktraces`` among them — through the bridge), with the
-same number of worker processes.
+A fourth path, "front", is ``deploy/nginx-front.conf`` with ``deploy/nginx-front.js`` as shipped (nginx in front of
+the bridge: calls the bridge only relays go straight to the upstream — a ``SelectMergeStacktraces`` without a span
+selector among them, told apart by the script from its body — span queries through the bridge), with the same number
+of worker processes.
 
 Two measurements, each interleaved (rotating order, same run):
 
@@ -108,7 +109,8 @@ http {{
   }}
 }}
 """
-FRONT_CONF = COMMON_NGINX + """
+NJS_MODULE = Path("/usr/lib/nginx/modules/ngx_http_js_module.so")  # Debian's libnginx-mod-http-js
+FRONT_CONF = f"load_module {NJS_MODULE};" + COMMON_NGINX + """
 worker_processes {workers};
 http {{
 """ + TEMP_PATHS + """
@@ -183,6 +185,8 @@ class Stack:
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         if not Path(nginx).exists():
             raise SystemExit("nginx is not installed: apt-get install -y nginx-light")
+        if not NJS_MODULE.exists():
+            raise SystemExit("nginx's njs module is not installed: apt-get install -y libnginx-mod-http-js")
         if shutil.which("wrk") is None:
             raise SystemExit("wrk is not installed: apt-get install -y wrk")
         (tmp / "upstream.conf").write_text(UPSTREAM_CONF.format(tmp=tmp, name="upstream", port=self.up,
@@ -197,7 +201,8 @@ class Stack:
         for old, new in (("server bridge:4041;", f"server 127.0.0.1:{self.bridge_port};"),
                          ("server pyroscope:4040;", f"server 127.0.0.1:{self.up};"),
                          ("server tempo:3200;", f"server 127.0.0.1:{self.up};"),
-                         ("listen 4041;", f"listen 127.0.0.1:{self.front_port} backlog=1024;")):
+                         ("listen 4041;", f"listen 127.0.0.1:{self.front_port} backlog=1024;"),
+                         ("/etc/nginx/njs/nginx-front.js", str(ROOT / "deploy" / "nginx-front.js"))):
             if old not in front:
                 raise SystemExit(f"deploy/nginx-front.conf has no {old!r} any more: update this bench")
             front = front.replace(old, new)
