@@ -4,8 +4,9 @@
 // span selector (Pyroscope v2.2's span_selector = 11, or trace_id_selector = 10). nginx alone cannot look into a
 // body, so every such call went through the bridge (and its Python) only to be handed back. This reads the body
 // here: a call with neither field goes straight to Pyroscope, anything else — a selector, SelectMergeSpanProfile, a
-// compressed or unreadable body, a codec this does not know — to the bridge, which resolves it, cleans it, answers
-// the error, or hands it back (421) for nginx to send on after all. When in doubt: the bridge.
+// compressed or unreadable body, one nginx kept in a file, a codec this does not know — to the bridge, which
+// resolves it, cleans it, answers the error, or hands it back (421) for nginx to send on after all. When in doubt:
+// the bridge.
 //
 // Needs nginx's njs module (ngx_http_js_module; njs 0.7 or later): the official nginx image has it (load it with
 // `load_module modules/ngx_http_js_module.so;`), Debian and Ubuntu have it as libnginx-mod-http-js.
@@ -99,7 +100,12 @@ function needsBridge(r) {
     if (encoding !== '' && encoding !== 'identity') {
         return true;
     }
-    var body = r.requestBuffer;
+    var body;
+    try {
+        body = r.requestBuffer; // njs throws (0.7) or gives undefined when nginx kept the body in a file
+    } catch (e) {
+        return true;
+    }
     if (body === undefined) {
         return true; // not in memory (over client_body_buffer_size): the bridge reads it
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import io
 import json
 import re
 import shutil
@@ -180,7 +181,7 @@ async def _post(session: aiohttp.ClientSession, url: str, body: bytes, content_t
     headers = {"Content-Type": content_type, "Connect-Protocol-Version": "1"}
     if encoding:
         headers["Content-Encoding"] = encoding
-    async with session.post(url, data=body, headers=headers) as resp:
+    async with session.post(url, data=io.BytesIO(body), headers=headers) as resp:
         return resp.status, dict(resp.headers), await resp.read()
 
 
@@ -191,6 +192,13 @@ async def test_the_front_sends_plain_flame_graphs_past_the_bridge_and_span_queri
     plain = qpb.SelectMergeStacktracesRequest(profile_typeID=spanned.profile_typeID,
                                               label_selector=spanned.label_selector, start=spanned.start,
                                               end=spanned.end, max_nodes=64)
+    big = qpb.SelectMergeStacktracesRequest()  # more than nginx keeps in memory: read whole all the same
+    big.CopyFrom(plain)
+    big.profile_id_selector.extend(f"{i:036d}" for i in range(2000))
+    big_spanned = qpb.SelectMergeStacktracesRequest()
+    big_spanned.CopyFrom(big)
+    big_spanned.profile_id_selector.extend(f"{i:036d}" for i in range(30_000))
+    big_spanned.span_selector.append(span.span_id)
     with_selector = qpb.SelectMergeStacktracesRequest()
     with_selector.CopyFrom(plain)
     with_selector.span_selector.append(span.span_id)
@@ -200,6 +208,10 @@ async def test_the_front_sends_plain_flame_graphs_past_the_bridge_and_span_queri
         ("plain, protobuf", "SelectMergeStacktraces", plain.SerializeToString(), proto, None, "pyroscope"),
         ("plain, JSON", "SelectMergeStacktraces", json_format.MessageToJson(plain).encode(), js, None, "pyroscope"),
         ("plain, empty body", "SelectMergeStacktraces", b"", proto, None, "pyroscope"),
+        ("plain, over client_body_buffer_size", "SelectMergeStacktraces", big.SerializeToString(), proto, None,
+         "pyroscope"),
+        ("span selector after 1 MiB", "SelectMergeStacktraces", big_spanned.SerializeToString(), proto, None,
+         "bridge"),
         ("plain, gzipped", "SelectMergeStacktraces", gzip.compress(plain.SerializeToString()), proto, "gzip",
          "handed back"),
         ("span selector, protobuf", "SelectMergeStacktraces", with_selector.SerializeToString(), proto, None,
