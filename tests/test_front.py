@@ -12,7 +12,6 @@ import gzip
 import io
 import json
 import re
-import shutil
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
@@ -253,11 +252,8 @@ async def test_the_front_sends_plain_flame_graphs_past_the_bridge_and_span_queri
 
 def test_the_front_script_reads_protobuf_as_the_bridge_does() -> None:
     """nginx-front.js's protobuf walk against the bridge's decoder, on messages the decoder builds (every field
-    number and wire type) and on truncations of them; run under njs's own interpreter when installed, else Node."""
-    runner = shutil.which("njs") or shutil.which("node")
-    if runner is None:
-        require_tool("node", package="nodejs", purpose="run nginx-front.js's decoder")
-        return
+    number and wire type) and on truncations of them; the script is plain ECMAScript 5 in a module, run by Node."""
+    runner = require_tool("node", package="nodejs", purpose="run nginx-front.js's decoder")
     full = qpb.SelectMergeStacktracesRequest(profile_typeID="process_cpu:cpu:nanoseconds:cpu:nanoseconds",
                                              label_selector='{service_name="a"}', start=1 << 40, end=-1,
                                              max_nodes=300, format=qpb.PROFILE_FORMAT_TREE,
