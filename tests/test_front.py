@@ -28,7 +28,7 @@ from bridge.wire.pyroscope import SPAN_RPCS
 from bridge.wire.tempo import trace_request
 from tests.serving import closed_port
 from tests.test_pyroscope_mount import Stack, call, make_stack, shop_span, span_request
-from tests.tools import require_tool
+from tests.tools import require_file, require_tool
 
 CONF = Path(__file__).resolve().parent.parent / "deploy" / "nginx-front.conf"
 SCRIPT = CONF.with_suffix(".js")
@@ -96,8 +96,7 @@ def test_nginx_itself_accepts_the_shipped_front() -> None:
 def _front_files(tmp: Path, *, bridge: str, pyroscope: str, tempo: str, listen: str) -> Path:
     """The shipped front, its host names and script path swapped for ours, in a complete nginx.conf under ``tmp``
     (njs loaded from Debian's libnginx-mod-http-js)."""
-    if not NJS_MODULE.exists():
-        require_tool("no-such-tool-njs-module", package="libnginx-mod-http-js", purpose="run nginx-front.js")
+    require_file(NJS_MODULE, package="libnginx-mod-http-js", purpose="run deploy/nginx-front.js in nginx")
     text = CONF.read_text()
     for old, new in ((("server bridge:4041;"), f"server {bridge};"), ("server pyroscope:4040;", f"server {pyroscope};"),
                      ("server tempo:3200;", f"server {tempo};"), ("listen 4041;", f"listen {listen};"),
@@ -191,7 +190,7 @@ async def test_the_front_sends_plain_flame_graphs_past_the_bridge_and_span_queri
     plain = qpb.SelectMergeStacktracesRequest(profile_typeID=spanned.profile_typeID,
                                               label_selector=spanned.label_selector, start=spanned.start,
                                               end=spanned.end, max_nodes=64)
-    big = qpb.SelectMergeStacktracesRequest()  # more than nginx keeps in memory: read whole all the same
+    big = qpb.SelectMergeStacktracesRequest()  # past client_body_buffer_size, still held in memory by nginx
     big.CopyFrom(plain)
     big.profile_id_selector.extend(f"{i:036d}" for i in range(2000))
     big_spanned = qpb.SelectMergeStacktracesRequest()

@@ -5,8 +5,23 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
+from typing import NoReturn
 
 import pytest
+
+
+def require_file(path: Path, *, package: str, purpose: str) -> Path:
+    """``path`` when it exists (a module or data file a Debian package installs); otherwise skip, or fail under CI."""
+    if path.exists():
+        return path
+    _missing(f"{path} is not installed (apt-get install -y {package}); needed to {purpose}")
+
+
+def _missing(reason: str) -> NoReturn:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; CI is set, so this test must run")
+    pytest.skip(reason)
 
 
 def require_tool(*names: str, package: str, purpose: str) -> str:
@@ -15,7 +30,4 @@ def require_tool(*names: str, package: str, purpose: str) -> str:
         found = shutil.which(name)
         if found:
             return found
-    reason = f"{names[0]} is not installed (apt-get install -y {package}); needed to {purpose}"
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason}; CI is set, so this test must run")
-    pytest.skip(reason)
+    _missing(f"{names[0]} is not installed (apt-get install -y {package}); needed to {purpose}")
