@@ -9,7 +9,6 @@ import base64
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -33,6 +32,7 @@ from bridge.store import Store
 from bridge.upstream.base import CallContext
 from tests.doubles.shop import capture_now
 from tests.paths import SHOP_CAPTURE
+from tests.serving import closed_port
 
 Client = Callable[..., Awaitable[TestClient[Any, Any]]]
 Server = Callable[..., Awaitable[TestServer]]
@@ -294,12 +294,6 @@ async def test_proxy_mode_keeps_the_bridges_token_and_passes_the_callers_upstrea
 # --------------------------------------------------------------------------------------------- the start line
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _serve_until(args: list[str], env: dict[str, str], cwd: Path, marker: str) -> tuple[int, str]:
     with subprocess.Popen([sys.executable, "-m", "bridge", "serve", *args], stderr=subprocess.PIPE, text=True,
                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}, cwd=cwd) as proc:
@@ -317,7 +311,7 @@ def _serve_until(args: list[str], env: dict[str, str], cwd: Path, marker: str) -
 
 
 def test_start_line_says_where_and_warns_when_reachable_without_authentication(tmp_path: Path) -> None:
-    port = _free_port()
+    port = closed_port()
     env = {"PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false", "PROFILE_BRIDGE_DATA_DIR": str(tmp_path / "d")}
     code, text = _serve_until(["--listen", f"0.0.0.0:{port}"], env, tmp_path, "WITHOUT AUTHENTICATION")
     assert code == 0, text

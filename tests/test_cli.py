@@ -9,6 +9,7 @@ import pytest
 
 from bridge.cli import EXIT_USAGE, build_parser, main
 from bridge.config import FIELDS
+from tests.serving import closed_port
 
 
 @pytest.mark.parametrize(
@@ -58,7 +59,6 @@ def _error_lines(stderr: str) -> list[str]:
 
 
 def test_serve_reports_a_port_in_use_in_one_line() -> None:
-    import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -79,7 +79,6 @@ def test_serve_reports_a_port_in_use_in_one_line() -> None:
 
 
 def test_a_failed_start_is_one_line_without_a_traceback(tmp_path: object) -> None:
-    import socket
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -142,14 +141,8 @@ def test_config_after_the_command_wins_over_one_before() -> None:
     assert build_parser().parse_args(["doctor"]).config is None
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_proxy_mode_logs_the_tempo_and_pyroscope_urls_it_uses(tmp_path: Path) -> None:
-    port, dead = _closed_port(), _closed_port()
+    port, dead = closed_port(), closed_port()
     env = {"PATH": "/usr/bin:/bin", "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false"}
     with subprocess.Popen(
         [sys.executable, "-m", "bridge", "serve", "--listen", f"127.0.0.1:{port}",

@@ -21,7 +21,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import sys
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -38,6 +37,7 @@ from bridge.pprof import decode_pprof, iter_samples
 from bridge.spans import PROFILE_ID_ATTR, SPAN_KIND_CLIENT, SPAN_KIND_SERVER, Span, spans_from_otlp
 from tests.doubles.recorder import RECORDER, Recorder, build_recorder
 from tests.paths import ROOT
+from tests.serving import closed_port
 
 STARTUP_SECONDS = 20.0
 DRIVE_ROUNDS = 8  # each round: two /checkout (render_json + the backend's count_primes) and /health
@@ -47,12 +47,6 @@ DRIVE_ROUND = ("/checkout", "/checkout", "/health")
 SLOW_IO_REQUESTS = 8
 STOP_SECONDS = 20.0
 INGEST_SECONDS = 10.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _samples(recorder: Recorder) -> Iterator[tuple[str, tuple[str, ...], int, dict[str, str]]]:
@@ -132,7 +126,7 @@ def _demo_env() -> dict[str, str]:
 async def run_demo(sink_args: list[str], log_path: Path) -> AsyncIterator[tuple[list[str], asyncio.subprocess.Process]]:
     """Run ``profile-bridge demo SINK_ARGS --no-load``; yields the [frontend, backend] URLs and the process, and always
     stops it (SIGTERM, then SIGKILL of its process group)."""
-    frontend_port, backend_port = _free_port(), _free_port()
+    frontend_port, backend_port = closed_port(), closed_port()
     with log_path.open("wb") as log:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bridge", "demo", *sink_args, "--no-load",
@@ -317,7 +311,7 @@ async def test_frontend_answers_502_when_the_backend_is_down(aiohttp_client: Any
     """In-process (no SDK configured: OpenTelemetry's default no-op tracer)."""
     from bridge.demo.service import FRONTEND, build_app
 
-    client = await aiohttp_client(build_app(FRONTEND, f"http://127.0.0.1:{_free_port()}"))
+    client = await aiohttp_client(build_app(FRONTEND, f"http://127.0.0.1:{closed_port()}"))
     resp = await client.get("/checkout", params={"rounds": "1"})
     assert resp.status == 502
     assert "shop-backend did not answer" in await resp.text()
@@ -392,7 +386,7 @@ async def test_serve_demo_runs_the_shop_against_itself_and_stops_cleanly(
     the test drives fixed rounds through the shop's frontend, stops the bridge with SIGTERM (the shop flushes into the
     still-running bridge first, exit code 0), then reads the store back: every resolution mode is there, and the
     span page the bridge pointed to shows the profile."""
-    port, data_dir = _free_port(), tmp_path / "data"
+    port, data_dir = closed_port(), tmp_path / "data"
     env = _demo_env() | {"PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false"}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bridge", "serve", "--demo", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir),
@@ -444,7 +438,7 @@ def test_serve_demo_refuses_proxy_mode_in_one_line() -> None:
 
 
 async def test_demo_without_a_bridge_says_to_start_one(tmp_path: Path) -> None:
-    port = _free_port()
+    port = closed_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bridge", "demo", "--to", f"http://127.0.0.1:{port}", cwd=tmp_path, env=_demo_env(),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -10,7 +10,6 @@ import asyncio
 import gzip
 import os
 import re
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -24,16 +23,11 @@ from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
 from bridge.pprof import decode_pprof
 from tests.paths import GO_CPU_PPROF, SHOP_CAPTURE
+from tests.serving import closed_port
 
 MiB = 1024**2
 CONNECTIONS = 200
 ROUNDS = 6
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _status_kb(pid: int, field: str) -> int:
@@ -59,7 +53,7 @@ class Bridge:
 
 @pytest.fixture
 async def bridge(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Bridge]:
-    port = _free_port()
+    port = closed_port()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PROFILE_BRIDGE_LISTEN": f"127.0.0.1:{port}",
            "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false", "PROFILE_BRIDGE_DATA_DIR": str(tmp_path / "data"),
            "PROFILE_BRIDGE_LOG_LEVEL": "warning",

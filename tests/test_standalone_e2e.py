@@ -199,13 +199,11 @@ async def test_acknowledged_ingest_survives_a_killed_bridge(tmp_path: Path) -> N
     with SIGKILL (no shutdown, no checkpoint): everything it acknowledged is in the store when it is reopened."""
     import gzip
     import signal
-    import socket
 
     from tests.paths import ROOT, SHOP_CAPTURE
+    from tests.serving import closed_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = closed_port()
     data_dir = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROFILE_BRIDGE_")}
     env["PROFILE_BRIDGE_OTLP_GRPC_ENABLED"] = "false"

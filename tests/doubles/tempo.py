@@ -30,7 +30,6 @@ import base64
 import gzip
 import json
 import re
-import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -42,6 +41,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 from bridge._proto import tempo_pb2
 from bridge.wire import tempo as tempo_wire
 from tests.paths import VULTURE_TRACE
+from tests.serving import closed_port
 
 SEARCH_ROOT_PENDING: Final = "<root span not yet received>"
 BUILD_INFO: Final = {
@@ -94,10 +94,7 @@ def hex_string_to_trace_id(raw: str) -> str:
 
 def refused_url() -> str:
     """A URL on 127.0.0.1 where nothing listens (the port was just bound and released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{closed_port()}"
 
 
 def resource_spans_to_json(rs: otlp_trace.ResourceSpans) -> dict[str, Any]:
