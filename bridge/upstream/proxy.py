@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Final
 from urllib.parse import unquote
 
@@ -234,23 +234,19 @@ async def _lean(request: web.Request, pool: relay.Pool, url: URL, headers: CIMul
             response.content_length = int(length)  # type: ignore[arg-type]
         writer = await response.prepare(request)
         read_timeout = min(t for t in (timeout.sock_read, timeout.total, 3600.0) if t is not None)
-        while True:
-            try:
-                async with asyncio.timeout(read_timeout):
-                    chunk = await conn.read()
-            except Exception as exc:  # noqa: BLE001 - headers are out: no error answer is possible any more
-                _abort(request, upstream, exc)
-                break
-            if not chunk:
-                break
-            try:
-                await response.write(chunk)  # the first one carries the answer's head
-            except (ConnectionError, aiohttp.ClientConnectionResetError):
-                log.debug("client went away during %s %s", request.method, request.path)
-                break
+
+        async def read() -> bytes:
+            async with asyncio.timeout(read_timeout):
+                return await conn.read()
+
+        async def handed_over() -> bool:
+            """After the first write (it carries the answer's head): the rest of a framed body is spliced."""
             if framed and not conn.done and request.transport is not None and writer is not None:
                 await _spliced(request, conn, writer, upstream, read_timeout)
-                break
+                return True
+            return False
+
+        await _pump(request, response, read, upstream, handed_over)
         return response
     finally:
         exchange.finish()
@@ -296,21 +292,29 @@ async def _relay(request: web.Request, upstream_resp: aiohttp.ClientResponse, up
         return response
     if (transport := request.transport) is not None:
         transport.set_write_buffer_limits(high=RELAY_BUFFER)
-    content = upstream_resp.content
+    await _pump(request, response, upstream_resp.content.readany, upstream)
+    return response
+
+
+async def _pump(request: web.Request, response: web.StreamResponse, read: Callable[[], Awaitable[bytes]],
+                upstream: str, handed_over: Callable[[], Awaitable[bool]] | None = None) -> None:
+    """The answer's body, from ``read`` (b"" at its end) to the client as it comes, until the end, a failure on
+    either side, or ``handed_over`` (asked after each write) says it took the rest."""
     while True:
         try:
-            chunk = await content.readany()
+            chunk = await read()
         except Exception as exc:  # noqa: BLE001 - headers are out: no error answer is possible any more
             _abort(request, upstream, exc)
-            break
+            return
         if not chunk:
-            break
+            return
         try:
             await response.write(chunk)
         except (ConnectionError, aiohttp.ClientConnectionResetError):
             log.debug("client went away during %s %s", request.method, request.path)
-            break
-    return response
+            return
+        if handed_over is not None and await handed_over():
+            return
 
 
 def _abort(request: web.Request, upstream: str, exc: BaseException) -> None:
