@@ -8,10 +8,33 @@ import re
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+import aiohttp
 
 ROOT = Path(__file__).resolve().parent.parent
 LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
+
+
+async def wait_healthy(session: aiohttp.ClientSession, base: str, gone: Callable[[], str | None],
+                       seconds: float) -> None:
+    """Until ``GET {base}/healthz`` answers 200, asked every 50 ms. ``gone`` says why the process will never answer
+    (it exited: what it logged), None while it runs; that, or ``seconds`` passing first, fails the test."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        try:
+            async with session.get(f"{base}/healthz") as resp:
+                if resp.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        if (why := gone()) is not None:
+            raise AssertionError(f"the bridge exited: {why}")
+        if loop.time() > deadline:
+            raise AssertionError(f"{base}/healthz did not answer 200 within {seconds:g} s")
+        await asyncio.sleep(0.05)
 
 
 def closed_port() -> int:

@@ -23,7 +23,7 @@ from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
 from bridge.pprof import decode_pprof
 from tests.paths import GO_CPU_PPROF, SHOP_CAPTURE
-from tests.serving import closed_port
+from tests.serving import closed_port, wait_healthy
 
 MiB = 1024**2
 CONNECTIONS = 200
@@ -66,16 +66,7 @@ async def bridge(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterato
     base = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
-            for _ in range(600):
-                try:
-                    async with session.get(f"{base}/healthz") as resp:
-                        if resp.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                if proc.poll() is not None:
-                    raise AssertionError(f"the bridge exited: {log.read_text()}")
-                await asyncio.sleep(0.05)
+            await wait_healthy(session, base, lambda: log.read_text() if proc.poll() is not None else None, 30)
         yield Bridge(proc, base)
     finally:
         proc.terminate()

@@ -201,7 +201,7 @@ async def test_acknowledged_ingest_survives_a_killed_bridge(tmp_path: Path) -> N
     import signal
 
     from tests.paths import ROOT, SHOP_CAPTURE
-    from tests.serving import closed_port
+    from tests.serving import closed_port, wait_healthy
 
     port = closed_port()
     data_dir = tmp_path / "data"
@@ -217,14 +217,8 @@ async def test_acknowledged_ingest_survives_a_killed_bridge(tmp_path: Path) -> N
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as session:
-            for _ in range(100):  # up to 10 s for the child to listen
-                try:
-                    async with session.get(f"{url}/healthz") as resp:
-                        if resp.status == 200:
-                            break
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.1)
+            await wait_healthy(session, url, lambda: f"exit code {proc.returncode}" if proc.returncode is not None
+                               else None, 10)
             for line in (SHOP_CAPTURE / "index.jsonl").read_text().splitlines():
                 entry = json.loads(line)
                 body = (SHOP_CAPTURE / entry["file"]).read_bytes()
