@@ -33,8 +33,14 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-async def wait_up(session: aiohttp.ClientSession, url: str, proc: subprocess.Popen[bytes], *,
-                  post: bytes | None = None, tries: int = 600) -> None:
+async def wait_up(
+    session: aiohttp.ClientSession,
+    url: str,
+    proc: subprocess.Popen[bytes],
+    *,
+    post: bytes | None = None,
+    tries: int = 600,
+) -> None:
     """Until ``url`` answers 200 (a GET, or a protobuf POST of ``post``), every 50 ms; ``SystemExit`` when ``proc``
     exits first or it never does."""
     for _ in range(tries):

@@ -118,7 +118,7 @@ def measure(variants: dict[str, Callable[[], object]], rounds: int) -> dict[str,
     for name in names:  # warm up
         variants[name]()
     for r in range(rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             started = time.perf_counter()
             variants[name]()
@@ -143,33 +143,45 @@ def main(argv: list[str] | None = None) -> int:
         trace=tempo_pb2.Trace(resource_spans=[rs.SerializeToString() for rs in resource_spans]), metrics=metrics
     ).SerializeToString()
     json_body = json.dumps(
-        {"trace": {"resourceSpans": [json_format.MessageToDict(rs) for rs in resource_spans]},
-         "metrics": json_format.MessageToDict(metrics)},
+        {
+            "trace": {"resourceSpans": [json_format.MessageToDict(rs) for rs in resource_spans]},
+            "metrics": json_format.MessageToDict(metrics),
+        },
         separators=(",", ":"),
     ).encode()
     policy = EnrichPolicy()
     tid = resource_spans[0].scope_spans[0].spans[0].trace_id.hex()  # carried in every value, as the mount writes it
     n = sum(len(ss.spans) for rs in resource_spans for ss in rs.scope_spans)
-    tagged = sum(1 for rs in resource_spans for ss in rs.scope_spans for span in ss.spans
-                 if any(kv.key == PROFILE_ID_ATTR for kv in span.attributes))
+    tagged = sum(
+        1
+        for rs in resource_spans
+        for ss in rs.scope_spans
+        for span in ss.spans
+        if any(kv.key == PROFILE_ID_ATTR for kv in span.attributes)
+    )
     for body, protobuf in ((pb_body, True), (json_body, False)):
         check = enrich_trace_body(body, version=2, protobuf=protobuf, policy=policy, trace_id=tid)
-        assert (check.span_count, check.added, check.extended, len(check.spans())) == (n, n - tagged, tagged, n), \
+        assert (check.span_count, check.added, check.extended, len(check.spans())) == (n, n - tagged, tagged, n), (
             "enrichment is wrong"
+        )
 
     variants: dict[str, Callable[[], object]] = {
         "protobuf plain": lambda: plain_protobuf(pb_body),
         "protobuf enrich": lambda: enrich_trace_body(pb_body, version=2, protobuf=True, policy=policy, trace_id=tid),
-        "protobuf enrich+cache parse": lambda: enrich_trace_body(pb_body, version=2, protobuf=True,
-                                                                 policy=policy, trace_id=tid).spans(),
+        "protobuf enrich+cache parse": lambda: enrich_trace_body(
+            pb_body, version=2, protobuf=True, policy=policy, trace_id=tid
+        ).spans(),
         "json plain": lambda: plain_json(json_body),
         "json enrich": lambda: enrich_trace_body(json_body, version=2, protobuf=False, policy=policy, trace_id=tid),
-        "json enrich+cache parse": lambda: enrich_trace_body(json_body, version=2, protobuf=False,
-                                                             policy=policy, trace_id=tid).spans(),
+        "json enrich+cache parse": lambda: enrich_trace_body(
+            json_body, version=2, protobuf=False, policy=policy, trace_id=tid
+        ).spans(),
     }
     times = measure(variants, args.rounds)
-    print(f"trace: {n} spans in {SERVICES} services; protobuf body {len(pb_body):,} bytes, "
-          f"JSON body {len(json_body):,} bytes; {args.rounds} interleaved rounds")
+    print(
+        f"trace: {n} spans in {SERVICES} services; protobuf body {len(pb_body):,} bytes, "
+        f"JSON body {len(json_body):,} bytes; {args.rounds} interleaved rounds"
+    )
     for name, values in times.items():
         print(f"  {name:30s} median {statistics.median(values) * 1000:8.2f} ms   p99 {p99(values) * 1000:8.2f} ms")
     failed = False
@@ -180,9 +192,11 @@ def main(argv: list[str] | None = None) -> int:
         with_cache = statistics.median(times[f"{kind} enrich+cache parse"]) / base
         ok = ratio <= TARGETS[kind]
         failed |= not ok
-        print(f"RATIO {kind} enrich / plain decode+encode: median {ratio:.2f}x (target <= {TARGETS[kind]}x: "
-              f"{'met' if ok else 'MISSED'}), p99 {ratio99:.2f}x; with the span cache parse after the answer: "
-              f"{with_cache:.2f}x")
+        print(
+            f"RATIO {kind} enrich / plain decode+encode: median {ratio:.2f}x (target <= {TARGETS[kind]}x: "
+            f"{'met' if ok else 'MISSED'}), p99 {ratio99:.2f}x; with the span cache parse after the answer: "
+            f"{with_cache:.2f}x"
+        )
     return 1 if failed else 0
 
 

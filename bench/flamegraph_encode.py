@@ -72,7 +72,7 @@ def main() -> int:
     times: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
     for r in range(args.rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             gc.collect()
             gc.disable()
             try:
@@ -87,8 +87,10 @@ def main() -> int:
         print(f"  {name:14s} median {statistics.median(times[name]):8.2f} ms  p99 {p99(times[name]):8.2f} ms")
     base, base99 = statistics.median(times["tree"]), p99(times["tree"])
     for name in names[1:]:
-        print(f"RATIO {name} / tree: median {statistics.median(times[name]) / base:.2f}x, "
-              f"p99 {p99(times[name]) / base99:.2f}x")
+        print(
+            f"RATIO {name} / tree: median {statistics.median(times[name]) / base:.2f}x, "
+            f"p99 {p99(times[name]) / base99:.2f}x"
+        )
     return 0
 
 

@@ -55,10 +55,18 @@ class Generator:
         self.rng = random.Random(seed)
         self.weights = [1.0 / (i + 1) for i in range(STACKS_PER_SERVICE)]
         self.stacks = [vocabulary(self.rng, s) for s in range(services)]
-        self.labels = [tuple(sorted({
-            **decode.ProfileType("process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds").labels(),
-            "service_name": f"svc-{s}", "env": "bench",
-        }.items())) for s in range(services)]
+        self.labels = [
+            tuple(
+                sorted(
+                    {
+                        **decode.ProfileType("process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds").labels(),
+                        "service_name": f"svc-{s}",
+                        "env": "bench",
+                    }.items()
+                )
+            )
+            for s in range(services)
+        ]
 
     def window(self, w: int) -> list[decode.ProfileRecord]:
         rng = self.rng
@@ -71,11 +79,16 @@ class Generator:
             owners = rng.choices(range(SPANS_PER_WINDOW), k=WINDOW_S * HZ)
             for stack_i, span_i in zip(picks, owners, strict=True):
                 counts[(stack_i, span_i)] = counts.get((stack_i, span_i), 0) + 1
-            records.append(decode.ProfileRecord(
-                labels=self.labels[svc], profile_type=CPU, service=f"svc-{svc}",
-                time_ns=(T0_S + w * WINDOW_S) * 1_000_000_000, duration_ns=WINDOW_S * 1_000_000_000,
-                samples=[(stacks[s], n * 10_000_000, spans[p], trace) for (s, p), n in counts.items()],
-            ))
+            records.append(
+                decode.ProfileRecord(
+                    labels=self.labels[svc],
+                    profile_type=CPU,
+                    service=f"svc-{svc}",
+                    time_ns=(T0_S + w * WINDOW_S) * 1_000_000_000,
+                    duration_ns=WINDOW_S * 1_000_000_000,
+                    samples=[(stacks[s], n * 10_000_000, spans[p], trace) for (s, p), n in counts.items()],
+                )
+            )
         return records
 
     def warm_function(self) -> str:
@@ -117,15 +130,18 @@ async def main() -> None:
                     if written % 6 == 0:
                         await store.compact()
                 size = await store.used_bytes() / 1024**2
-                print(f"store at {minutes} min: {written * args.services} profiles, {rows:,} sample rows, "
-                      f"{size:.0f} MiB (ingest {time.perf_counter() - started:.0f} s)")
+                print(
+                    f"store at {minutes} min: {written * args.services} profiles, {rows:,} sample rows, "
+                    f"{size:.0f} MiB (ingest {time.perf_counter() - started:.0f} s)"
+                )
                 end_ms = (T0_S + written * WINDOW_S) * 1000
                 ranges = {"last-hour": (max(T0_S * 1000, end_ms - 3_600_000), end_ms), "all": (T0_S * 1000, end_ms)}
                 for fn_label, function in (("hot", "handle_request"), ("warm", gen.warm_function())):
                     for range_label, (start, end) in ranges.items():
                         query = FunctionQuery(SERVICE, FunctionMatch.parse(function), CPU, start, end, limit=20)
-                        req = qpb.SelectMergeStacktracesRequest(profile_typeID=CPU, label_selector=selector,
-                                                                start=start, end=end)
+                        req = qpb.SelectMergeStacktracesRequest(
+                            profile_typeID=CPU, label_selector=selector, start=start, end=end
+                        )
 
                         async def spans(query: FunctionQuery = query) -> object:
                             return await store.function_spans(query, selector, ctx)
@@ -145,18 +161,21 @@ async def main() -> None:
                         p99_s, p99_f = pct(t_spans, 0.99), pct(t_flame, 0.99)
                         key = f"{fn_label} {range_label}"
                         medians.setdefault(key, []).append((minutes, med_s, med_f))
-                        print(f"  {minutes:>3} min store  {key:<15} function->spans: median {med_s * 1000:7.1f} ms "
-                              f"p99 {p99_s * 1000:7.1f} ms | flame graph: median {med_f * 1000:7.1f} ms "
-                              f"p99 {p99_f * 1000:7.1f} ms | ratio spans/flame median {med_s / med_f:.2f} "
-                              f"p99 {p99_s / p99_f:.2f}")
+                        print(
+                            f"  {minutes:>3} min store  {key:<15} function->spans: median {med_s * 1000:7.1f} ms "
+                            f"p99 {p99_s * 1000:7.1f} ms | flame graph: median {med_f * 1000:7.1f} ms "
+                            f"p99 {p99_f * 1000:7.1f} ms | ratio spans/flame median {med_s / med_f:.2f} "
+                            f"p99 {p99_s / p99_f:.2f}"
+                        )
         finally:
             await store.close()
     for key, points in medians.items():
         steps = " -> ".join(f"{m} min {s * 1000:.1f} ms" for m, s, _ in points)
         base = " -> ".join(f"{f * 1000:.1f}" for _, _, f in points)
         (_, s0, f0), (_, s1, f1) = points[0], points[-1]
-        print(f"growth {key:<15} function->spans median {steps} (x{s1 / s0:.2f}) | flame graph {base} ms "
-              f"(x{f1 / f0:.2f})")
+        print(
+            f"growth {key:<15} function->spans median {steps} (x{s1 / s0:.2f}) | flame graph {base} ms (x{f1 / f0:.2f})"
+        )
 
 
 if __name__ == "__main__":

@@ -64,13 +64,19 @@ def build_request(n_samples: int, n_spans: int, seed: int = 7) -> bytes:
         s = d.attribute_table.add(key_strindex=2)
         s.value.string_value = rnd.randbytes(8).hex()
         pairs.append((len(d.attribute_table) - 2, len(d.attribute_table) - 1))
-    profile = req.resource_profiles.add().scope_profiles.add().profiles.add(time_unix_nano=1_700_000_000 * 10**9,
-                                                                            duration_nano=10**10)
+    profile = (
+        req.resource_profiles.add()
+        .scope_profiles.add()
+        .profiles.add(time_unix_nano=1_700_000_000 * 10**9, duration_nano=10**10)
+    )
     profile.sample_type.type_strindex, profile.sample_type.unit_strindex = 4, 5
     for _ in range(n_samples):
         trace_attr, span_attr = pairs[rnd.randrange(n_spans)]
-        profile.samples.add(stack_index=rnd.randrange(1, 2001), attribute_indices=[rnd.randrange(1, 3), trace_attr,
-                            span_attr], values=[rnd.randrange(1, 50) * 10_000_000])
+        profile.samples.add(
+            stack_index=rnd.randrange(1, 2001),
+            attribute_indices=[rnd.randrange(1, 3), trace_attr, span_attr],
+            values=[rnd.randrange(1, 50) * 10_000_000],
+        )
     return req.SerializeToString()
 
 
@@ -106,9 +112,11 @@ def main() -> int:
     out = svc.ExportProfilesServiceRequest.FromString(linking_python(data, keys))
     links = len(out.dictionary.link_table) - 1
     linked = sum(1 for s in out.resource_profiles[0].scope_profiles[0].profiles[0].samples if s.link_index)
-    print(f"request: {len(data):,} bytes, {args.samples:,} samples, {args.spans:,} spans; "
-          f"linked {linked:,} samples into {links:,} links; native extension: "
-          f"{'built' if fastlink.NATIVE else 'NOT BUILT (pip install -e . with a C compiler)'}")
+    print(
+        f"request: {len(data):,} bytes, {args.samples:,} samples, {args.spans:,} spans; "
+        f"linked {linked:,} samples into {links:,} links; native extension: "
+        f"{'built' if fastlink.NATIVE else 'NOT BUILT (pip install -e . with a C compiler)'}"
+    )
     paths: dict[str, Callable[[bytes], bytes]] = {"parse+serialise": baseline}
     if fastlink.NATIVE:
         if svc.ExportProfilesServiceRequest.FromString(linking_native(data, keys)) != out:
@@ -126,15 +134,18 @@ def main() -> int:
     bm = statistics.median(base)
     for name, ts in times.items():
         med = statistics.median(ts)
-        print(f"{name:<16}: median {med * 1000:.1f} ms ({args.samples / med:,.0f} samples/s), "
-              f"p99 {p99(ts) * 1000:.1f} ms")
+        print(
+            f"{name:<16}: median {med * 1000:.1f} ms ({args.samples / med:,.0f} samples/s), p99 {p99(ts) * 1000:.1f} ms"
+        )
     for name, ts in times.items():
         if name == "parse+serialise":
             continue
         ratio = statistics.median(ts) / bm
         verdict = "meets" if ratio <= TARGET else "MISSES"
-        print(f"ratio {name} / parse+serialise: median {ratio:.2f}x, p99 {p99(ts) / p99(base):.2f}x "
-              f"(target <= {TARGET}x: {verdict})")
+        print(
+            f"ratio {name} / parse+serialise: median {ratio:.2f}x, p99 {p99(ts) / p99(base):.2f}x "
+            f"(target <= {TARGET}x: {verdict})"
+        )
     return 0
 
 

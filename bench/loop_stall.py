@@ -92,8 +92,10 @@ async def measure(base: str, trace_url: str, rounds: int, calls: int, concurrent
     idle: list[float] = []
     loaded: list[float] = []
     served: list[float] = []
-    async with aiohttp.ClientSession(timeout=timeout) as small, \
-            aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as big:
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as small,
+        aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as big,
+    ):
         await small_calls(small, base, 50)  # warm-up
         async with big.get(trace_url, headers={"Accept": "application/protobuf", "Accept-Encoding": "gzip"}) as r:
             await r.read()
@@ -132,8 +134,9 @@ def main() -> int:
     print(f"load average before: {loadavg()}", flush=True)
     resource_spans = build_trace(max(100, min(args.spans, 100_000)))
     trace_id = resource_spans[0].scope_spans[0].spans[0].trace_id.hex()
-    body = tempo_pb2.TraceByIDResponse(trace=tempo_pb2.Trace(
-        resource_spans=[rs.SerializeToString() for rs in resource_spans])).SerializeToString()
+    body = tempo_pb2.TraceByIDResponse(
+        trace=tempo_pb2.Trace(resource_spans=[rs.SerializeToString() for rs in resource_spans])
+    ).SerializeToString()
     small = qpb.ProfileTypesResponse(profile_types=[{"ID": "process_cpu:cpu:nanoseconds:cpu:nanoseconds"}])
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="bench-loop-stall-") as tmp:
@@ -141,19 +144,44 @@ def main() -> int:
         (Path(tmp) / "small.bin").write_bytes(small.SerializeToString())
         up, port = free_port(), free_port()
         try:
-            procs.append(subprocess.Popen([sys.executable, "-c", UPSTREAM, str(up), f"{tmp}/trace.gz",
-                                           f"{tmp}/small.bin"]))
+            procs.append(
+                subprocess.Popen([sys.executable, "-c", UPSTREAM, str(up), f"{tmp}/trace.gz", f"{tmp}/small.bin"])
+            )
             env = {**os.environ, "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false", "PROFILE_BRIDGE_LOG_LEVEL": "warning"}
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "bridge", "serve", "--proxy", "--workers", "1", "--listen", f"127.0.0.1:{port}",
-                 "--tempo-url", f"http://127.0.0.1:{up}", "--pyroscope-url", f"http://127.0.0.1:{up}"],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-            ))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "bridge",
+                        "serve",
+                        "--proxy",
+                        "--workers",
+                        "1",
+                        "--listen",
+                        f"127.0.0.1:{port}",
+                        "--tempo-url",
+                        f"http://127.0.0.1:{up}",
+                        "--pyroscope-url",
+                        f"http://127.0.0.1:{up}",
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                )
+            )
             base = f"http://127.0.0.1:{port}"
             asyncio.run(wait_all([(f"http://127.0.0.1:{up}/ready", procs[0]), (base + "/healthz", procs[1])]))
             print(f"trace: {args.spans} spans, {len(body) / 1e6:.1f} MB protobuf", flush=True)
-            lines = asyncio.run(measure(base, f"{base}/tempo/api/v2/traces/{trace_id}", max(1, min(args.rounds, 50)),
-                                        max(20, min(args.calls, 5000)), max(1, min(args.concurrent, 16))))
+            lines = asyncio.run(
+                measure(
+                    base,
+                    f"{base}/tempo/api/v2/traces/{trace_id}",
+                    max(1, min(args.rounds, 50)),
+                    max(20, min(args.calls, 5000)),
+                    max(1, min(args.concurrent, 16)),
+                )
+            )
         finally:
             stop_children(procs)
     for line in lines:

@@ -72,10 +72,14 @@ TEMP_PATHS = """
   uwsgi_temp_path {tmp}/{name}-uwsgi;
   scgi_temp_path {tmp}/{name}-scgi;
 """
-UPSTREAM_CONF = COMMON_NGINX + """
+UPSTREAM_CONF = (
+    COMMON_NGINX
+    + """
 worker_processes 1;
 http {{
-""" + TEMP_PATHS + """
+"""
+    + TEMP_PATHS
+    + """
   access_log off;
   keepalive_requests 1000000;
   server {{
@@ -87,10 +91,15 @@ http {{
   }}
 }}
 """
-PROXY_CONF = COMMON_NGINX + """
+)
+PROXY_CONF = (
+    COMMON_NGINX
+    + """
 worker_processes {workers};
 http {{
-""" + TEMP_PATHS + """
+"""
+    + TEMP_PATHS
+    + """
   access_log {tmp}/access.log combined buffer=64k;
   keepalive_requests 1000000;
   upstream pyroscope {{ server 127.0.0.1:{upstream}; keepalive 64; keepalive_requests 1000000; }}
@@ -109,16 +118,23 @@ http {{
   }}
 }}
 """
+)
 NJS_MODULE = Path("/usr/lib/nginx/modules/ngx_http_js_module.so")  # Debian's libnginx-mod-http-js
-FRONT_CONF = f"load_module {NJS_MODULE};" + COMMON_NGINX + """
+FRONT_CONF = (
+    f"load_module {NJS_MODULE};"
+    + COMMON_NGINX
+    + """
 worker_processes {workers};
 http {{
-""" + TEMP_PATHS + """
+"""
+    + TEMP_PATHS
+    + """
   access_log {tmp}/front-access.log combined buffer=64k;
   keepalive_requests 1000000;
   include {tmp}/nginx-front.conf;
 }}
 """
+)
 WRK_LUA = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/proto"
@@ -144,15 +160,24 @@ def big_answer(target: int = 1_000_000) -> bytes:
 
 
 def small_answer() -> bytes:
-    return qpb.ProfileTypesResponse(profile_types=[
-        {"ID": "process_cpu:cpu:nanoseconds:cpu:nanoseconds", "name": "process_cpu", "sample_type": "cpu",
-         "sample_unit": "nanoseconds", "period_type": "cpu", "period_unit": "nanoseconds"},
-    ]).SerializeToString()
+    return qpb.ProfileTypesResponse(
+        profile_types=[
+            {
+                "ID": "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+                "name": "process_cpu",
+                "sample_type": "cpu",
+                "sample_unit": "nanoseconds",
+                "period_type": "cpu",
+                "period_unit": "nanoseconds",
+            },
+        ]
+    ).SerializeToString()
 
 
 REQUESTS = {
-    BIG: qpb.SelectMergeStacktracesRequest(profile_typeID="process_cpu:cpu:nanoseconds:cpu:nanoseconds",
-                                           label_selector="{}", start=1, end=2).SerializeToString(),
+    BIG: qpb.SelectMergeStacktracesRequest(
+        profile_typeID="process_cpu:cpu:nanoseconds:cpu:nanoseconds", label_selector="{}", start=1, end=2
+    ).SerializeToString(),
     SMALL: qpb.ProfileTypesRequest().SerializeToString(),
 }
 
@@ -189,35 +214,63 @@ class Stack:
             raise SystemExit("nginx's njs module is not installed: apt-get install -y libnginx-mod-http-js")
         if shutil.which("wrk") is None:
             raise SystemExit("wrk is not installed: apt-get install -y wrk")
-        (tmp / "upstream.conf").write_text(UPSTREAM_CONF.format(tmp=tmp, name="upstream", port=self.up,
-                                                                master="off"))
-        (tmp / "proxy.conf").write_text(PROXY_CONF.format(tmp=tmp, name="proxy", port=self.nginx_port,
-                                                          upstream=self.up, workers=self.workers, master="on"))
-        self.procs.append(subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "upstream.conf")],
-                                           stderr=subprocess.DEVNULL))
-        self.procs.append(subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "proxy.conf")],
-                                           stderr=subprocess.DEVNULL))
+        (tmp / "upstream.conf").write_text(UPSTREAM_CONF.format(tmp=tmp, name="upstream", port=self.up, master="off"))
+        (tmp / "proxy.conf").write_text(
+            PROXY_CONF.format(
+                tmp=tmp, name="proxy", port=self.nginx_port, upstream=self.up, workers=self.workers, master="on"
+            )
+        )
+        self.procs.append(
+            subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "upstream.conf")], stderr=subprocess.DEVNULL)
+        )
+        self.procs.append(
+            subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "proxy.conf")], stderr=subprocess.DEVNULL)
+        )
         front = (ROOT / "deploy" / "nginx-front.conf").read_text()
-        for old, new in (("server bridge:4041;", f"server 127.0.0.1:{self.bridge_port};"),
-                         ("server pyroscope:4040;", f"server 127.0.0.1:{self.up};"),
-                         ("server tempo:3200;", f"server 127.0.0.1:{self.up};"),
-                         ("listen 4041;", f"listen 127.0.0.1:{self.front_port} backlog=1024;"),
-                         ("/etc/nginx/njs/nginx-front.js", str(ROOT / "deploy" / "nginx-front.js"))):
+        for old, new in (
+            ("server bridge:4041;", f"server 127.0.0.1:{self.bridge_port};"),
+            ("server pyroscope:4040;", f"server 127.0.0.1:{self.up};"),
+            ("server tempo:3200;", f"server 127.0.0.1:{self.up};"),
+            ("listen 4041;", f"listen 127.0.0.1:{self.front_port} backlog=1024;"),
+            ("/etc/nginx/njs/nginx-front.js", str(ROOT / "deploy" / "nginx-front.js")),
+        ):
             if old not in front:
                 raise SystemExit(f"deploy/nginx-front.conf has no {old!r} any more: update this bench")
             front = front.replace(old, new)
         (tmp / "nginx-front.conf").write_text(front)
         (tmp / "front.conf").write_text(FRONT_CONF.format(tmp=tmp, name="front", workers=self.workers, master="on"))
-        env = {**os.environ, "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false", "PROFILE_BRIDGE_LOG_LEVEL": "info",
-               "PROFILE_BRIDGE_DATA_DIR": str(tmp / "data")}
-        self.procs.append(subprocess.Popen(
-            [sys.executable, "-m", "bridge", "serve", "--proxy", "--workers", str(self.workers),
-             "--listen", f"127.0.0.1:{self.bridge_port}",
-             "--pyroscope-url", f"http://127.0.0.1:{self.up}", "--tempo-url", f"http://127.0.0.1:{self.up}"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp / "bridge.log", "wb"),  # noqa: SIM115
-        ))
-        self.procs.append(subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "front.conf")],
-                                           stderr=subprocess.DEVNULL))
+        env = {
+            **os.environ,
+            "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false",
+            "PROFILE_BRIDGE_LOG_LEVEL": "info",
+            "PROFILE_BRIDGE_DATA_DIR": str(tmp / "data"),
+        }
+        self.procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "bridge",
+                    "serve",
+                    "--proxy",
+                    "--workers",
+                    str(self.workers),
+                    "--listen",
+                    f"127.0.0.1:{self.bridge_port}",
+                    "--pyroscope-url",
+                    f"http://127.0.0.1:{self.up}",
+                    "--tempo-url",
+                    f"http://127.0.0.1:{self.up}",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=open(tmp / "bridge.log", "wb"),  # noqa: SIM115
+            )
+        )
+        self.procs.append(
+            subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "front.conf")], stderr=subprocess.DEVNULL)
+        )
 
     def stop(self) -> None:
         stop_children(self.procs)
@@ -228,7 +281,7 @@ async def latency_rounds(stack: Stack, rounds: int) -> list[str]:
     connector = aiohttp.TCPConnector(limit=8)
     timeout = aiohttp.ClientTimeout(total=30, connect=5)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as session:
-        for (proc, base) in zip(stack.procs, stack.bases.values(), strict=True):
+        for proc, base in zip(stack.procs, stack.bases.values(), strict=True):
             await wait_up(session, base + QUERIER + SMALL, proc, post=b"", tries=300)
         for method, n in ((BIG, rounds), (SMALL, rounds * 4)):
             times: dict[str, list[float]] = {name: [] for name in stack.bases}
@@ -239,8 +292,9 @@ async def latency_rounds(stack: Stack, rounds: int) -> list[str]:
                 order = order[1:] + order[:1]  # rotate: no path always goes first
                 for name in order:
                     started = time.perf_counter()
-                    async with session.post(stack.bases[name] + QUERIER + method, data=REQUESTS[method],
-                                            headers=headers) as resp:
+                    async with session.post(
+                        stack.bases[name] + QUERIER + method, data=REQUESTS[method], headers=headers
+                    ) as resp:
                         data = await resp.read()
                     elapsed = time.perf_counter() - started
                     if resp.status != 200:
@@ -265,11 +319,12 @@ def latency_report(method: str, size: int, times: dict[str, list[float]]) -> lis
     for k in ("bridge", "front"):
         ratio = added[k][0] / max(added["nginx"][0], 1e-3)
         if method == BIG:
-            lines.append(f"RATIO 1 MB, 1 client, {k}/nginx added latency (median): {ratio:.2f} "
-                         f"(target <= {TARGET_BIG_LATENCY}) {'OK' if ratio <= TARGET_BIG_LATENCY else 'MISSED'}")
+            lines.append(
+                f"RATIO 1 MB, 1 client, {k}/nginx added latency (median): {ratio:.2f} "
+                f"(target <= {TARGET_BIG_LATENCY}) {'OK' if ratio <= TARGET_BIG_LATENCY else 'MISSED'}"
+            )
         else:
-            lines.append(f"ratio small call, 1 client, {k}/nginx added latency (median): {ratio:.2f} "
-                         "(informational)")
+            lines.append(f"ratio small call, 1 client, {k}/nginx added latency (median): {ratio:.2f} (informational)")
     return lines
 
 
@@ -280,8 +335,13 @@ WRK_ERRORS = re.compile(r"Non-2xx or 3xx responses: (\d+)|Socket errors: (.*)")
 
 def run_wrk(url: str, lua: Path, seconds: int, clients: int) -> tuple[float, float, float]:
     """(req/s, p50 ms, p99 ms) of one wrk run; a run with errors stops the bench."""
-    out = subprocess.run(["wrk", "-t2", f"-c{clients}", f"-d{seconds}s", "--latency", "-s", str(lua), url],
-                         capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
+    out = subprocess.run(
+        ["wrk", "-t2", f"-c{clients}", f"-d{seconds}s", "--latency", "-s", str(lua), url],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+        check=True,
+    ).stdout
     if (bad := WRK_ERRORS.search(out)) is not None:
         raise SystemExit(f"wrk against {url}: {bad.group(0)}\n{out}")
     rps = float(WRK_RPS.search(out).group(1))  # type: ignore[union-attr]
@@ -300,7 +360,7 @@ def throughput_rounds(stack: Stack, rounds: int, seconds: int, clients: int) -> 
         got: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
         ratios: dict[str, list[float]] = {"bridge": [], "front": []}
         for r in range(rounds):
-            order = names[r % 3:] + names[:r % 3]
+            order = names[r % 3 :] + names[: r % 3]
             for name in order:
                 got[name].append(run_wrk(stack.bases[name] + QUERIER + method, lua, seconds, clients))
             for k in ratios:
@@ -315,16 +375,22 @@ def throughput_rounds(stack: Stack, rounds: int, seconds: int, clients: int) -> 
         what = "1 MB answers" if method == BIG else "small calls"
         for k, values in ratios.items():
             ratio = statistics.median(values)
-            lines.append(f"RATIO {what}, {clients} clients, {k}/nginx req/s: median {ratio:.2f} "
-                         f"(rounds {min(values):.2f}-{max(values):.2f}; target >= {target}) "
-                         f"{'OK' if ratio >= target else 'MISSED'}")
+            lines.append(
+                f"RATIO {what}, {clients} clients, {k}/nginx req/s: median {ratio:.2f} "
+                f"(rounds {min(values):.2f}-{max(values):.2f}; target >= {target}) "
+                f"{'OK' if ratio >= target else 'MISSED'}"
+            )
     return lines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
-                        help="bridge workers and nginx worker processes (default: this machine's processors)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="bridge workers and nginx worker processes (default: this machine's processors)",
+    )
     parser.add_argument("--rounds", type=int, default=200, help="1-client rounds for the 1 MB call (x4 for small)")
     parser.add_argument("--wrk-rounds", type=int, default=5, help="32-client rounds per path and call")
     parser.add_argument("--seconds", type=int, default=3, help="length of one 32-client round")
@@ -345,8 +411,12 @@ def main() -> int:
             for line in lines:
                 print(line, flush=True)
             if not args.skip_throughput:
-                for line in throughput_rounds(stack, max(1, min(args.wrk_rounds, 50)),
-                                              max(1, min(args.seconds, 60)), max(1, min(args.clients, 512))):
+                for line in throughput_rounds(
+                    stack,
+                    max(1, min(args.wrk_rounds, 50)),
+                    max(1, min(args.seconds, 60)),
+                    max(1, min(args.clients, 512)),
+                ):
                     print(line, flush=True)
         finally:
             stack.stop()

@@ -99,12 +99,18 @@ async def open_trace(session: aiohttp.ClientSession, base: str, trace_id: str) -
 async def click(session: aiohttp.ClientSession, base: str, span: otlp_trace.Span, service: str) -> tuple[str, str]:
     values = [kv.value.string_value for kv in span.attributes if kv.key == PROFILE_ID_ATTR]
     req = qpb.SelectMergeSpanProfileRequest(
-        profile_typeID=DEFAULT_PROFILE_TYPE, label_selector=f'{{service_name="{service}"}}', span_selector=values[:1],
-        start=span.start_time_unix_nano // 1_000_000 - 60_000, end=span.end_time_unix_nano // 1_000_000 + 60_000,
+        profile_typeID=DEFAULT_PROFILE_TYPE,
+        label_selector=f'{{service_name="{service}"}}',
+        span_selector=values[:1],
+        start=span.start_time_unix_nano // 1_000_000 - 60_000,
+        end=span.end_time_unix_nano // 1_000_000 + 60_000,
     )
-    async with session.post(base + SPAN_PROFILE, data=req.SerializeToString(),
-                            headers={"Content-Type": "application/proto", "Accept-Encoding": "gzip"},
-                            auto_decompress=False) as resp:
+    async with session.post(
+        base + SPAN_PROFILE,
+        data=req.SerializeToString(),
+        headers={"Content-Type": "application/proto", "Accept-Encoding": "gzip"},
+        auto_decompress=False,
+    ) as resp:
         raw = await resp.read()
         if resp.status != 200:
             return f"HTTP {resp.status}", raw[:200].decode(errors="replace")
@@ -137,19 +143,38 @@ async def run(replicas: int, n_traces: int, workers: int, tmp: Path) -> list[str
     env = {**os.environ, "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false", "PROFILE_BRIDGE_LOG_LEVEL": "warning"}
     try:
         for port, double in zip(ports, tempos, strict=True):
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "bridge", "serve", "--proxy", "--workers", str(workers),
-                 "--listen", f"127.0.0.1:{port}", "--tempo-url", double.url, "--pyroscope-url", pyro.url],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            ))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "bridge",
+                        "serve",
+                        "--proxy",
+                        "--workers",
+                        str(workers),
+                        "--listen",
+                        f"127.0.0.1:{port}",
+                        "--tempo-url",
+                        double.url,
+                        "--pyroscope-url",
+                        pyro.url,
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         front_port = free_port()
         servers = " ".join(f"server 127.0.0.1:{p};" for p in ports[:replicas])
         (tmp / "front.conf").write_text(FRONT_CONF.format(tmp=tmp, servers=servers, port=front_port))
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         if not Path(nginx).exists():
             raise SystemExit("nginx is not installed: apt-get install -y nginx-light")
-        procs.append(subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "front.conf")],
-                                      stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "front.conf")], stderr=subprocess.DEVNULL)
+        )
         front = f"http://127.0.0.1:{front_port}"
         anchor = f"http://127.0.0.1:{ports[-1]}"
         timeout = aiohttp.ClientTimeout(total=60, connect=5)
@@ -180,8 +205,9 @@ async def run(replicas: int, n_traces: int, workers: int, tmp: Path) -> list[str
 
     behind = tempos[:replicas]
     searches = sum(len(d.search_calls) for d in behind)
-    per_trace = [len(d.calls(f"/api/v2/traces/{t}")) + len(d.calls(f"/api/traces/{t}"))
-                 for d in behind for t in trace_ids]
+    per_trace = [
+        len(d.calls(f"/api/v2/traces/{t}")) + len(d.calls(f"/api/traces/{t}")) for d in behind for t in trace_ids
+    ]
     tempo_calls = sum(len(d.calls("/api/")) for d in behind)
     views = len(trace_ids)
     extra = (tempo_calls - views) / max(1, clicks)
@@ -210,8 +236,9 @@ def main() -> int:
     args = parser.parse_args()
     print(f"load average before: {loadavg()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-replicas-") as tmp:
-        lines = asyncio.run(run(max(2, min(args.replicas, 16)), max(1, min(args.traces, 186)),
-                                max(1, min(args.workers, 8)), Path(tmp)))
+        lines = asyncio.run(
+            run(max(2, min(args.replicas, 16)), max(1, min(args.traces, 186)), max(1, min(args.workers, 8)), Path(tmp))
+        )
     for line in lines:
         print(line)
     print(f"load average after: {loadavg()}")

@@ -87,19 +87,38 @@ def fallback_spans() -> list[tuple[str, int, int, str]]:
 
 
 async def run(passes: int, tmp: Path) -> list[str]:
-    doubles = subprocess.Popen([sys.executable, "-c", DOUBLES_SCRIPT, str(ROOT)], stdout=subprocess.PIPE,
-                               cwd=ROOT)
+    doubles = subprocess.Popen([sys.executable, "-c", DOUBLES_SCRIPT, str(ROOT)], stdout=subprocess.PIPE, cwd=ROOT)
     bridge: subprocess.Popen[bytes] | None = None
     try:
         assert doubles.stdout is not None
         pyro_port, tempo_port = json.loads(doubles.stdout.readline())
         port = free_port()
-        env = {**os.environ, "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false", "PROFILE_BRIDGE_CAPTURE_WINDOW": "10s",
-               "PROFILE_BRIDGE_DATA_DIR": str(tmp / "data")}
+        env = {
+            **os.environ,
+            "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false",
+            "PROFILE_BRIDGE_CAPTURE_WINDOW": "10s",
+            "PROFILE_BRIDGE_DATA_DIR": str(tmp / "data"),
+        }
         bridge = subprocess.Popen(
-            [sys.executable, "-m", "bridge", "serve", "--proxy", "--workers", "1", "--listen", f"127.0.0.1:{port}",
-             "--pyroscope-url", f"http://127.0.0.1:{pyro_port}", "--tempo-url", f"http://127.0.0.1:{tempo_port}"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "bridge",
+                "serve",
+                "--proxy",
+                "--workers",
+                "1",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--pyroscope-url",
+                f"http://127.0.0.1:{pyro_port}",
+                "--tempo-url",
+                f"http://127.0.0.1:{tempo_port}",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         base = f"http://127.0.0.1:{port}"
         spans = fallback_spans()
@@ -113,10 +132,17 @@ async def run(passes: int, tmp: Path) -> list[str]:
                 before = cpu_seconds(bridge.pid)  # type: ignore[union-attr]
                 for span_id, start, end, service in spans:
                     req = qpb.SelectMergeSpanProfileRequest(
-                        profile_typeID=PROFILE_TYPE, label_selector=f'{{service_name="{service}"}}',
-                        span_selector=[span_id], start=start - 60_000, end=end + 60_000)
-                    async with session.post(base + QUERIER + "SelectMergeSpanProfile", data=req.SerializeToString(),
-                                            headers={**headers, "X-Scope-OrgID": tenant}) as resp:
+                        profile_typeID=PROFILE_TYPE,
+                        label_selector=f'{{service_name="{service}"}}',
+                        span_selector=[span_id],
+                        start=start - 60_000,
+                        end=end + 60_000,
+                    )
+                    async with session.post(
+                        base + QUERIER + "SelectMergeSpanProfile",
+                        data=req.SerializeToString(),
+                        headers={**headers, "X-Scope-OrgID": tenant},
+                    ) as resp:
                         await resp.read()
                         mode = resp.headers.get("X-Profile-Bridge-Resolution", f"HTTP {resp.status}")
                         modes[mode] = modes.get(mode, 0) + 1

@@ -59,11 +59,10 @@ def main() -> int:
     span = trace.spans[role.span_id]
     tree = random_tree(args.nodes)
     fg = flamegraph.encode(tree)
-    res = Resolution(Mode.LINKED, f"samples linked to span {span.span_id}", fg, span, span, None, "{}",
-                     (span.span_id,))
+    res = Resolution(Mode.LINKED, f"samples linked to span {span.span_id}", fg, span, span, None, "{}", (span.span_id,))
     ans = Answer("span", span, trace, CPU, res, tree, fg)
     settings = Settings.for_tests(mode="proxy", grafana_url="http://grafana:3000")
-    
+
     def json_answer() -> int:
         return len(json.dumps(answer_json(ans)))
 
@@ -76,27 +75,31 @@ def main() -> int:
     def collapsed() -> int:
         return len(flamegraph.to_collapsed(tree))
 
-    variants: dict[str, Callable[[], int]] = {"json": json_answer, "page": page, "pprof": pprof,
-                                              "collapsed": collapsed}
+    variants: dict[str, Callable[[], int]] = {"json": json_answer, "page": page, "pprof": pprof, "collapsed": collapsed}
     sizes = {name: fn() for name, fn in variants.items()}  # warm-up, and the sizes
     times: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
     for r in range(args.rounds):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             started = time.perf_counter()
             variants[name]()
             times[name].append((time.perf_counter() - started) * 1000)
 
     print(f"flame graph: {tree.count()} nodes; {args.rounds} interleaved rounds")
     for name in names:
-        print(f"  {name:10s} median {statistics.median(times[name]):8.2f} ms  p99 {p99(times[name]):8.2f} ms  "
-              f"size {sizes[name] / 1024:8.1f} KiB")
+        print(
+            f"  {name:10s} median {statistics.median(times[name]):8.2f} ms  p99 {p99(times[name]):8.2f} ms  "
+            f"size {sizes[name] / 1024:8.1f} KiB"
+        )
     base, base99 = statistics.median(times["json"]), p99(times["json"])
     for name in ("page", "pprof", "collapsed"):
-        print(f"RATIO {name} / json answer: median {statistics.median(times[name]) / base:.2f}x, "
-              f"p99 {p99(times[name]) / base99:.2f}x")
-    print(f"page size {sizes['page'] / 1024:.0f} KiB for {tree.count()} nodes (budget: {views.MAX_RECTS} frames, "
-          "< 1 MiB)")
+        print(
+            f"RATIO {name} / json answer: median {statistics.median(times[name]) / base:.2f}x, "
+            f"p99 {p99(times[name]) / base99:.2f}x"
+        )
+    print(
+        f"page size {sizes['page'] / 1024:.0f} KiB for {tree.count()} nodes (budget: {views.MAX_RECTS} frames, < 1 MiB)"
+    )
     return 0
 
 

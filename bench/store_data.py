@@ -82,10 +82,16 @@ class Generator:
             for stack_i, span_i in zip(picks, owners, strict=True):
                 counts[(stack_i, span_i)] = counts.get((stack_i, span_i), 0) + 1
             samples = [(self.stacks[svc][s], n * 10_000_000, spans[p], traces[p]) for (s, p), n in counts.items()]
-            records.append(decode.ProfileRecord(
-                labels=self.labels[svc], profile_type=CPU, service=f"svc-{svc}", time_ns=time_s * NS,
-                duration_ns=WINDOW_S * NS, samples=samples,
-            ))
+            records.append(
+                decode.ProfileRecord(
+                    labels=self.labels[svc],
+                    profile_type=CPU,
+                    service=f"svc-{svc}",
+                    time_ns=time_s * NS,
+                    duration_ns=WINDOW_S * NS,
+                    samples=samples,
+                )
+            )
             if self.spans:
                 rs = req.resource_spans.add()
                 rs.resource.attributes.add(key="service.name").value.string_value = f"svc-{svc}"
@@ -95,13 +101,24 @@ class Generator:
                     duration = rng.randint(5, 200) * 1_000_000
                     draw = rng.randrange(5000)
                     status = 503 if draw == 0 else 500 if draw < 100 else 200
-                    root = ss.spans.add(trace_id=trace_id, span_id=span_id.to_bytes(8, "big"), name="GET /work",
-                                        start_time_unix_nano=start, end_time_unix_nano=start + duration, kind=2)
+                    root = ss.spans.add(
+                        trace_id=trace_id,
+                        span_id=span_id.to_bytes(8, "big"),
+                        name="GET /work",
+                        start_time_unix_nano=start,
+                        end_time_unix_nano=start + duration,
+                        kind=2,
+                    )
                     root.attributes.add(key="http.status_code").value.int_value = status
-                    child = ss.spans.add(trace_id=trace_id, span_id=rng.getrandbits(63).to_bytes(8, "big") or b"\1",
-                                         parent_span_id=root.span_id, name="SELECT", kind=3,
-                                         start_time_unix_nano=start + 1_000_000,
-                                         end_time_unix_nano=start + duration - 1_000_000)
+                    child = ss.spans.add(
+                        trace_id=trace_id,
+                        span_id=rng.getrandbits(63).to_bytes(8, "big") or b"\1",
+                        parent_span_id=root.span_id,
+                        name="SELECT",
+                        kind=3,
+                        start_time_unix_nano=start + 1_000_000,
+                        end_time_unix_nano=start + duration - 1_000_000,
+                    )
                     child.attributes.add(key="db.system").value.string_value = "postgresql"
         return Window(index, time_s, records, req, first_spans)
 

@@ -73,12 +73,29 @@ def load_capture() -> list[tuple[str, dict[str, str], bytes, bytes]]:
 def start_bridge(data_dir: str, retention_bytes: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROFILE_BRIDGE_")}
-    env.update({"PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false", "PROFILE_BRIDGE_LOG_LEVEL": "warning",
-                "PROFILE_BRIDGE_RETENTION_BYTES": retention_bytes})
+    env.update(
+        {
+            "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false",
+            "PROFILE_BRIDGE_LOG_LEVEL": "warning",
+            "PROFILE_BRIDGE_RETENTION_BYTES": retention_bytes,
+        }
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bridge", "serve", "--standalone", "--listen", f"127.0.0.1:{port}",
-         "--data-dir", data_dir],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "bridge",
+            "serve",
+            "--standalone",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--data-dir",
+            data_dir,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -101,8 +118,13 @@ def status_kib(pid: int, key: str) -> int:
     return 0
 
 
-async def replay(session: aiohttp.ClientSession, url: str, capture: list[tuple[str, dict[str, str], bytes, bytes]],
-                 tenant: str, fresh_ids: random.Random | None = None) -> tuple[float, float]:
+async def replay(
+    session: aiohttp.ClientSession,
+    url: str,
+    capture: list[tuple[str, dict[str, str], bytes, bytes]],
+    tenant: str,
+    fresh_ids: random.Random | None = None,
+) -> tuple[float, float]:
     """One replay; returns (seconds spent on trace requests, seconds spent on pushes)."""
     t_traces = t_push = 0.0
     for path, headers, wire, raw in capture:
@@ -155,8 +177,10 @@ async def growth(hours: int, services: int, windows: int) -> None:
     gen = Generator(services)
     per_hour = windows_per_hour()
     now = {"full": 0.0, "empty": 0.0}
-    with tempfile.TemporaryDirectory(prefix="store-growth-") as full_dir, \
-            tempfile.TemporaryDirectory(prefix="store-growth-") as empty_dir:
+    with (
+        tempfile.TemporaryDirectory(prefix="store-growth-") as full_dir,
+        tempfile.TemporaryDirectory(prefix="store-growth-") as empty_dir,
+    ):
         full = await Store.open(full_dir, clock=lambda: now["full"])
         empty = await Store.open(empty_dir, clock=lambda: now["empty"])
         try:
@@ -172,14 +196,21 @@ async def growth(hours: int, services: int, windows: int) -> None:
                     await full.compact()
                 if window.index % per_hour == per_hour - 1:
                     hour = window.index // per_hour + 1
-                    print(f"growth: filling, hour {hour}: {slice_rows / (time.perf_counter() - slice_started):,.0f} "
-                          f"sample rows/s with its spans and compaction (context, not interleaved)", flush=True)
+                    print(
+                        f"growth: filling, hour {hour}: {slice_rows / (time.perf_counter() - slice_started):,.0f} "
+                        f"sample rows/s with its spans and compaction (context, not interleaved)",
+                        flush=True,
+                    )
                     slice_rows, slice_started = 0, time.perf_counter()
             await full.compact()
-            print(f"growth: {hours} h of {services} services stored in {time.perf_counter() - started:.0f}s, "
-                  f"{await full.used_bytes() / 1024**2:,.0f} MiB; load average {loadavg()}", flush=True)
+            print(
+                f"growth: {hours} h of {services} services stored in {time.perf_counter() - started:.0f}s, "
+                f"{await full.used_bytes() / 1024**2:,.0f} MiB; load average {loadavg()}",
+                flush=True,
+            )
             rates: dict[str, dict[str, list[float]]] = {
-                name: {"samples": [], "spans": []} for name in ("full", "empty")}
+                name: {"samples": [], "spans": []} for name in ("full", "empty")
+            }
             for window in gen.windows(hours * per_hour, windows):
                 n_spans = sum(len(ss.spans) for rs in window.spans.resource_spans for ss in rs.scope_spans)
                 for name, store in (("full", full), ("empty", empty)):
@@ -197,11 +228,14 @@ async def growth(hours: int, services: int, windows: int) -> None:
             for kind in ("samples", "spans"):
                 f, e = rates["full"][kind], rates["empty"][kind]
                 unit = "sample rows/s" if kind == "samples" else "spans/s"
-                print(f"growth: {kind:<7} into a {hours} h store: median {statistics.median(f):9,.0f} slowest 1 % "
-                      f"{pct(f, 0.01):9,.0f} | into an empty store: median {statistics.median(e):9,.0f} slowest 1 % "
-                      f"{pct(e, 0.01):9,.0f} {unit} | ratio full/empty median "
-                      f"{statistics.median(f) / statistics.median(e):.2f} slowest 1 % "
-                      f"{pct(f, 0.01) / pct(e, 0.01):.2f} (target ≥ 0.8)", flush=True)
+                print(
+                    f"growth: {kind:<7} into a {hours} h store: median {statistics.median(f):9,.0f} slowest 1 % "
+                    f"{pct(f, 0.01):9,.0f} | into an empty store: median {statistics.median(e):9,.0f} slowest 1 % "
+                    f"{pct(e, 0.01):9,.0f} {unit} | ratio full/empty median "
+                    f"{statistics.median(f) / statistics.median(e):.2f} slowest 1 % "
+                    f"{pct(f, 0.01) / pct(e, 0.01):.2f} (target ≥ 0.8)",
+                    flush=True,
+                )
         finally:
             await full.close()
             await empty.close()
@@ -241,17 +275,21 @@ async def main() -> None:
                     dec_t.append(b_t)
                     dec_p.append(b_p)
                 mt, mp, dt, dp = (statistics.median(x) for x in (http_t, http_p, dec_t, dec_p))
-                print(f"sequential replay x{args.rounds} (one SDK-like client): "
-                      f"{n_spans / mt:,.0f} spans/s, {n_samples / mp:,.0f} samples/s "
-                      f"({len([c for c in capture if c[0] != '/v1/traces'])} pushes of ~34 samples each)")
+                print(
+                    f"sequential replay x{args.rounds} (one SDK-like client): "
+                    f"{n_spans / mt:,.0f} spans/s, {n_samples / mp:,.0f} samples/s "
+                    f"({len([c for c in capture if c[0] != '/v1/traces'])} pushes of ~34 samples each)"
+                )
                 print(f"ratio HTTP+store / decode-only, median per replay: traces {mt / dt:.1f}, pushes {mp / dp:.1f}")
 
                 started = time.perf_counter()
                 await asyncio.gather(*(replay(session, url, capture, f"conc-{i}") for i in range(args.senders * 4)))
                 elapsed = time.perf_counter() - started
-                print(f"concurrent replay ({args.senders * 4} replays, all at once): "
-                      f"{args.senders * 4 * n_spans / elapsed:,.0f} spans/s and "
-                      f"{args.senders * 4 * n_samples / elapsed:,.0f} samples/s together")
+                print(
+                    f"concurrent replay ({args.senders * 4} replays, all at once): "
+                    f"{args.senders * 4 * n_spans / elapsed:,.0f} spans/s and "
+                    f"{args.senders * 4 * n_samples / elapsed:,.0f} samples/s together"
+                )
 
                 rss: list[tuple[float, int]] = []
                 stop = time.monotonic() + args.duration
@@ -272,11 +310,13 @@ async def main() -> None:
                 await asyncio.gather(sampler(), *(sender(k) for k in range(args.senders)))
                 peak = status_kib(proc.pid, "VmHWM")
                 quarters = [rss[min(len(rss) - 1, int(len(rss) * q))] for q in (0.25, 0.5, 0.75)] + [rss[-1]]
-                print(f"continuous ingest {args.duration:.0f}s, {args.senders} senders: {done[0]} replays "
-                      f"({done[0] * n_spans:,} spans, {done[0] * n_samples:,} samples); RSS "
-                      + ", ".join(f"{t:.0f}s {kib / 1024:.0f} MiB" for t, kib in quarters)
-                      + f"; peak (VmHWM) {peak / 1024:.0f} MiB; store file "
-                      f"{(Path(tmp) / 'store.sqlite3').stat().st_size / 1024**2:.0f} MiB")
+                print(
+                    f"continuous ingest {args.duration:.0f}s, {args.senders} senders: {done[0]} replays "
+                    f"({done[0] * n_spans:,} spans, {done[0] * n_samples:,} samples); RSS "
+                    + ", ".join(f"{t:.0f}s {kib / 1024:.0f} MiB" for t, kib in quarters)
+                    + f"; peak (VmHWM) {peak / 1024:.0f} MiB; store file "
+                    f"{(Path(tmp) / 'store.sqlite3').stat().st_size / 1024**2:.0f} MiB"
+                )
         finally:
             stop_children([proc], timeout=30)
     print(f"load average at end: {loadavg()}")

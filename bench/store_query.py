@@ -79,16 +79,23 @@ def anchor_merge(db: Path, services: list[str] | None, start_ms: int, end_ms: in
             if seg.level:
                 rows = conn.execute(
                     "SELECT stack_id, value FROM rollups WHERE level = ? AND series_id IN (SELECT value FROM "
-                    "json_each(?)) AND bucket >= ? AND bucket < ?", (seg.level, series, seg.start, seg.end))
+                    "json_each(?)) AND bucket >= ? AND bucket < ?",
+                    (seg.level, series, seg.start, seg.end),
+                )
             else:
                 rows = conn.execute(
                     "SELECT ps.stack_id, ps.value FROM profiles AS p JOIN profile_stacks AS ps ON ps.profile_id = "
                     "p.id WHERE p.series_id IN (SELECT value FROM json_each(?)) AND p.time_ns >= ? AND p.time_ns < ?",
-                    (series, seg.start, seg.end))
+                    (series, seg.start, seg.end),
+                )
             for stack_id, value in rows:
                 merged[stack_id] = merged.get(stack_id, 0) + value
-        frames = dict(conn.execute("SELECT id, frames FROM stacks WHERE id IN (SELECT value FROM json_each(?))",
-                                   (json.dumps(list(merged)),)).fetchall())
+        frames = dict(
+            conn.execute(
+                "SELECT id, frames FROM stacks WHERE id IN (SELECT value FROM json_each(?))",
+                (json.dumps(list(merged)),),
+            ).fetchall()
+        )
         names = dict(conn.execute("SELECT id, name FROM functions").fetchall())
         out: Stacks = []
         for stack_id, value in merged.items():
@@ -105,8 +112,10 @@ def plain_sum(db: Path, services: list[str] | None, start_ms: int, end_ms: int) 
     conn = sqlite3.connect(db)
     try:
         lo, hi = window_ns(start_ms, end_ms)
-        sql = ("SELECT coalesce(sum(p.total), 0) FROM profiles AS p JOIN series AS s ON s.id = p.series_id "
-               "WHERE p.time_ns >= ? AND p.time_ns < ?")
+        sql = (
+            "SELECT coalesce(sum(p.total), 0) FROM profiles AS p JOIN series AS s ON s.id = p.series_id "
+            "WHERE p.time_ns >= ? AND p.time_ns < ?"
+        )
         params: list[Any] = [lo, hi]
         if services:
             sql += f" AND s.service IN ({','.join('?' * len(services))})"
@@ -116,8 +125,15 @@ def plain_sum(db: Path, services: list[str] | None, start_ms: int, end_ms: int) 
         conn.close()
 
 
-async def pair(label: str, a_name: str, a: Callable[[], Awaitable[Any]], b_name: str,
-               b: Callable[[], Awaitable[Any]], reps: int, target: str = "") -> tuple[Any, Any]:
+async def pair(
+    label: str,
+    a_name: str,
+    a: Callable[[], Awaitable[Any]],
+    b_name: str,
+    b: Callable[[], Awaitable[Any]],
+    reps: int,
+    target: str = "",
+) -> tuple[Any, Any]:
     t_a: list[float] = []
     t_b: list[float] = []
     got_a = got_b = None
@@ -130,9 +146,12 @@ async def pair(label: str, a_name: str, a: Callable[[], Awaitable[Any]], b_name:
         t_b.append(time.perf_counter() - started)
     med_a, med_b = statistics.median(t_a), statistics.median(t_b)
     p99_a, p99_b = pct(t_a, 0.99), pct(t_b, 0.99)
-    print(f"{label:<34} {a_name}: median {med_a * 1000:8.1f} ms p99 {p99_a * 1000:8.1f} ms | {b_name}: median "
-          f"{med_b * 1000:8.1f} ms p99 {p99_b * 1000:8.1f} ms | ratio median {med_a / med_b:5.2f} p99 "
-          f"{p99_a / p99_b:5.2f}{'  (target ' + target + ')' if target else ''}", flush=True)
+    print(
+        f"{label:<34} {a_name}: median {med_a * 1000:8.1f} ms p99 {p99_a * 1000:8.1f} ms | {b_name}: median "
+        f"{med_b * 1000:8.1f} ms p99 {p99_b * 1000:8.1f} ms | ratio median {med_a / med_b:5.2f} p99 "
+        f"{p99_a / p99_b:5.2f}{'  (target ' + target + ')' if target else ''}",
+        flush=True,
+    )
     return got_a, got_b
 
 
@@ -149,41 +168,59 @@ async def main() -> None:
     total = args.hours * per_hour
     end_s = gen.window(total - 1).time_s + WINDOW_S
     ctx = CallContext(deadline=Deadline.start(None, 600.0))
-    with tempfile.TemporaryDirectory(prefix="store-query-") as big_dir, \
-            tempfile.TemporaryDirectory(prefix="store-query-") as small_dir:
+    with (
+        tempfile.TemporaryDirectory(prefix="store-query-") as big_dir,
+        tempfile.TemporaryDirectory(prefix="store-query-") as small_dir,
+    ):
         big, t_big, rows_big = await build(big_dir, gen, 0, total, end_s)
         small, t_small, rows_small = await build(small_dir, gen, total - per_hour, per_hour, end_s)
         try:
             for name, store, elapsed, rows in (("big", big, t_big, rows_big), ("small", small, t_small, rows_small)):
                 counts = await store.counts()
-                print(f"{name} store: {args.hours if name == 'big' else 1} h, {args.services} services: "
-                      f"{rows:,} sample rows, {counts.spans:,} spans, {await store.used_bytes() / 1024**2:,.0f} MiB; "
-                      f"built at {rows / elapsed:,.0f} sample rows/s (with its spans)")
+                print(
+                    f"{name} store: {args.hours if name == 'big' else 1} h, {args.services} services: "
+                    f"{rows:,} sample rows, {counts.spans:,} spans, {await store.used_bytes() / 1024**2:,.0f} MiB; "
+                    f"built at {rows / elapsed:,.0f} sample rows/s (with its spans)"
+                )
             db = Path(big_dir) / DB_FILE
             last_ms = (end_s - 437) * 1000
-            windows = {"1h": (last_ms - 3_600_000, last_ms), f"{args.hours}h": (last_ms - args.hours * 3_600_000,
-                                                                                  last_ms)}
+            windows = {
+                "1h": (last_ms - 3_600_000, last_ms),
+                f"{args.hours}h": (last_ms - args.hours * 3_600_000, last_ms),
+            }
             long_name = f"{args.hours}h"
 
             # 1 and 2: service flame graphs, long window vs short, and against the anchor
             one = f"svc-{min(3, args.services - 1)}"
-            for label, selector, services in (("one-service", f'{{service_name="{one}"}}', [one]),
-                                              ("all-services", "{}", None)):
+            for label, selector, services in (
+                ("one-service", f'{{service_name="{one}"}}', [one]),
+                ("all-services", "{}", None),
+            ):
+
                 def merge_of(w: str, selector: str = selector) -> Callable[[], Awaitable[Stacks]]:
                     return lambda: big.merged_stacks(None, CPU, selector, *windows[w])
 
                 def full_of(w: str, selector: str = selector) -> Callable[[], Awaitable[qpb.FlameGraph]]:
-                    req = qpb.SelectMergeStacktracesRequest(profile_typeID=CPU, label_selector=selector,
-                                                            start=windows[w][0], end=windows[w][1])
+                    req = qpb.SelectMergeStacktracesRequest(
+                        profile_typeID=CPU, label_selector=selector, start=windows[w][0], end=windows[w][1]
+                    )
 
                     async def run() -> qpb.FlameGraph:
                         return (await big.select_merge_stacktraces(req, ctx)).flamegraph
 
                     return run
 
-                await pair(f"{label} flame graph {long_name} vs 1h", long_name, full_of(long_name), "1h",
-                           full_of("1h"), args.reps, "≤ 2")
+                await pair(
+                    f"{label} flame graph {long_name} vs 1h",
+                    long_name,
+                    full_of(long_name),
+                    "1h",
+                    full_of("1h"),
+                    args.reps,
+                    "≤ 2",
+                )
                 for w in (long_name, "1h"):
+
                     def anchor(w: str = w, services: list[str] | None = services) -> Awaitable[Stacks]:
                         return asyncio.to_thread(anchor_merge, db, services, *windows[w])
 
@@ -191,12 +228,14 @@ async def main() -> None:
                         stacks = await asyncio.to_thread(anchor_merge, db, services, *windows[w])
                         return flamegraph.encode(flamegraph.build_tree(stacks), DEFAULT_MAX_NODES)
 
-                    ours, theirs = await pair(f"{label} {w} merge vs anchor", "store", merge_of(w), "anchor",
-                                              anchor, args.reps)
+                    ours, theirs = await pair(
+                        f"{label} {w} merge vs anchor", "store", merge_of(w), "anchor", anchor, args.reps
+                    )
                     assert sorted(ours) == sorted(theirs), f"{label} {w}: the store and the anchor differ"
                     assert sum(v for _, v in ours) == plain_sum(db, services, *windows[w]), f"{label} {w}: not exact"
-                    ours, theirs = await pair(f"{label} {w} flamegraph vs anchor", "store", full_of(w), "anchor",
-                                              anchor_full, args.reps)
+                    ours, theirs = await pair(
+                        f"{label} {w} flamegraph vs anchor", "store", full_of(w), "anchor", anchor_full, args.reps
+                    )
                     assert ours == theirs, f"{label} {w}: flame graphs differ"
 
             # 3: a span's flame graph, whole stored range, big store vs small store
@@ -207,8 +246,15 @@ async def main() -> None:
             def span_merge(store: Store) -> Callable[[], Awaitable[Stacks]]:
                 return lambda: store.merged_stacks(None, CPU, '{service_name="svc-0"}', *whole, span_ids=[span])
 
-            got_big, got_small = await pair(f"span flame graph, {long_name} vs 1h store", long_name,
-                                            span_merge(big), "1h", span_merge(small), args.reps, "≈ 1")
+            got_big, got_small = await pair(
+                f"span flame graph, {long_name} vs 1h store",
+                long_name,
+                span_merge(big),
+                "1h",
+                span_merge(small),
+                args.reps,
+                "≈ 1",
+            )
             want = sum(v for r in window.records for _, v, s, _ in r.samples if s == span)
             assert sorted(got_big) == sorted(got_small) and sum(v for _, v in got_big) == want > 0
 
@@ -220,12 +266,21 @@ async def main() -> None:
                 def search(store: Store, query: traceql.Query = query) -> Callable[[], Awaitable[Any]]:
                     return lambda: store.search_traces(query, hour_s[0], hour_s[1], 20, 3, None)
 
-                r_big, r_small = await pair(f"search status {text.split()[-2]}, {long_name} vs 1h store",
-                                            long_name, search(big), "1h", search(small), args.reps, "≤ 1.2")
+                r_big, r_small = await pair(
+                    f"search status {text.split()[-2]}, {long_name} vs 1h store",
+                    long_name,
+                    search(big),
+                    "1h",
+                    search(small),
+                    args.reps,
+                    "≤ 1.2",
+                )
                 assert [m.trace_id for m in r_big.traces] == [m.trace_id for m in r_small.traces]
-                print(f"{'':<34} {len(r_big.traces)} traces, {r_big.inspected_spans:,} spans examined in the "
-                      f"{long_name} store, {r_small.inspected_spans:,} in the 1h store; partial: "
-                      f"{r_big.partial is not None or r_small.partial is not None}")
+                print(
+                    f"{'':<34} {len(r_big.traces)} traces, {r_big.inspected_spans:,} spans examined in the "
+                    f"{long_name} store, {r_small.inspected_spans:,} in the 1h store; partial: "
+                    f"{r_big.partial is not None or r_small.partial is not None}"
+                )
         finally:
             await big.close()
             await small.close()

@@ -171,9 +171,9 @@ def query_for(span: Span, profile_type: str, settings: Settings, *, max_nodes: i
     )
 
 
-def combine(own_span: Span, own: Resolution, descendants: Sequence[tuple[Span, Resolution]]) -> tuple[
-    flamegraph.Node, tuple[Part, ...], tuple[ServiceShare, ...]
-]:
+def combine(
+    own_span: Span, own: Resolution, descendants: Sequence[tuple[Span, Resolution]]
+) -> tuple[flamegraph.Node, tuple[Part, ...], tuple[ServiceShare, ...]]:
     """Pure: the request profile from the span's own answer and its descendant local roots' answers.
 
     The own answer is always included (it is what ``scope=span`` shows, labelled with its mode). A descendant is
@@ -209,15 +209,20 @@ def combine(own_span: Span, own: Resolution, descendants: Sequence[tuple[Span, R
     elif own_attributed:
         own_note = f"the span's own answer ({own.mode.value})"
     else:
-        own_note = (f"the span's own answer is a {own.mode.value} fallback: drawn, but it is the whole service's "
-                    "CPU, so it is not counted in the request's shares")
+        own_note = (
+            f"the span's own answer is a {own.mode.value} fallback: drawn, but it is the whole service's "
+            "CPU, so it is not counted in the request's shares"
+        )
     parts.append(Part(own_span, own, own_tree.total, own_tree.total > 0, own_note))
 
     for span, res in descendants:
         tree = flamegraph.decode(res.flamegraph)
         if res.mode not in REQUEST_MODES:
-            note = (f"not added: a {res.mode.value} answer is the whole service's CPU, not this request's"
-                    if res.mode != Mode.NONE else "no samples")
+            note = (
+                f"not added: a {res.mode.value} answer is the whole service's CPU, not this request's"
+                if res.mode != Mode.NONE
+                else "no samples"
+            )
             parts.append(Part(span, res, tree.total, False, note))
             continue
         if res.span_ids and set(res.span_ids) <= counted:
@@ -278,8 +283,16 @@ async def answer(
     answers = await asyncio.gather(*(one(child) for child in asked))
     tree, parts, services = combine(span, own, list(zip(asked, answers, strict=True)))
     return Answer(
-        "request", span, trace, profile_type, own, tree, flamegraph.encode(tree, max_nodes),
-        parts=parts, services=services, skipped=skipped,
+        "request",
+        span,
+        trace,
+        profile_type,
+        own,
+        tree,
+        flamegraph.encode(tree, max_nodes),
+        parts=parts,
+        services=services,
+        skipped=skipped,
     )
 
 
@@ -303,8 +316,11 @@ async def linked_totals(
     async def one(span: Span) -> int | None:
         start, end = span_window(span)
         req = qpb.SelectMergeSpanProfileRequest(
-            profile_typeID=profile_type, label_selector=selector_for(span, settings.label_map),
-            span_selector=[span.span_id], start=start, end=end,
+            profile_typeID=profile_type,
+            label_selector=selector_for(span, settings.label_map),
+            span_selector=[span.span_id],
+            start=start,
+            end=end,
         )
         async with limit:
             try:
@@ -364,9 +380,15 @@ def answer_json(ans: Answer) -> dict[str, Any]:
     if ans.scope == "request":
         attributed = ans.attributed_total
         doc["services"] = [
-            {"service": s.service, "frame": s.label, "total": s.value, "spans": s.spans, "attributed": s.attributed,
-             # shares of what the request cost; a fallback part is the whole service's, so it has no share
-             "share": (round(s.value / attributed, 4) if attributed else 0.0) if s.attributed else None}
+            {
+                "service": s.service,
+                "frame": s.label,
+                "total": s.value,
+                "spans": s.spans,
+                "attributed": s.attributed,
+                # shares of what the request cost; a fallback part is the whole service's, so it has no share
+                "share": (round(s.value / attributed, 4) if attributed else 0.0) if s.attributed else None,
+            }
             for s in ans.services
         ]
         doc["parts"] = [_part_json(p) for p in ans.parts]

@@ -33,8 +33,11 @@ def create_app(settings: Settings, *, wall_clock: Callable[[], float] = time.tim
     # oversize header…) go to bridge.server as one rate-limited line instead of a traceback each (bridge.logs)
     auth = Auth.from_settings(settings)  # None: no tokens configured, every route open (docs/security.md)
     middlewares = [make_middleware(metrics)] + ([make_gate(auth)] if auth is not None else [])
-    app = web.Application(middlewares=middlewares, client_max_size=settings.max_body_bytes,
-                          handler_args={"auto_decompress": False, "logger": server_logger()})
+    app = web.Application(
+        middlewares=middlewares,
+        client_max_size=settings.max_body_bytes,
+        handler_args={"auto_decompress": False, "logger": server_logger()},
+    )
     app[SETTINGS] = settings
     app[METRICS] = metrics
     app[CLOCK] = Clock(wall_clock)

@@ -39,8 +39,12 @@ REALM: Final = 'Bearer realm="profile-bridge", Basic realm="profile-bridge", cha
 OPEN_PATHS: Final = frozenset({"/healthz", "/readyz"})
 INGEST_PATHS: Final = frozenset({"/v1/traces", "/push.v1.PusherService/Push", "/ingest", "/v1development/profiles"})
 # writes that would pass through the /pyroscope mount to Pyroscope itself
-PYROSCOPE_WRITES: Final = ("/pyroscope/push.v1.PusherService/", "/pyroscope/ingest",
-                           "/pyroscope/opentelemetry.proto.collector.", "/pyroscope/v1development/")
+PYROSCOPE_WRITES: Final = (
+    "/pyroscope/push.v1.PusherService/",
+    "/pyroscope/ingest",
+    "/pyroscope/opentelemetry.proto.collector.",
+    "/pyroscope/v1development/",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +85,10 @@ class Auth:
         """Check one credential for ``need`` and the tenant the caller asked for; ``Unauthenticated`` or
         ``PermissionDenied`` saying why (never quoting the token)."""
         if token is None:
-            raise Unauthenticated(f"this bridge needs a token: send {TOKEN_HEADER}: <token> or Authorization: "
-                                  "Bearer <token> (see docs/security.md)")
+            raise Unauthenticated(
+                f"this bridge needs a token: send {TOKEN_HEADER}: <token> or Authorization: "
+                "Bearer <token> (see docs/security.md)"
+            )
         entry = self._tokens.get(token_digest(token))
         if entry is None:
             raise Unauthenticated("the token is not one this bridge accepts")
@@ -91,8 +97,9 @@ class Auth:
         if entry.tenant == ANY_TENANT:
             return Grant(tenant, from_authorization)
         if tenant is not None and tenant != entry.tenant:
-            raise PermissionDenied(f"this token acts for tenant {entry.tenant!r} only, not for X-Scope-OrgID "
-                                   f"{tenant[:80]!r}")
+            raise PermissionDenied(
+                f"this token acts for tenant {entry.tenant!r} only, not for X-Scope-OrgID {tenant[:80]!r}"
+            )
         return Grant(entry.tenant, from_authorization)
 
 
@@ -123,7 +130,8 @@ def grpc_grant(auth: Auth | None, metadata: Mapping[str, str]) -> tuple[str | No
     authorization = metadata.get("authorization") or None
     if auth is None:
         return tenant, authorization
-    token, from_authorization = credential({TOKEN_HEADER: metadata.get(TOKEN_HEADER.lower(), ""),
-                                            "Authorization": authorization or ""})
+    token, from_authorization = credential(
+        {TOKEN_HEADER: metadata.get(TOKEN_HEADER.lower(), ""), "Authorization": authorization or ""}
+    )
     grant = auth.grant("ingest", token, from_authorization, tenant)
     return grant.tenant, None if grant.drop_authorization else authorization

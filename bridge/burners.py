@@ -77,16 +77,24 @@ def answer_message(ans: FunctionAnswer) -> str:
     what = quantity_of(q.profile_type)
     where = f"{q.service}'s {q.profile_type} profiles {range_words(q.start_ms, q.end_ms)}"
     if not hits.total:
-        hint = (" (match=prefix or match=regex finds names that only start with it or contain it)"
-                if q.match.kind == "exact" else "")
+        hint = (
+            " (match=prefix or match=regex finds names that only start with it or contain it)"
+            if q.match.kind == "exact"
+            else ""
+        )
         return f"no {q.match.describe()} in {where}{hint}"
     burnt = format_value(hits.total, unit)
     if not hits.spans:
-        return (f"{q.match.describe()} burnt {burnt} of {what} in {where}, but none of it in samples linked to a "
-                "span (the SDK links samples to spans only inside root spans)")
+        return (
+            f"{q.match.describe()} burnt {burnt} of {what} in {where}, but none of it in samples linked to a "
+            "span (the SDK links samples to spans only inside root spans)"
+        )
     count = f"{len(hits.spans)}{'+' if hits.more else ''} span{'' if len(hits.spans) == 1 else 's'}"
-    linked = (f"; {format_value(hits.linked, unit)} ({share(hits.linked, hits.total)}) of it is linked to spans"
-              if hits.linked is not None else "")
+    linked = (
+        f"; {format_value(hits.linked, unit)} ({share(hits.linked, hits.total)}) of it is linked to spans"
+        if hits.linked is not None
+        else ""
+    )
     return f"{count} burnt {q.match.describe()} in {where}: {burnt} of {what} in all{linked}"
 
 
@@ -103,8 +111,11 @@ async def spans_for_function(
         async with limit:
             try:
                 found = await resolver.lookup_span(
-                    value.span_id, ctx, trace_id=value.trace_id or None,
-                    start_ms=query.start_ms - LOOKUP_MARGIN_MS, end_ms=query.end_ms + LOOKUP_MARGIN_MS,
+                    value.span_id,
+                    ctx,
+                    trace_id=value.trace_id or None,
+                    start_ms=query.start_ms - LOOKUP_MARGIN_MS,
+                    end_ms=query.end_ms + LOOKUP_MARGIN_MS,
                 )
             except BridgeError:
                 found = None
@@ -186,12 +197,24 @@ class PageRow:
     started: str
 
 
-def function_href(service: str, function: str, *, match: str = "exact", start_ms: int | None = None,
-                  end_ms: int | None = None, profile_type: str = "") -> str:
+def function_href(
+    service: str,
+    function: str,
+    *,
+    match: str = "exact",
+    start_ms: int | None = None,
+    end_ms: int | None = None,
+    profile_type: str = "",
+) -> str:
     """The function page's URL for ``function`` of ``service`` (the non-empty parameters)."""
-    params = {"service": service, "function": function, "match": "" if match == "exact" else match,
-              "from": "" if start_ms is None else str(start_ms), "to": "" if end_ms is None else str(end_ms),
-              "profile_type": profile_type}
+    params = {
+        "service": service,
+        "function": function,
+        "match": "" if match == "exact" else match,
+        "from": "" if start_ms is None else str(start_ms),
+        "to": "" if end_ms is None else str(end_ms),
+        "profile_type": profile_type,
+    }
     return "/functions/spans?" + urlencode({k: v for k, v in params.items() if v})
 
 
@@ -203,15 +226,23 @@ def page_rows(ans: FunctionAnswer) -> list[PageRow]:
         value, span = burner.value, burner.span
         links = links_of(burner)
         name = span.name if span is not None else f"span {value.span_id} (not found in the trace source)"
-        rows.append(PageRow(
-            burner=burner, name=name, href=links.get("span", ""), compare=links.get("compare", ""),
-            bar=round(100.0 * value.total / widest, 2) if widest else 0.0,
-            total=format_value(value.total, unit), self=format_value(value.self, unit),
-            span_total=format_value(value.span_total, unit), share=share(value.total, value.span_total),
-            duration=format_duration_ns(span.duration_ns) if span is not None else "",
-            started=datetime.fromtimestamp(span.start_ns / 1e9, UTC).strftime("%H:%M:%S.%f")[:-3]
-            if span is not None else "",
-        ))
+        rows.append(
+            PageRow(
+                burner=burner,
+                name=name,
+                href=links.get("span", ""),
+                compare=links.get("compare", ""),
+                bar=round(100.0 * value.total / widest, 2) if widest else 0.0,
+                total=format_value(value.total, unit),
+                self=format_value(value.self, unit),
+                span_total=format_value(value.span_total, unit),
+                share=share(value.total, value.span_total),
+                duration=format_duration_ns(span.duration_ns) if span is not None else "",
+                started=datetime.fromtimestamp(span.start_ns / 1e9, UTC).strftime("%H:%M:%S.%f")[:-3]
+                if span is not None
+                else "",
+            )
+        )
     return rows
 
 
@@ -223,24 +254,45 @@ class TopFunction:
     href: str
 
 
-async def top_functions(profiles: ProfileSource, service: str, profile_type: str, start_ms: int, end_ms: int,
-                        settings: Settings, ctx: CallContext, top: int = TOP_FUNCTIONS) -> list[TopFunction]:
+async def top_functions(
+    profiles: ProfileSource,
+    service: str,
+    profile_type: str,
+    start_ms: int,
+    end_ms: int,
+    settings: Settings,
+    ctx: CallContext,
+    top: int = TOP_FUNCTIONS,
+) -> list[TopFunction]:
     """The service's functions with the most self value in the range (the page's starting point)."""
-    merged = await profiles.select_merge_stacktraces(qpb.SelectMergeStacktracesRequest(
-        profile_typeID=profile_type, label_selector=service_selector(service, settings), start=start_ms,
-        end=end_ms, format=qpb.PROFILE_FORMAT_FLAMEGRAPH,
-    ), ctx)
+    merged = await profiles.select_merge_stacktraces(
+        qpb.SelectMergeStacktracesRequest(
+            profile_typeID=profile_type,
+            label_selector=service_selector(service, settings),
+            start=start_ms,
+            end=end_ms,
+            format=qpb.PROFILE_FORMAT_FLAMEGRAPH,
+        ),
+        ctx,
+    )
     tree = flamegraph.decode(merged.flamegraph if merged.HasField("flamegraph") else None)
     return top_function_rows(tree, service, profile_type, start_ms, end_ms, top)
 
 
-def top_function_rows(tree: flamegraph.Node, service: str, profile_type: str, start_ms: int, end_ms: int,
-                      top: int) -> list[TopFunction]:
+def top_function_rows(
+    tree: flamegraph.Node, service: str, profile_type: str, start_ms: int, end_ms: int, top: int
+) -> list[TopFunction]:
     unit = ProfileType.parse(profile_type).sample_unit
     ranked: Sequence[tuple[str, tuple[int, int]]] = sorted(
-        function_totals(tree).items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0]))
+        function_totals(tree).items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0])
+    )
     return [
-        TopFunction(name, format_value(s, unit), format_value(t, unit),
-                    function_href(service, name, start_ms=start_ms, end_ms=end_ms, profile_type=profile_type))
-        for name, (s, t) in ranked[:top] if s > 0
+        TopFunction(
+            name,
+            format_value(s, unit),
+            format_value(t, unit),
+            function_href(service, name, start_ms=start_ms, end_ms=end_ms, profile_type=profile_type),
+        )
+        for name, (s, t) in ranked[:top]
+        if s > 0
     ]

@@ -103,47 +103,67 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         parents=[common],
         help="run the bridge",
-        description=_wrap("Run the bridge: Grafana's Tempo and Pyroscope data sources point at it, SDKs send to it, "
-        "its pages show each span's profile. Proxy mode when a backend URL is configured (Tempo and Pyroscope hold "
-        "the data), standalone otherwise (an embedded store fed by OTLP and Pyroscope SDK ingest). Flags beat "
-        "the environment, which beats the --config file."),
+        description=_wrap(
+            "Run the bridge: Grafana's Tempo and Pyroscope data sources point at it, SDKs send to it, "
+            "its pages show each span's profile. Proxy mode when a backend URL is configured (Tempo and Pyroscope hold "
+            "the data), standalone otherwise (an embedded store fed by OTLP and Pyroscope SDK ingest). Flags beat "
+            "the environment, which beats the --config file."
+        ),
         epilog=settings_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    serve.add_argument("--listen", metavar="HOST:PORT",
-                       help="PROFILE_BRIDGE_LISTEN (default 127.0.0.1:4041; 0.0.0.0:4041 for every interface)")
+    serve.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="PROFILE_BRIDGE_LISTEN (default 127.0.0.1:4041; 0.0.0.0:4041 for every interface)",
+    )
     serve.add_argument("--pyroscope-url", metavar="URL", help="PROFILE_BRIDGE_PYROSCOPE_URL")
     serve.add_argument("--tempo-url", metavar="URL", help="PROFILE_BRIDGE_TEMPO_URL")
     serve.add_argument("--data-dir", metavar="DIR", help="PROFILE_BRIDGE_DATA_DIR (standalone store)")
-    serve.add_argument("--workers", metavar="N",
-                       help="PROFILE_BRIDGE_WORKERS: processes sharing the port (default auto: one per processor; "
-                       "proxy mode only)")
-    serve.add_argument("--otlp-grpc-listen", metavar="HOST:PORT",
-                       help="PROFILE_BRIDGE_OTLP_GRPC_LISTEN (default 127.0.0.1:4317)")
+    serve.add_argument(
+        "--workers",
+        metavar="N",
+        help="PROFILE_BRIDGE_WORKERS: processes sharing the port (default auto: one per processor; proxy mode only)",
+    )
+    serve.add_argument(
+        "--otlp-grpc-listen", metavar="HOST:PORT", help="PROFILE_BRIDGE_OTLP_GRPC_LISTEN (default 127.0.0.1:4317)"
+    )
     mode = serve.add_mutually_exclusive_group()
     mode.add_argument("--standalone", action="store_true", help="force standalone mode (embedded store)")
     mode.add_argument("--proxy", action="store_true", help="force proxy mode (Tempo and Pyroscope)")
-    serve.add_argument("--demo", action="store_true",
-                       help="also run the demo shop (two services, stock OpenTelemetry and Pyroscope SDKs) with its "
-                       "load loop, sending to this bridge; standalone mode only")
+    serve.add_argument(
+        "--demo",
+        action="store_true",
+        help="also run the demo shop (two services, stock OpenTelemetry and Pyroscope SDKs) with its "
+        "load loop, sending to this bridge; standalone mode only",
+    )
 
     prov = sub.add_parser(
         "provision",
         parents=[common],
         help="render Grafana provisioning files",
-        description=_wrap("Render Grafana provisioning for this bridge into a directory: data sources (Tempo and "
-        "Profiles through the bridge), the dashboards provider and the dashboards. Grafana must reach the bridge "
-        "at --bridge-url (or PROFILE_BRIDGE_PROVISION_BRIDGE_URL); --compose renders for docker-compose.yaml's "
-        "service names instead."),
+        description=_wrap(
+            "Render Grafana provisioning for this bridge into a directory: data sources (Tempo and "
+            "Profiles through the bridge), the dashboards provider and the dashboards. Grafana must reach the bridge "
+            "at --bridge-url (or PROFILE_BRIDGE_PROVISION_BRIDGE_URL); --compose renders for docker-compose.yaml's "
+            "service names instead."
+        ),
         epilog=provision_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     prov.add_argument("--out", metavar="DIR", required=True, help="directory to write into (created)")
-    prov.add_argument("--bridge-url", metavar="URL", type=_url,
-                      help="the bridge's base URL as Grafana's server reaches it (PROFILE_BRIDGE_PROVISION_BRIDGE_URL)")
-    prov.add_argument("--compose", action="store_true",
-                      help="render for the docker compose stack: bridge:4041, tempo:3200, pyroscope:4040, "
-                      "prometheus:9090 unless set otherwise")
+    prov.add_argument(
+        "--bridge-url",
+        metavar="URL",
+        type=_url,
+        help="the bridge's base URL as Grafana's server reaches it (PROFILE_BRIDGE_PROVISION_BRIDGE_URL)",
+    )
+    prov.add_argument(
+        "--compose",
+        action="store_true",
+        help="render for the docker compose stack: bridge:4041, tempo:3200, pyroscope:4040, "
+        "prometheus:9090 unless set otherwise",
+    )
 
     res = sub.add_parser(
         "resolve",
@@ -156,14 +176,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     res.add_argument("trace_id", metavar="TRACE_ID")
     res.add_argument("span_id", metavar="SPAN_ID")
-    res.add_argument("--scope", choices=("span", "request"), default="span",
-                     help="request: add what other services did on the span's behalf")
+    res.add_argument(
+        "--scope",
+        choices=("span", "request"),
+        default="span",
+        help="request: add what other services did on the span's behalf",
+    )
     res.add_argument("--top", type=int, default=20, metavar="N", help="functions listed (default 20)")
     res.add_argument("--profile-type", metavar="ID", help="default: PROFILE_BRIDGE_PROFILE_TYPE")
-    res.add_argument("--compare", action="store_true",
-                     help="also compare the span with its endpoint's usual requests: the most unusual functions")
-    res.add_argument("--window", metavar="DURATION", default="1h",
-                     help="--compare: the usual requests started within this window around the span (default 1h)")
+    res.add_argument(
+        "--compare",
+        action="store_true",
+        help="also compare the span with its endpoint's usual requests: the most unusual functions",
+    )
+    res.add_argument(
+        "--window",
+        metavar="DURATION",
+        default="1h",
+        help="--compare: the usual requests started within this window around the span (default 1h)",
+    )
 
     doc = sub.add_parser(
         "doctor",
@@ -189,19 +220,40 @@ def build_parser() -> argparse.ArgumentParser:
         "--profiles-to say. Every span of the demo resolves one of the four ways: linked, local-root, time-window, "
         "none. Ctrl-C stops it; the services flush their last spans and profile window first.",
     )
-    demo.add_argument("--to", type=_url, metavar="URL",
-                      help="a standalone bridge that takes both (default: the bridge at PROFILE_BRIDGE_LISTEN)")
-    demo.add_argument("--traces-to", type=_url, metavar="URL",
-                      help="OTLP/HTTP receiver for the traces, e.g. Tempo's http://tempo:4318 (/v1/traces is added)")
-    demo.add_argument("--profiles-to", type=_url, metavar="URL",
-                      help="Pyroscope (push API) for the CPU profiles, e.g. http://pyroscope:4040")
+    demo.add_argument(
+        "--to",
+        type=_url,
+        metavar="URL",
+        help="a standalone bridge that takes both (default: the bridge at PROFILE_BRIDGE_LISTEN)",
+    )
+    demo.add_argument(
+        "--traces-to",
+        type=_url,
+        metavar="URL",
+        help="OTLP/HTTP receiver for the traces, e.g. Tempo's http://tempo:4318 (/v1/traces is added)",
+    )
+    demo.add_argument(
+        "--profiles-to",
+        type=_url,
+        metavar="URL",
+        help="Pyroscope (push API) for the CPU profiles, e.g. http://pyroscope:4040",
+    )
     demo.add_argument("--host", default="127.0.0.1", help="address the shop listens on (0.0.0.0 in a container)")
     demo.add_argument("--frontend-port", type=_port, default=0, metavar="PORT", help="default: a free port")
     demo.add_argument("--backend-port", type=_port, default=0, metavar="PORT", help="default: a free port")
-    demo.add_argument("--no-load", dest="load", action="store_false",
-                      help="no load loop: send requests yourself (curl FRONTEND/checkout)")
-    demo.add_argument("--load-interval", type=_seconds, default=0.25, metavar="SECONDS",
-                      help="pause between load rounds (default 0.25)")
+    demo.add_argument(
+        "--no-load",
+        dest="load",
+        action="store_false",
+        help="no load loop: send requests yourself (curl FRONTEND/checkout)",
+    )
+    demo.add_argument(
+        "--load-interval",
+        type=_seconds,
+        default=0.25,
+        metavar="SECONDS",
+        help="pause between load rounds (default 0.25)",
+    )
     return parser
 
 
@@ -256,23 +308,35 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.command == "provision":
             from bridge.provisioning.render import run_provision
 
-            return int(run_provision(settings, Path(args.out), env, bridge_url=args.bridge_url,
-                                     compose=args.compose))
+            return int(run_provision(settings, Path(args.out), env, bridge_url=args.bridge_url, compose=args.compose))
         if args.command == "resolve":
             from bridge.commands.resolve import run_resolve
 
-            return int(run_resolve(
-                settings, args.trace_id, args.span_id, scope=args.scope, top=args.top,
-                profile_type=args.profile_type or settings.profile_type, out=sys.stdout,
-                compare_window=args.window if args.compare else None,
-            ))
+            return int(
+                run_resolve(
+                    settings,
+                    args.trace_id,
+                    args.span_id,
+                    scope=args.scope,
+                    top=args.top,
+                    profile_type=args.profile_type or settings.profile_type,
+                    out=sys.stdout,
+                    compare_window=args.window if args.compare else None,
+                )
+            )
         if args.command == "doctor":
             from bridge.commands.doctor import run_doctor
 
-            return int(run_doctor(
-                settings, trace_id=args.trace_id, span_id=args.span_id, expect_function=args.expect_function,
-                profile_type=args.profile_type or settings.profile_type, out=sys.stdout,
-            ))
+            return int(
+                run_doctor(
+                    settings,
+                    trace_id=args.trace_id,
+                    span_id=args.span_id,
+                    expect_function=args.expect_function,
+                    profile_type=args.profile_type or settings.profile_type,
+                    out=sys.stdout,
+                )
+            )
         if args.command == "demo":
             return run_loop(demo(settings, args, env))
     except ConfigError as exc:
@@ -324,13 +388,16 @@ def _display_base(host: str, port: int) -> str:
 def _start_failure(settings: Settings, exc: BaseException) -> str:
     text = _one_line(exc)
     if isinstance(exc, OSError) and text.startswith("cannot listen for OTLP gRPC"):
-        return (f"{text}: --otlp-grpc-listen HOST:PORT (PROFILE_BRIDGE_OTLP_GRPC_LISTEN) moves the OTLP gRPC "
-                "receiver, PROFILE_BRIDGE_OTLP_GRPC_ENABLED=false turns it off")
+        return (
+            f"{text}: --otlp-grpc-listen HOST:PORT (PROFILE_BRIDGE_OTLP_GRPC_LISTEN) moves the OTLP gRPC "
+            "receiver, PROFILE_BRIDGE_OTLP_GRPC_ENABLED=false turns it off"
+        )
     return f"cannot start ({settings.mode} mode): {text}"
 
 
-def run_serve(settings: Settings, args: argparse.Namespace, env: Mapping[str, str],
-              overrides: Mapping[str, str]) -> int:
+def run_serve(
+    settings: Settings, args: argparse.Namespace, env: Mapping[str, str], overrides: Mapping[str, str]
+) -> int:
     """``serve``: one process, or a master and its workers (``bridge.workers``) sharing the port."""
     from bridge import workers
 
@@ -358,9 +425,16 @@ def run_serve(settings: Settings, args: argparse.Namespace, env: Mapping[str, st
     base = _display_base(host, port)
 
     def on_ready() -> None:
-        log.info("profile-bridge listening on http://%s (%s mode, %s): pages at %s/; %d worker processes (pid %d: "
-                 "SIGHUP restarts them, SIGTERM stops)", _host_port(host, port), settings.mode,
-                 _auth_words(settings), base, count, os.getpid())
+        log.info(
+            "profile-bridge listening on http://%s (%s mode, %s): pages at %s/; %d worker processes (pid %d: "
+            "SIGHUP restarts them, SIGTERM stops)",
+            _host_port(host, port),
+            settings.mode,
+            _auth_words(settings),
+            base,
+            count,
+            os.getpid(),
+        )
         _log_mode(settings, base)
         _warn_if_exposed(settings, port)
 
@@ -393,8 +467,10 @@ def run_loop(main: Coroutine[Any, Any, int]) -> int:
 
 def _listen_failure(host: str, port: int, exc: OSError) -> str:
     reason = os.strerror(exc.errno) if exc.errno else _one_line(exc)
-    return (f"profile-bridge: cannot listen on {_host_port(host, port)}: {reason}: "
-            "--listen HOST:PORT (PROFILE_BRIDGE_LISTEN) moves the bridge's HTTP port")
+    return (
+        f"profile-bridge: cannot listen on {_host_port(host, port)}: {reason}: "
+        "--listen HOST:PORT (PROFILE_BRIDGE_LISTEN) moves the bridge's HTTP port"
+    )
 
 
 async def _watch_master(pid: int, stop: asyncio.Event) -> None:
@@ -407,8 +483,13 @@ async def _watch_master(pid: int, stop: asyncio.Event) -> None:
         await asyncio.sleep(1.0)
 
 
-async def serve(settings: Settings, *, demo: bool = False, environ: Mapping[str, str] | None = None,
-                worker: WorkerContext | None = None) -> int:
+async def serve(
+    settings: Settings,
+    *,
+    demo: bool = False,
+    environ: Mapping[str, str] | None = None,
+    worker: WorkerContext | None = None,
+) -> int:
     """Run until SIGINT/SIGTERM. A listen failure is one line naming the setting that moves the port, exit code 1.
     With ``demo`` the demo shop runs beside it, sending to it, and is stopped (and flushed) before the bridge.
     ``worker``: one of ``serve --workers``'s processes, serving the socket its master made."""
@@ -465,8 +546,13 @@ async def serve(settings: Settings, *, demo: bool = False, environ: Mapping[str,
         return EXIT_FAILED
     port = int(runner.addresses[0][1]) if runner.addresses else settings.listen_port
     base = _display_base(settings.listen_host, port)
-    log.info("profile-bridge listening on http://%s (%s mode, %s): pages at %s/",
-             _host_port(settings.listen_host, port), settings.mode, _auth_words(settings), base)
+    log.info(
+        "profile-bridge listening on http://%s (%s mode, %s): pages at %s/",
+        _host_port(settings.listen_host, port),
+        settings.mode,
+        _auth_words(settings),
+        base,
+    )
     _log_mode(settings, base)
     _warn_if_exposed(settings, port)
     shop = None
@@ -509,15 +595,19 @@ def _warn_if_exposed(settings: Settings, port: int) -> None:
     """One WARNING per listener reachable from other hosts while no token is configured."""
     if settings.auth_tokens:
         return
-    exposed = [f"HTTP on {_host_port(settings.listen_host, port)}"] if _reachable_from_elsewhere(
-        settings.listen_host) else []
+    exposed = (
+        [f"HTTP on {_host_port(settings.listen_host, port)}"] if _reachable_from_elsewhere(settings.listen_host) else []
+    )
     grpc_host, grpc_port = settings.otlp_grpc_listen
     if settings.otlp_grpc_enabled and _reachable_from_elsewhere(grpc_host):
         exposed.append(f"OTLP gRPC on {_host_port(grpc_host, grpc_port)}")
     if exposed:
-        log.warning("%s: reachable from other hosts WITHOUT AUTHENTICATION — anyone who can reach it reads and "
-                    "writes every tenant's data. Set PROFILE_BRIDGE_AUTH_TOKENS_FILE (docs/security.md), or listen on "
-                    "127.0.0.1", " and ".join(exposed))
+        log.warning(
+            "%s: reachable from other hosts WITHOUT AUTHENTICATION — anyone who can reach it reads and "
+            "writes every tenant's data. Set PROFILE_BRIDGE_AUTH_TOKENS_FILE (docs/security.md), or listen on "
+            "127.0.0.1",
+            " and ".join(exposed),
+        )
 
 
 class _QuietIngest(logging.Filter):
@@ -533,12 +623,20 @@ class _QuietIngest(logging.Filter):
 
 def _log_mode(settings: Settings, base: str) -> None:
     if not settings.is_standalone:
-        log.info("proxy mode: Tempo %s (PROFILE_BRIDGE_TEMPO_URL), Pyroscope %s (PROFILE_BRIDGE_PYROSCOPE_URL)",
-                 settings.tempo_url, settings.pyroscope_url)
+        log.info(
+            "proxy mode: Tempo %s (PROFILE_BRIDGE_TEMPO_URL), Pyroscope %s (PROFILE_BRIDGE_PYROSCOPE_URL)",
+            settings.tempo_url,
+            settings.pyroscope_url,
+        )
         return
-    grpc = (f", OTLP gRPC on {_host_port(*settings.otlp_grpc_listen)}" if settings.otlp_grpc_enabled else "")
-    log.info("standalone mode: store in %s; send OTLP traces to %s/v1/traces%s, Pyroscope SDK profiles to %s",
-             settings.data_dir, base, grpc, base)
+    grpc = f", OTLP gRPC on {_host_port(*settings.otlp_grpc_listen)}" if settings.otlp_grpc_enabled else ""
+    log.info(
+        "standalone mode: store in %s; send OTLP traces to %s/v1/traces%s, Pyroscope SDK profiles to %s",
+        settings.data_dir,
+        base,
+        grpc,
+        base,
+    )
 
 
 async def _start_demo(settings: Settings, port: int, base: str, environ: Mapping[str, str]) -> DemoShop | None:
@@ -569,22 +667,35 @@ async def demo(settings: Settings, args: argparse.Namespace, environ: Mapping[st
     look = ""
     if args.traces_to is None and args.profiles_to is None:  # a bridge takes both: it must be there, and standalone
         try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5, connect=2)) as session, \
-                    session.get(f"{traces_to}/readyz") as resp:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5, connect=2)) as session,
+                session.get(f"{traces_to}/readyz") as resp,
+            ):
                 doc = await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            print(f"profile-bridge demo: no bridge answers at {traces_to} ({type(exc).__name__}): start "
-                  "`profile-bridge serve` first, or run `profile-bridge serve --demo`; --to URL names another bridge",
-                  file=sys.stderr)
+            print(
+                f"profile-bridge demo: no bridge answers at {traces_to} ({type(exc).__name__}): start "
+                "`profile-bridge serve` first, or run `profile-bridge serve --demo`; --to URL names another bridge",
+                file=sys.stderr,
+            )
             return EXIT_FAILED
         if isinstance(doc, dict) and doc.get("mode") == "proxy":
-            print(f"profile-bridge demo: the bridge at {traces_to} runs in proxy mode and stores nothing itself: "
-                  "send the demo to Tempo and Pyroscope with --traces-to and --profiles-to", file=sys.stderr)
+            print(
+                f"profile-bridge demo: the bridge at {traces_to} runs in proxy mode and stores nothing itself: "
+                "send the demo to Tempo and Pyroscope with --traces-to and --profiles-to",
+                file=sys.stderr,
+            )
             return EXIT_FAILED
         look = traces_to.replace("://127.0.0.1:", "://localhost:")
-    config = DemoConfig(traces_to=traces_to, profiles_to=profiles_to, host=args.host,
-                        frontend_port=args.frontend_port, backend_port=args.backend_port, load=args.load,
-                        load_interval=args.load_interval)
+    config = DemoConfig(
+        traces_to=traces_to,
+        profiles_to=profiles_to,
+        host=args.host,
+        frontend_port=args.frontend_port,
+        backend_port=args.backend_port,
+        load=args.load,
+        load_interval=args.load_interval,
+    )
     shop = DemoShop(config, environ, look_url=look)
     try:
         await shop.start()

@@ -81,15 +81,18 @@ class CompareParams:
     profile_type: str
 
 
-def parse_compare_params(match_info: Mapping[str, str], query: Mapping[str, str],
-                         default_profile_type: str) -> CompareParams:
+def parse_compare_params(
+    match_info: Mapping[str, str], query: Mapping[str, str], default_profile_type: str
+) -> CompareParams:
     """Pure: the path ids and the parameters, validated; ``InvalidArgument`` naming the bad one."""
     raw_trace, raw_span = match_info["trace_id"], match_info["span_id"]
     trace_id, span_id = ids.span_of_trace(raw_trace, raw_span)
     baseline = query.get("baseline", "") or "endpoint"
     if baseline not in BASELINES:
-        raise InvalidArgument(f"baseline {baseline[:40]!r} is not one of: {', '.join(BASELINES)} (the same "
-                              "service's requests of the same name)")
+        raise InvalidArgument(
+            f"baseline {baseline[:40]!r} is not one of: {', '.join(BASELINES)} (the same "
+            "service's requests of the same name)"
+        )
     text = query.get("window", "") or "1h"
     try:
         window_s = parse_seconds(text)
@@ -169,9 +172,12 @@ def function_diffs(here: flamegraph.Node, baseline: flamegraph.Node, requests: i
     theirs = function_totals(baseline)
     n = max(1, requests)
     out = [
-        FunctionDiff(name, *mine.get(name, (0, 0)),
-                     theirs.get(name, (0, 0))[0] / n if requests else 0.0,
-                     theirs.get(name, (0, 0))[1] / n if requests else 0.0)
+        FunctionDiff(
+            name,
+            *mine.get(name, (0, 0)),
+            theirs.get(name, (0, 0))[0] / n if requests else 0.0,
+            theirs.get(name, (0, 0))[1] / n if requests else 0.0,
+        )
         for name in mine.keys() | theirs.keys()
     ]
     return sorted(out, key=lambda f: f.order)
@@ -188,11 +194,19 @@ def window_around(span: Span, window_s: float, now_ms: int) -> tuple[int, int]:
     return max(0, start), end
 
 
-async def compare(resolver: Resolver, params: CompareParams, settings: Settings, ctx: CallContext,
-                  now_ms: int) -> Comparison:
+async def compare(
+    resolver: Resolver, params: CompareParams, settings: Settings, ctx: CallContext, now_ms: int
+) -> Comparison:
     """The span's answer against its endpoint's usual requests. ``NotFound`` when the span is unknown."""
-    ans = await answer(resolver, params.trace_id, params.span_id, scope="span", profile_type=params.profile_type,
-                       settings=settings, ctx=ctx)
+    ans = await answer(
+        resolver,
+        params.trace_id,
+        params.span_id,
+        scope="span",
+        profile_type=params.profile_type,
+        settings=settings,
+        ctx=ctx,
+    )
     endpoint = ans.trace.local_root(ans.span.span_id) or ans.span
     window = window_around(ans.span, params.window_s, now_ms)
     baseline = await find_baseline(resolver, endpoint, window, params.profile_type, settings, ctx)
@@ -200,33 +214,50 @@ async def compare(resolver: Resolver, params: CompareParams, settings: Settings,
     here.children = ans.tree.children
     notes: list[str] = []
     if ans.mode not in REQUEST_MODES:
-        notes.append(f"this span's own answer is {ans.mode.value}, not this request's cost ({ans.measure.text}): "
-                     "compared anyway")
+        notes.append(
+            f"this span's own answer is {ans.mode.value}, not this request's cost ({ans.measure.text}): compared anyway"
+        )
     if endpoint.span_id != ans.span.span_id:
-        notes.append(f"{ans.span.name} is part of the request {endpoint.name} (its local root, whose samples "
-                     "hold its CPU): compared with other such requests")
+        notes.append(
+            f"{ans.span.name} is part of the request {endpoint.name} (its local root, whose samples "
+            "hold its CPU): compared with other such requests"
+        )
     if not baseline.requests:
-        notes.append(f"no other {endpoint.name} requests of {endpoint.service} in the window: nothing to compare "
-                     "with")
+        notes.append(f"no other {endpoint.name} requests of {endpoint.service} in the window: nothing to compare with")
     if baseline.capped:
-        notes.append(f"the {baseline.requests} requests nearest to the span were asked about, not every one in "
-                     "the window")
+        notes.append(
+            f"the {baseline.requests} requests nearest to the span were asked about, not every one in the window"
+        )
     if baseline.not_local_roots:
-        notes.append(f"{baseline.not_local_roots} spans of the same name are not local roots (not requests of "
-                     "their own): left out")
+        notes.append(
+            f"{baseline.not_local_roots} spans of the same name are not local roots (not requests of "
+            "their own): left out"
+        )
     if baseline.not_found:
         notes.append(f"{baseline.not_found} requests' traces could not be read: left out")
-    return Comparison(ans, endpoint, baseline, here, per_request(baseline.tree, baseline.requests),
-                      tuple(function_diffs(here, baseline.tree, baseline.requests)), tuple(notes))
+    return Comparison(
+        ans,
+        endpoint,
+        baseline,
+        here,
+        per_request(baseline.tree, baseline.requests),
+        tuple(function_diffs(here, baseline.tree, baseline.requests)),
+        tuple(notes),
+    )
 
 
-async def find_baseline(resolver: Resolver, endpoint: Span, window: tuple[int, int], profile_type: str,
-                        settings: Settings, ctx: CallContext) -> Baseline:
+async def find_baseline(
+    resolver: Resolver, endpoint: Span, window: tuple[int, int], profile_type: str, settings: Settings, ctx: CallContext
+) -> Baseline:
     """The endpoint's other requests in the window (one search; each checked to be a local root against its trace)
     and their linked samples, added up."""
     hits = await resolver.traces.search(
-        endpoint_query(endpoint.service, endpoint.name), window[0] // 1000, math.ceil(window[1] / 1000),
-        MAX_BASELINE, ctx, spss=SEARCH_SPSS,
+        endpoint_query(endpoint.service, endpoint.name),
+        window[0] // 1000,
+        math.ceil(window[1] / 1000),
+        MAX_BASELINE,
+        ctx,
+        spss=SEARCH_SPSS,
     )
     lo, hi = window[0] * 1_000_000, window[1] * 1_000_000
     seen: dict[str, tuple[str, int]] = {}
@@ -240,8 +271,9 @@ async def find_baseline(resolver: Resolver, endpoint: Span, window: tuple[int, i
     async def one(span_id: str, trace_id: str) -> tuple[Span | None, bool]:
         async with limit:
             try:
-                found = await resolver.lookup_span(span_id, ctx, trace_id=trace_id, start_ms=window[0],
-                                                   end_ms=window[1])
+                found = await resolver.lookup_span(
+                    span_id, ctx, trace_id=trace_id, start_ms=window[0], end_ms=window[1]
+                )
             except BridgeError:
                 found = None
         if found is None:
@@ -251,24 +283,42 @@ async def find_baseline(resolver: Resolver, endpoint: Span, window: tuple[int, i
 
     looked = await asyncio.gather(*(one(sid, tid) for sid, (tid, _) in asked))
     spans = tuple(span for span, ok in looked if span is not None and ok)
-    tree = await linked_samples(resolver, [s.span_id for s in spans], endpoint.service, window, profile_type,
-                                settings, ctx)
+    tree = await linked_samples(
+        resolver, [s.span_id for s in spans], endpoint.service, window, profile_type, settings, ctx
+    )
     capped = len(nearest) > len(asked) or len({hit.trace_id for hit in hits}) >= MAX_BASELINE
-    return Baseline(endpoint.service, endpoint.name, window, spans, tree, capped,
-                    sum(1 for span, ok in looked if span is not None and not ok),
-                    sum(1 for span, _ in looked if span is None))
+    return Baseline(
+        endpoint.service,
+        endpoint.name,
+        window,
+        spans,
+        tree,
+        capped,
+        sum(1 for span, ok in looked if span is not None and not ok),
+        sum(1 for span, _ in looked if span is None),
+    )
 
 
-async def linked_samples(resolver: Resolver, span_ids: Sequence[str], service: str, window: tuple[int, int],
-                         profile_type: str, settings: Settings, ctx: CallContext) -> flamegraph.Node:
+async def linked_samples(
+    resolver: Resolver,
+    span_ids: Sequence[str],
+    service: str,
+    window: tuple[int, int],
+    profile_type: str,
+    settings: Settings,
+    ctx: CallContext,
+) -> flamegraph.Node:
     """The samples linked to any of ``span_ids`` (a few ids per query), merged into one tree."""
     root = flamegraph.Node(flamegraph.ROOT_NAME)
-    chunks = [list(span_ids[i:i + IDS_PER_QUERY]) for i in range(0, len(span_ids), IDS_PER_QUERY)]
+    chunks = [list(span_ids[i : i + IDS_PER_QUERY]) for i in range(0, len(span_ids), IDS_PER_QUERY)]
 
     async def one(chunk: list[str]) -> flamegraph.Node:
         req = qpb.SelectMergeSpanProfileRequest(
-            profile_typeID=profile_type, label_selector=service_selector(service, settings), span_selector=chunk,
-            start=max(0, window[0] - PROFILE_MARGIN_MS), end=window[1] + PROFILE_MARGIN_MS,
+            profile_typeID=profile_type,
+            label_selector=service_selector(service, settings),
+            span_selector=chunk,
+            start=max(0, window[0] - PROFILE_MARGIN_MS),
+            end=window[1] + PROFILE_MARGIN_MS,
             format=qpb.PROFILE_FORMAT_FLAMEGRAPH,
         )
         resp = await resolver.profiles.select_merge_span_profile(req, ctx)
@@ -331,8 +381,7 @@ def compare_json(cmp: Comparison) -> dict[str, Any]:
         "here": {
             "mode": ans.mode.value,
             "reason": ans.resolution.reason,
-            "measure": {"attribution": ans.measure.attribution.value, "own": ans.measure.own,
-                        "text": ans.measure.text},
+            "measure": {"attribution": ans.measure.attribution.value, "own": ans.measure.own, "text": ans.measure.text},
             "isRequestCost": cmp.own_is_request,
             "requests": 1,
             "total": cmp.here.total,
@@ -362,6 +411,7 @@ def compare_collapsed(cmp: Comparison) -> str:
 
 # --------------------------------------------------------------------------------------------- the page
 
+
 def diff_frames(cmp: Comparison, unit: str) -> tuple[list[Frame], int, int]:
     """The diff flame graph's bars (width: usual + here per request), its height and the frames folded."""
     rects, folded = layout_diff(combine(cmp.usual, cmp.here), SVG_WIDTH)
@@ -371,14 +421,26 @@ def diff_frames(cmp: Comparison, unit: str) -> tuple[list[Frame], int, int]:
         usual, here = n.left_total, n.right_total
         change = here - usual
         sign = "+" if change > 0 else "−" if change < 0 else "±"
-        title = (f"{n.name}\nhere {format_value(here, unit)} · usual {format_value(usual, unit)} per request · "
-                 f"{sign}{format_value(abs(change), unit)}")
+        title = (
+            f"{n.name}\nhere {format_value(here, unit)} · usual {format_value(usual, unit)} per request · "
+            f"{sign}{format_value(abs(change), unit)}"
+        )
         if r.folded:
             title = f"{r.folded} frames too narrow to draw\n" + title.split("\n", 1)[1]
-        frames.append(Frame(x=round(r.x, 2), y=r.depth * ROW_HEIGHT, width=round(r.width, 2), depth=r.depth,
-                            name=n.name, label=fit_label(n.name, r.width), title=title,
-                            fill=diff_colour(usual, here) if r.depth else "rgb(190,190,200)", match=False,
-                            folded=r.folded > 0))
+        frames.append(
+            Frame(
+                x=round(r.x, 2),
+                y=r.depth * ROW_HEIGHT,
+                width=round(r.width, 2),
+                depth=r.depth,
+                name=n.name,
+                label=fit_label(n.name, r.width),
+                title=title,
+                fill=diff_colour(usual, here) if r.depth else "rgb(190,190,200)",
+                match=False,
+                folded=r.folded > 0,
+            )
+        )
     depth = 1 + max((r.depth for r in rects), default=0)
     return frames, depth * ROW_HEIGHT + 2, folded
 
@@ -394,11 +456,21 @@ def compare_context(cmp: Comparison, settings: Settings, window_text: str) -> di
     extra = "" if profile_type == settings.profile_type else f"&profile_type={profile_type}"
     start, end = b.window_ms
     table = [
-        (f, format_value(f.here_self, unit), format_value(round(f.usual_self), unit),
-         ("+" if f.diff_self > 0 else "−" if f.diff_self < 0 else "") + format_value(round(abs(f.diff_self)), unit),
-         format_value(f.here_total, unit), format_value(round(f.usual_total), unit),
-         function_href(b.service, f.name, start_ms=start, end_ms=end,
-                       profile_type="" if profile_type == settings.profile_type else profile_type))
+        (
+            f,
+            format_value(f.here_self, unit),
+            format_value(round(f.usual_self), unit),
+            ("+" if f.diff_self > 0 else "−" if f.diff_self < 0 else "") + format_value(round(abs(f.diff_self)), unit),
+            format_value(f.here_total, unit),
+            format_value(round(f.usual_total), unit),
+            function_href(
+                b.service,
+                f.name,
+                start_ms=start,
+                end_ms=end,
+                profile_type="" if profile_type == settings.profile_type else profile_type,
+            ),
+        )
         for f in cmp.functions[:30]
     ]
     return {
@@ -423,6 +495,10 @@ def compare_context(cmp: Comparison, settings: Settings, window_text: str) -> di
         "range": {"from": start, "to": end},
         "profile_type": profile_type,
         "default_profile_type": settings.profile_type,
-        "offer": {"service": b.service, "from": start, "to": end,
-                  "profile_type": "" if profile_type == settings.profile_type else profile_type},
+        "offer": {
+            "service": b.service,
+            "from": start,
+            "to": end,
+            "profile_type": "" if profile_type == settings.profile_type else profile_type,
+        },
     }

@@ -88,8 +88,15 @@ def parse_seconds(value: str) -> float:
 def parse_bytes(value: str) -> int:
     """``33554432``, ``32MiB``, ``1GiB``, ``512KiB``, ``10MB`` → bytes. Must be positive."""
     text = value.strip()
-    units = (("KiB", 1024), ("MiB", 1024**2), ("GiB", 1024**3), ("KB", 1000), ("MB", 1000**2), ("GB", 1000**3),
-             ("B", 1))
+    units = (
+        ("KiB", 1024),
+        ("MiB", 1024**2),
+        ("GiB", 1024**3),
+        ("KB", 1000),
+        ("MB", 1000**2),
+        ("GB", 1000**3),
+        ("B", 1),
+    )
     factor = 1
     for suffix, mult in units:
         if text.endswith(suffix):
@@ -231,17 +238,20 @@ def parse_token_entries(text: str, unit: str = "entry") -> tuple[TokenEntry, ...
         where = f"{unit} {n}"
         fields = line.split()
         if len(fields) != 3:
-            raise ValueError(f"{where} has {len(fields)} fields: write TOKEN TENANT PERMISSIONS, e.g. "
-                             "'<token> team-a read,ingest'")
+            raise ValueError(
+                f"{where} has {len(fields)} fields: write TOKEN TENANT PERMISSIONS, e.g. '<token> team-a read,ingest'"
+            )
         token, tenant, perms = fields
         if token.startswith("sha256:"):
-            hexdigest = token[len("sha256:"):]
+            hexdigest = token[len("sha256:") :]
             if len(hexdigest) != 64 or any(c not in "0123456789abcdefABCDEF" for c in hexdigest):
                 raise ValueError(f"{where}: a sha256: token must be followed by 64 hex characters")
             digest = bytes.fromhex(hexdigest)
         elif len(token) < MIN_TOKEN_CHARS:
-            raise ValueError(f"{where}: the token is shorter than {MIN_TOKEN_CHARS} characters (make one with "
-                             "`python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`)")
+            raise ValueError(
+                f"{where}: the token is shorter than {MIN_TOKEN_CHARS} characters (make one with "
+                "`python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
+            )
         else:
             digest = token_digest(token)
         permissions = frozenset(p.strip() for p in perms.split(",") if p.strip())
@@ -442,94 +452,241 @@ class FieldSpec:
                 values[attr] = part
 
 
-def _f(name: str, attrs: str, parse: Callable[[str], Any], default: str, help: str, flag: str = "",
-       secret: bool = False) -> FieldSpec:
+def _f(
+    name: str, attrs: str, parse: Callable[[str], Any], default: str, help: str, flag: str = "", secret: bool = False
+) -> FieldSpec:
     return FieldSpec(PREFIX + name, tuple(attrs.split(",")), parse, default, help, flag, secret)
 
 
 FIELDS: Final[tuple[FieldSpec, ...]] = (
-    _f("LISTEN", "listen_host,listen_port", parse_host_port, "127.0.0.1:4041",
-       "HOST:PORT the HTTP server listens on (Grafana, SDK ingest, pages, API, metrics); 0.0.0.0:4041 for every "
-       "interface", "--listen"),
-    _f("WORKERS", "workers", parse_workers, "auto",
-       "worker processes sharing the HTTP port: a number, or auto (one per processor); proxy mode only, "
-       "standalone runs one (docs/operations.md)", "--workers"),
-    _f("MODE", "mode", parse_choice("proxy", "standalone"), "(auto)",
-       "proxy (use Tempo and Pyroscope) or standalone (embedded store); auto: proxy when a backend URL is set",
-       ""),
-    _f("PYROSCOPE_URL", "pyroscope_url", parse_url, "http://localhost:4040",
-       "Pyroscope base URL (proxy mode)", "--pyroscope-url"),
+    _f(
+        "LISTEN",
+        "listen_host,listen_port",
+        parse_host_port,
+        "127.0.0.1:4041",
+        "HOST:PORT the HTTP server listens on (Grafana, SDK ingest, pages, API, metrics); 0.0.0.0:4041 for every "
+        "interface",
+        "--listen",
+    ),
+    _f(
+        "WORKERS",
+        "workers",
+        parse_workers,
+        "auto",
+        "worker processes sharing the HTTP port: a number, or auto (one per processor); proxy mode only, "
+        "standalone runs one (docs/operations.md)",
+        "--workers",
+    ),
+    _f(
+        "MODE",
+        "mode",
+        parse_choice("proxy", "standalone"),
+        "(auto)",
+        "proxy (use Tempo and Pyroscope) or standalone (embedded store); auto: proxy when a backend URL is set",
+        "",
+    ),
+    _f(
+        "PYROSCOPE_URL",
+        "pyroscope_url",
+        parse_url,
+        "http://localhost:4040",
+        "Pyroscope base URL (proxy mode)",
+        "--pyroscope-url",
+    ),
     _f("TEMPO_URL", "tempo_url", parse_url, "http://localhost:3200", "Tempo base URL (proxy mode)", "--tempo-url"),
     _f("CONNECT_TIMEOUT", "connect_timeout", parse_seconds, "2s", "TCP connect timeout for upstream calls"),
-    _f("UPSTREAM_TIMEOUT", "upstream_timeout", parse_seconds, "10s",
-       "longest wait for one upstream answer (capped by the request's own budget)"),
-    _f("MAX_REQUEST_TIMEOUT", "max_request_timeout", parse_seconds, "30s",
-       "cap on a request's whole budget, also when Connect-Timeout-Ms asks for more"),
-    _f("CAPTURE_WINDOW", "capture_window", parse_seconds, "15s",
-       "profile capture window: time-window lookups start this much before the span"),
+    _f(
+        "UPSTREAM_TIMEOUT",
+        "upstream_timeout",
+        parse_seconds,
+        "10s",
+        "longest wait for one upstream answer (capped by the request's own budget)",
+    ),
+    _f(
+        "MAX_REQUEST_TIMEOUT",
+        "max_request_timeout",
+        parse_seconds,
+        "30s",
+        "cap on a request's whole budget, also when Connect-Timeout-Ms asks for more",
+    ),
+    _f(
+        "CAPTURE_WINDOW",
+        "capture_window",
+        parse_seconds,
+        "15s",
+        "profile capture window: time-window lookups start this much before the span",
+    ),
     _f("CLOCK_SKEW", "clock_skew", parse_seconds, "2s", "extra widening of time windows for clock skew"),
-    _f("LABEL_MAP", "label_map", parse_label_map, "service.name=service_name",
-       "span resource attributes → profile labels for time-window lookups, e.g. "
-       "service.name=service_name,k8s.pod.name=pod"),
-    _f("PROFILE_TYPE", "profile_type", parse_nonempty, DEFAULT_PROFILE_TYPE,
-       "profile type the API, pages and doctor use when none is given"),
-    _f("LOOKUP_CACHE_SIZE", "lookup_cache_size", parse_positive_int, "10000",
-       "span lookups (Tempo search results) kept per bridge"),
+    _f(
+        "LABEL_MAP",
+        "label_map",
+        parse_label_map,
+        "service.name=service_name",
+        "span resource attributes → profile labels for time-window lookups, e.g. "
+        "service.name=service_name,k8s.pod.name=pod",
+    ),
+    _f(
+        "PROFILE_TYPE",
+        "profile_type",
+        parse_nonempty,
+        DEFAULT_PROFILE_TYPE,
+        "profile type the API, pages and doctor use when none is given",
+    ),
+    _f(
+        "LOOKUP_CACHE_SIZE",
+        "lookup_cache_size",
+        parse_positive_int,
+        "10000",
+        "span lookups (Tempo search results) kept per bridge",
+    ),
     _f("LOOKUP_CACHE_TTL", "lookup_cache_ttl", parse_seconds, "5m", "how long a span lookup is kept"),
-    _f("SPAN_CACHE_SIZE", "span_cache_size", parse_positive_int, "200000",
-       "spans remembered from enriched traces (entries)"),
-    _f("SPAN_CACHE_BYTES", "span_cache_bytes", parse_bytes, "64MiB",
-       "memory bound of the span cache (estimated)"),
+    _f(
+        "SPAN_CACHE_SIZE",
+        "span_cache_size",
+        parse_positive_int,
+        "200000",
+        "spans remembered from enriched traces (entries)",
+    ),
+    _f("SPAN_CACHE_BYTES", "span_cache_bytes", parse_bytes, "64MiB", "memory bound of the span cache (estimated)"),
     _f("SPAN_CACHE_TTL", "span_cache_ttl", parse_seconds, "1h", "how long a remembered span is kept"),
-    _f("SERVICES_CACHE_TTL", "services_cache_ttl", parse_seconds, "60s",
-       "how long Pyroscope's list of profiled services is cached (enrich=profiled-services)"),
-    _f("MAX_BODY_BYTES", "max_body_bytes", parse_bytes, "32MiB",
-       "largest request body the bridge decodes, also after gzip decompression; a request inflates at most 4 "
-       "times this across its body and every gzipped payload in it"),
-    _f("MAX_UPSTREAM_ANSWER_BYTES", "max_upstream_answer_bytes", parse_bytes, "64MiB",
-       "largest Tempo or Pyroscope answer the bridge reads whole (trace by ID, the resolver's queries), also after "
-       "gzip; pass-through answers stream and are not limited"),
-    _f("ENRICH", "enrich", parse_choice("all", "profiled-services", "off"), "all",
-       "which spans of trace-by-ID answers get pyroscope.profile.id: all, profiled-services or off"),
-    _f("DATA_DIR", "data_dir", parse_nonempty, "./profile-bridge-data",
-       "standalone store directory (SQLite, WAL)", "--data-dir"),
-    _f("RETENTION_AGE", "retention_age", parse_seconds, "7d",
-       "standalone store: keep data this long; older data is dropped, and refused at ingest"),
-    _f("RETENTION_BYTES", "retention_bytes", parse_bytes, "10GiB",
-       "standalone store: size cap; above it the oldest data is dropped before its age"),
-    _f("OTLP_GRPC_LISTEN", "otlp_grpc_listen", parse_host_port, "127.0.0.1:4317",
-       "HOST:PORT of the OTLP gRPC receiver (traces in standalone mode, profiles for the link gateway)",
-       "--otlp-grpc-listen"),
+    _f(
+        "SERVICES_CACHE_TTL",
+        "services_cache_ttl",
+        parse_seconds,
+        "60s",
+        "how long Pyroscope's list of profiled services is cached (enrich=profiled-services)",
+    ),
+    _f(
+        "MAX_BODY_BYTES",
+        "max_body_bytes",
+        parse_bytes,
+        "32MiB",
+        "largest request body the bridge decodes, also after gzip decompression; a request inflates at most 4 "
+        "times this across its body and every gzipped payload in it",
+    ),
+    _f(
+        "MAX_UPSTREAM_ANSWER_BYTES",
+        "max_upstream_answer_bytes",
+        parse_bytes,
+        "64MiB",
+        "largest Tempo or Pyroscope answer the bridge reads whole (trace by ID, the resolver's queries), also after "
+        "gzip; pass-through answers stream and are not limited",
+    ),
+    _f(
+        "ENRICH",
+        "enrich",
+        parse_choice("all", "profiled-services", "off"),
+        "all",
+        "which spans of trace-by-ID answers get pyroscope.profile.id: all, profiled-services or off",
+    ),
+    _f(
+        "DATA_DIR",
+        "data_dir",
+        parse_nonempty,
+        "./profile-bridge-data",
+        "standalone store directory (SQLite, WAL)",
+        "--data-dir",
+    ),
+    _f(
+        "RETENTION_AGE",
+        "retention_age",
+        parse_seconds,
+        "7d",
+        "standalone store: keep data this long; older data is dropped, and refused at ingest",
+    ),
+    _f(
+        "RETENTION_BYTES",
+        "retention_bytes",
+        parse_bytes,
+        "10GiB",
+        "standalone store: size cap; above it the oldest data is dropped before its age",
+    ),
+    _f(
+        "OTLP_GRPC_LISTEN",
+        "otlp_grpc_listen",
+        parse_host_port,
+        "127.0.0.1:4317",
+        "HOST:PORT of the OTLP gRPC receiver (traces in standalone mode, profiles for the link gateway)",
+        "--otlp-grpc-listen",
+    ),
     _f("OTLP_GRPC_ENABLED", "otlp_grpc_enabled", parse_bool, "true", "run the OTLP gRPC receiver"),
-    _f("LINK_KEYS", "link_keys", parse_link_keys,
-       "otel.profile.trace_id/otel.profile.span_id,trace_id/span_id,/profile_id",
-       "sample attribute keys (trace/span, in order) the link gateway turns into OTLP Links"),
-    _f("PROFILES_FORWARD", "profiles_forward", parse_choice("http", "grpc"), "http",
-       "how linked OTLP profiles are forwarded to Pyroscope: http (POST /v1development/profiles) or grpc"),
-    _f("PYROSCOPE_GRPC_TARGET", "pyroscope_grpc_target", parse_str, "(host:port of the Pyroscope URL)",
-       "gRPC target for forwarding OTLP profiles when PROFILES_FORWARD=grpc"),
-    _f("PPROF_TARGETS", "pprof_targets", parse_url_list, "",
-       "comma-separated /debug/pprof/profile?seconds=N URLs to scrape, link and forward"),
+    _f(
+        "LINK_KEYS",
+        "link_keys",
+        parse_link_keys,
+        "otel.profile.trace_id/otel.profile.span_id,trace_id/span_id,/profile_id",
+        "sample attribute keys (trace/span, in order) the link gateway turns into OTLP Links",
+    ),
+    _f(
+        "PROFILES_FORWARD",
+        "profiles_forward",
+        parse_choice("http", "grpc"),
+        "http",
+        "how linked OTLP profiles are forwarded to Pyroscope: http (POST /v1development/profiles) or grpc",
+    ),
+    _f(
+        "PYROSCOPE_GRPC_TARGET",
+        "pyroscope_grpc_target",
+        parse_str,
+        "(host:port of the Pyroscope URL)",
+        "gRPC target for forwarding OTLP profiles when PROFILES_FORWARD=grpc",
+    ),
+    _f(
+        "PPROF_TARGETS",
+        "pprof_targets",
+        parse_url_list,
+        "",
+        "comma-separated /debug/pprof/profile?seconds=N URLs to scrape, link and forward",
+    ),
     _f("PPROF_INTERVAL", "pprof_interval", parse_seconds, "15s", "how often each pprof target is scraped"),
-    _f("GRAFANA_URL", "grafana_url", parse_optional_url, "",
-       "Grafana base URL; when set, span pages link to Explore"),
-    _f("GRAFANA_PROFILES_UID", "grafana_profiles_uid", parse_nonempty, "profile-bridge-pyroscope",
-       "uid of the Profiles data source, for Explore links"),
-    _f("GRAFANA_TEMPO_UID", "grafana_tempo_uid", parse_nonempty, "profile-bridge-tempo",
-       "uid of the Tempo data source, for Explore links"),
-    _f("AUTH_TOKENS_FILE", "auth_file_tokens", parse_token_file, "",
-       "file of accepted tokens, one 'TOKEN TENANT PERMISSIONS' per line (docs/security.md); set, every route but "
-       "/healthz and /readyz needs a token, on HTTP and gRPC"),
-    _f("AUTH_TOKENS", "auth_env_tokens", parse_env_tokens, "",
-       "the same entries in the environment, separated by ';'", secret=True),
-    _f("AUTH_METRICS", "auth_metrics", parse_choice("open", "read"), "open",
-       "with tokens set: /metrics open (its labels carry no tenant's data) or needing a read token"),
-    _f("TOKEN", "client_token", parse_str, "",
-       "the token `resolve` and `doctor` send to a standalone bridge that requires one (X-Profile-Bridge-Token)",
-       secret=True),
+    _f("GRAFANA_URL", "grafana_url", parse_optional_url, "", "Grafana base URL; when set, span pages link to Explore"),
+    _f(
+        "GRAFANA_PROFILES_UID",
+        "grafana_profiles_uid",
+        parse_nonempty,
+        "profile-bridge-pyroscope",
+        "uid of the Profiles data source, for Explore links",
+    ),
+    _f(
+        "GRAFANA_TEMPO_UID",
+        "grafana_tempo_uid",
+        parse_nonempty,
+        "profile-bridge-tempo",
+        "uid of the Tempo data source, for Explore links",
+    ),
+    _f(
+        "AUTH_TOKENS_FILE",
+        "auth_file_tokens",
+        parse_token_file,
+        "",
+        "file of accepted tokens, one 'TOKEN TENANT PERMISSIONS' per line (docs/security.md); set, every route but "
+        "/healthz and /readyz needs a token, on HTTP and gRPC",
+    ),
+    _f(
+        "AUTH_TOKENS",
+        "auth_env_tokens",
+        parse_env_tokens,
+        "",
+        "the same entries in the environment, separated by ';'",
+        secret=True,
+    ),
+    _f(
+        "AUTH_METRICS",
+        "auth_metrics",
+        parse_choice("open", "read"),
+        "open",
+        "with tokens set: /metrics open (its labels carry no tenant's data) or needing a read token",
+    ),
+    _f(
+        "TOKEN",
+        "client_token",
+        parse_str,
+        "",
+        "the token `resolve` and `doctor` send to a standalone bridge that requires one (X-Profile-Bridge-Token)",
+        secret=True,
+    ),
     _f("LOG_LEVEL", "log_level", parse_choice("debug", "info", "warning", "error"), "info", "log level"),
-    _f("LOG_FORMAT", "log_format", parse_choice("text", "json"), "text",
-       "text or json (one JSON object per line)"),
+    _f("LOG_FORMAT", "log_format", parse_choice("text", "json"), "text", "text or json (one JSON object per line)"),
 )
 
 FIELDS_BY_KEY: Final[dict[str, FieldSpec]] = {spec.key: spec for spec in FIELDS}

@@ -41,9 +41,7 @@ def codec_for(content_type: str | None) -> Codec:
         return Codec.PROTO
     if base == JSON:
         return Codec.JSON
-    raise InvalidArgument(
-        f"unsupported Content-Type {content_type!r}: send application/proto or application/json"
-    )
+    raise InvalidArgument(f"unsupported Content-Type {content_type!r}: send application/proto or application/json")
 
 
 def decompress(body: bytes, content_encoding: str | None, max_bytes: int, budget: Budget | None = None) -> bytes:
@@ -86,7 +84,11 @@ def decode_message(data: bytes, codec: Codec, cls: type[M]) -> M:
 
 
 def decode_request(
-    body: bytes, content_type: str | None, content_encoding: str | None, cls: type[M], max_bytes: int,
+    body: bytes,
+    content_type: str | None,
+    content_encoding: str | None,
+    cls: type[M],
+    max_bytes: int,
     budget: Budget | None = None,
 ) -> tuple[M, Codec]:
     codec = codec_for(content_type)
@@ -150,9 +152,7 @@ class Deadline:
     clock: Callable[[], float] = time.monotonic
 
     @classmethod
-    def start(
-        cls, requested: float | None, cap: float, clock: Callable[[], float] = time.monotonic
-    ) -> Deadline:
+    def start(cls, requested: float | None, cap: float, clock: Callable[[], float] = time.monotonic) -> Deadline:
         budget = cap if requested is None else min(requested, cap)
         return cls(clock() + budget, clock)
 

@@ -44,9 +44,15 @@ class Episode:
 class DiskFull:
     """The store's disk-full state. One per standalone app."""
 
-    def __init__(self, data_dir: str, metrics: Metrics | None = None, *,
-                 wall_clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
-                 free_bytes: Callable[[str], int] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: str,
+        metrics: Metrics | None = None,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        free_bytes: Callable[[str], int] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.metrics = metrics
         self.wall_clock = wall_clock
@@ -63,10 +69,15 @@ class DiskFull:
             self.episode.refused += 1
             return
         self.episode = Episode(self.wall_clock(), self.monotonic(), 1, exc.message)
-        log.error("store: the disk under %s is full: ingest is refused (HTTP 503 with Retry-After: %d, gRPC "
-                  "UNAVAILABLE; SDKs and exporters retry) until space is freed — by retention "
-                  "(PROFILE_BRIDGE_RETENTION_BYTES, PROFILE_BRIDGE_RETENTION_AGE) or by you; /readyz says not ready "
-                  "meanwhile (%s)", self.data_dir, exc.RETRY_AFTER_S, exc.message)
+        log.error(
+            "store: the disk under %s is full: ingest is refused (HTTP 503 with Retry-After: %d, gRPC "
+            "UNAVAILABLE; SDKs and exporters retry) until space is freed — by retention "
+            "(PROFILE_BRIDGE_RETENTION_BYTES, PROFILE_BRIDGE_RETENTION_AGE) or by you; /readyz says not ready "
+            "meanwhile (%s)",
+            self.data_dir,
+            exc.RETRY_AFTER_S,
+            exc.message,
+        )
 
     def wrote(self) -> None:
         if self.episode is not None:
@@ -82,13 +93,19 @@ class DiskFull:
             self._end("the file system has room again")
             return None
         since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(episode.since))
-        return (f"the disk under {self.data_dir} is full since {since}: {episode.refused} writes refused; free "
-                "space (or lower PROFILE_BRIDGE_RETENTION_BYTES) and it recovers on its own")
+        return (
+            f"the disk under {self.data_dir} is full since {since}: {episode.refused} writes refused; free "
+            "space (or lower PROFILE_BRIDGE_RETENTION_BYTES) and it recovers on its own"
+        )
 
     def _end(self, why: str) -> None:
         assert self.episode is not None
-        log.info("store: writes are accepted again (%s) after %d refused while the disk under %s was full", why,
-                 self.episode.refused, self.data_dir)
+        log.info(
+            "store: writes are accepted again (%s) after %d refused while the disk under %s was full",
+            why,
+            self.episode.refused,
+            self.data_dir,
+        )
         self.episode = None
         if self.metrics is not None:
             self.metrics.store_disk_full.set(0)
@@ -108,11 +125,13 @@ class StoreSink(Protocol):
 
     async def ingest_spans(self, batch: SpanBatch, tenant: str | None) -> int: ...
 
-    async def ingest_otlp_profiles(self, req: otlp_profiles_svc.ExportProfilesServiceRequest,
-                                   tenant: str | None) -> otlp_profiles_svc.ExportProfilesServiceResponse: ...
+    async def ingest_otlp_profiles(
+        self, req: otlp_profiles_svc.ExportProfilesServiceRequest, tenant: str | None
+    ) -> otlp_profiles_svc.ExportProfilesServiceResponse: ...
 
-    async def ingest_otlp_traces(self, req: otlp_trace_svc.ExportTraceServiceRequest,
-                                 tenant: str | None) -> tuple[int, str]: ...
+    async def ingest_otlp_traces(
+        self, req: otlp_trace_svc.ExportTraceServiceRequest, tenant: str | None
+    ) -> tuple[int, str]: ...
 
 
 class WatchedSink:
@@ -139,10 +158,12 @@ class WatchedSink:
     async def ingest_spans(self, batch: SpanBatch, tenant: str | None) -> int:
         return await self._watched(self.store.ingest_spans(batch, tenant))
 
-    async def ingest_otlp_profiles(self, req: otlp_profiles_svc.ExportProfilesServiceRequest,
-                                   tenant: str | None) -> otlp_profiles_svc.ExportProfilesServiceResponse:
+    async def ingest_otlp_profiles(
+        self, req: otlp_profiles_svc.ExportProfilesServiceRequest, tenant: str | None
+    ) -> otlp_profiles_svc.ExportProfilesServiceResponse:
         return await self._watched(self.store.ingest_otlp_profiles(req, tenant))
 
-    async def ingest_otlp_traces(self, req: otlp_trace_svc.ExportTraceServiceRequest,
-                                 tenant: str | None) -> tuple[int, str]:
+    async def ingest_otlp_traces(
+        self, req: otlp_trace_svc.ExportTraceServiceRequest, tenant: str | None
+    ) -> tuple[int, str]:
         return await self._watched(self.store.ingest_otlp_traces(req, tenant))

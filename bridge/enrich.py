@@ -143,8 +143,9 @@ class _SpanSource:
 # ============================================================================================= entry point
 
 
-def enrich_trace_body(body: bytes, *, version: int, protobuf: bool, policy: EnrichPolicy,
-                      trace_id: str | None = None) -> Enriched:
+def enrich_trace_body(
+    body: bytes, *, version: int, protobuf: bool, policy: EnrichPolicy, trace_id: str | None = None
+) -> Enriched:
     """Enrich one trace-by-ID answer body (already decompressed). ``version`` 2 for ``/api/v2/traces``, 1 for
     ``/api/traces``; ``protobuf`` from the answer's content type; ``trace_id`` (32 hex), the trace asked for, is
     carried in every value the bridge writes. Raises ``UndecodableBody``."""
@@ -188,7 +189,7 @@ class _ProtoSpans(_SpanSource):
 
 def _profile_id_of(raw_span: bytes) -> str:
     for length, head in _HEADS.items():
-        if raw_span[-length - len(head):-length] == head:  # the attribute this module appended
+        if raw_span[-length - len(head) : -length] == head:  # the attribute this module appended
             return raw_span[-length:].decode("ascii", "replace")
     return _existing_profile_id(raw_span) if ATTR_KEY in raw_span else ""
 
@@ -261,8 +262,11 @@ def enrich_protobuf(body: bytes, *, version: int, policy: EnrichPolicy, trace_id
                     try:
                         raw_span = span.SerializeToString()
                         if _has_attr(raw_span):
-                            if trace_id and len(sid) == 8 and \
-                                    (longer := _extend_own_id(raw_span, sid.hex(), trace_id)) is not None:
+                            if (
+                                trace_id
+                                and len(sid) == 8
+                                and (longer := _extend_own_id(raw_span, sid.hex(), trace_id)) is not None
+                            ):
                                 span.Clear()
                                 span.MergeFromString(longer)
                                 extended += 1
@@ -415,8 +419,17 @@ class EncodedAnswer:
         return self.added > 0 or self.extended > 0
 
 
-def enrich_encoded(body: bytes, encoding: str, *, version: int, protobuf: bool, policy: EnrichPolicy,
-                   trace_id: str | None, gzip_level: int | None, max_bytes: int) -> EncodedAnswer:
+def enrich_encoded(
+    body: bytes,
+    encoding: str,
+    *,
+    version: int,
+    protobuf: bool,
+    policy: EnrichPolicy,
+    trace_id: str | None,
+    gzip_level: int | None,
+    max_bytes: int,
+) -> EncodedAnswer:
     """A whole trace-by-ID answer as it came (``encoding``: its Content-Encoding) → what to send: enriched and, with
     ``gzip_level``, gzipped; an unchanged answer comes back as None (send the upstream's bytes), or plain when they
     were gzipped and the client takes no gzip (``gzip_level`` None). The Tempo mount runs this in a helper process

@@ -102,8 +102,13 @@ def combine(left: flamegraph.Node, right: flamegraph.Node) -> DiffNode:
         names = set(lhs.children if lhs is not None else ()) | set(rhs.children if rhs is not None else ())
         for name in names:
             child = node.children[name] = DiffNode(name)
-            work.append((child, lhs.children.get(name) if lhs is not None else None,
-                         rhs.children.get(name) if rhs is not None else None))
+            work.append(
+                (
+                    child,
+                    lhs.children.get(name) if lhs is not None else None,
+                    rhs.children.get(name) if rhs is not None else None,
+                )
+            )
     return root
 
 
@@ -142,8 +147,15 @@ def encode_diff(left: flamegraph.Node, right: flamegraph.Node, max_nodes: int | 
             name_i = index[node.name] = len(names)
             names.append(node.name)
         end_l, end_r = ends[depth]
-        rows[depth] += (xl - end_l, node.left_total, node.left_self, xr - end_r, node.right_total, node.right_self,
-                        name_i)
+        rows[depth] += (
+            xl - end_l,
+            node.left_total,
+            node.left_self,
+            xr - end_r,
+            node.right_total,
+            node.right_self,
+            name_i,
+        )
         ends[depth] = (xl + node.left_total, xr + node.right_total)
         max_self = max(max_self, node.left_self, node.right_self)
         child_l, child_r = xl + node.left_self, xr + node.right_self
@@ -163,8 +175,12 @@ def encode_diff(left: flamegraph.Node, right: flamegraph.Node, max_nodes: int | 
             placed.append((other, depth + 1, child_l, child_r))
         work.extend(reversed(placed))
     return qpb.FlameGraphDiff(
-        names=names, levels=[qpb.Level(values=row) for row in rows], total=root.width, max_self=max_self,
-        leftTicks=root.left_total, rightTicks=root.right_total,
+        names=names,
+        levels=[qpb.Level(values=row) for row in rows],
+        total=root.width,
+        max_self=max_self,
+        leftTicks=root.left_total,
+        rightTicks=root.right_total,
     )
 
 
@@ -174,8 +190,10 @@ def collapsed_diff(left: flamegraph.Node, right: flamegraph.Node) -> str:
     lines: list[str] = []
     for frames, node in _walk(combine(left, right)):
         if node.left_self or node.right_self:
-            lines.append(";".join(f.replace(";", ":").replace("\n", " ") for f in frames)
-                         + f" {node.left_self} {node.right_self}\n")
+            lines.append(
+                ";".join(f.replace(";", ":").replace("\n", " ") for f in frames)
+                + f" {node.left_self} {node.right_self}\n"
+            )
     return "".join(sorted(lines))
 
 
@@ -199,9 +217,9 @@ class DiffRect:
     folded: int = 0  # frames merged into a narrow "…" bar
 
 
-def layout_diff(root: DiffNode, width: float, min_width: float = 2.0, max_rects: int = 2500) -> tuple[
-    list[DiffRect], int
-]:
+def layout_diff(
+    root: DiffNode, width: float, min_width: float = 2.0, max_rects: int = 2500
+) -> tuple[list[DiffRect], int]:
     """Bars sized by left + right (both sides per request, so the wider side shows), narrow siblings folded into one
     ``…`` bar per parent, at most ``max_rects`` bars (the threshold doubles until they fit)."""
     threshold = min_width

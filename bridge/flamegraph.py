@@ -273,8 +273,7 @@ def _write_levels(
         d, next_x, other = open_.pop()
         if other:
             place_other(d + 1, next_x, other)
-    return pb.FlameGraph(names=names, levels=[pb.Level(values=v) for v in levels], total=root_total,
-                         max_self=max_self)
+    return pb.FlameGraph(names=names, levels=[pb.Level(values=v) for v in levels], total=root_total, max_self=max_self)
 
 
 def empty(root_name: str = ROOT_NAME) -> pb.FlameGraph:
@@ -285,8 +284,12 @@ def empty(root_name: str = ROOT_NAME) -> pb.FlameGraph:
 def placeholder(root_name: str, leaf_name: str) -> pb.FlameGraph:
     """A two-row flame graph of one unit: the shape Grafana needs to draw anything inline (span details show a flame
     graph only when it has more than one row), for an answer that has no samples but a reason to show."""
-    return pb.FlameGraph(names=[root_name, leaf_name],
-                         levels=[pb.Level(values=[0, 1, 0, 0]), pb.Level(values=[0, 1, 1, 1])], total=1, max_self=1)
+    return pb.FlameGraph(
+        names=[root_name, leaf_name],
+        levels=[pb.Level(values=[0, 1, 0, 0]), pb.Level(values=[0, 1, 1, 1])],
+        total=1,
+        max_self=1,
+    )
 
 
 def is_empty(fg: pb.FlameGraph | None) -> bool:
@@ -304,9 +307,7 @@ def relabel_root(fg: pb.FlameGraph, label: str) -> pb.FlameGraph:
     if not out.levels or len(out.levels[0].values) < 4:
         out.levels.add().values.extend([0, out.total, 0, 0])
     root_idx = out.levels[0].values[3]
-    shared = any(
-        level.values[i] == root_idx for level in out.levels[1:] for i in range(3, len(level.values), 4)
-    )
+    shared = any(level.values[i] == root_idx for level in out.levels[1:] for i in range(3, len(level.values), 4))
     if not out.names:
         out.names.append(label)
         out.levels[0].values[3] = 0
@@ -330,9 +331,7 @@ def to_collapsed(root: Node) -> str:
     """Folded stacks (Brendan Gregg's ``stackcollapse`` format, what ``flamegraph.pl`` and speedscope read): one line
     per stack with a non-zero self value, ``frame;frame;frame value``, root frame first, sorted. Semicolons and
     newlines inside a frame name are replaced so every line parses back to the same frames."""
-    lines = [
-        ";".join(_collapsed_frame(name) for name in frames) + f" {value}\n" for frames, value in iter_stacks(root)
-    ]
+    lines = [";".join(_collapsed_frame(name) for name in frames) + f" {value}\n" for frames, value in iter_stacks(root)]
     return "".join(lines)
 
 

@@ -55,8 +55,7 @@ class FunctionMatch:
             raise InvalidArgument("function is empty: give a function name as it appears on the flame graph")
         if kind == "regex":
             if len(text) > MAX_PATTERN_CHARS:
-                raise InvalidArgument(f"function pattern is {len(text)} characters long, more than "
-                                      f"{MAX_PATTERN_CHARS}")
+                raise InvalidArgument(f"function pattern is {len(text)} characters long, more than {MAX_PATTERN_CHARS}")
             try:
                 return cls(kind, text, re.compile(text))
             except re.error as exc:
@@ -164,8 +163,9 @@ def parse_time(text: str, now_ms: int, what: str) -> int:
         return int(value)
     match = _NOW.match(value.lower())
     if match is None:
-        raise InvalidArgument(f"{what} {text[:40]!r} is neither Unix milliseconds nor now / now-<duration> "
-                              "(e.g. now-1h)")
+        raise InvalidArgument(
+            f"{what} {text[:40]!r} is neither Unix milliseconds nor now / now-<duration> (e.g. now-1h)"
+        )
     ago = match.group("ago")
     if ago is None:
         return now_ms
@@ -198,8 +198,9 @@ def parse_function_query(query: Mapping[str, str], default_profile_type: str, no
     """Pure: the API's and the page's parameters, validated; ``InvalidArgument`` naming the bad one."""
     service = query.get("service", "").strip()
     if not service:
-        raise InvalidArgument("service is missing: give the service whose profiles hold the function "
-                              "(e.g. service=shop-backend)")
+        raise InvalidArgument(
+            "service is missing: give the service whose profiles hold the function (e.g. service=shop-backend)"
+        )
     if len(service) > MAX_SERVICE_CHARS:
         raise InvalidArgument(f"service is longer than {MAX_SERVICE_CHARS} characters")
     match = FunctionMatch.parse(query.get("function", ""), query.get("match", "") or "exact")

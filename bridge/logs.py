@@ -76,8 +76,11 @@ class MalformedRequests(logging.Filter):
             self.dropped += 1
             return False
         first = " ".join(str(exc.message).split())[:200]
-        more = f" ({self.dropped} more like it in the last {now - self.last:.0f} s)" if self.last is not None and \
-            self.dropped else ""
+        more = (
+            f" ({self.dropped} more like it in the last {now - self.last:.0f} s)"
+            if self.last is not None and self.dropped
+            else ""
+        )
         peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
         record.msg = "refused a request aiohttp cannot parse from %s: HTTP %d, %s%s"
         record.args = (peer, exc.code, first, more)

@@ -43,19 +43,27 @@ _STATUSES: Final = frozenset({str(int(s)) for s in http.HTTPStatus} | {"499"})
 # label name -> the values it may take; anything else is ``other``
 VOCABULARY: Final[Mapping[str, frozenset[str]]] = {
     # requests by route: the app's routes (added at start) and the finer labels handlers set; "unmatched" for 404s
-    "route": frozenset({
-        "unmatched",
-        # ingest_rejected's routes (HTTP ingest, the link gateway's receivers, the store's OTLP profile sink)
-        "/v1/traces", "/push.v1.PusherService/Push", "/ingest", "otlp_profiles", "otlp_http_profiles",
-        "otlp_grpc_profiles", "otlp-profiles",
-    }),
+    "route": frozenset(
+        {
+            "unmatched",
+            # ingest_rejected's routes (HTTP ingest, the link gateway's receivers, the store's OTLP profile sink)
+            "/v1/traces",
+            "/push.v1.PusherService/Push",
+            "/ingest",
+            "otlp_profiles",
+            "otlp_http_profiles",
+            "otlp_grpc_profiles",
+            "otlp-profiles",
+        }
+    ),
     "code": _STATUSES,
     "mode": frozenset({"linked", "local-root", "time-window", "none"}),
     "upstream": frozenset({"tempo", "pyroscope"}),
     "call": frozenset({"trace_by_id", "search", "ready", "passthrough", "otlp_export"}) | QUERIER_METHODS,
     # upstream outcomes (ok, a Connect code, an HTTP status), link outcomes, scrape outcomes
     "outcome": frozenset({"ok", "error", "linked", "invalid", "already_linked", "no_link_attributes"})
-    | frozenset(c.value for c in Code) | _STATUSES,
+    | frozenset(c.value for c in Code)
+    | _STATUSES,
     "cache": frozenset({"spans", "span_lookups"}),
     "reason": frozenset({"protobuf", "json", "encoding"}),
     "kind": frozenset({"profiles", "samples", "spans"}),
@@ -97,8 +105,9 @@ class _Closed:
         if vocabulary is not None:
             if kwargs:
                 values = tuple(kwargs[name] for name in self._label_names)
-            values = tuple(self._clamp(name, str(value), vocabulary)
-                           for name, value in zip(self._label_names, values, strict=True))
+            values = tuple(
+                self._clamp(name, str(value), vocabulary) for name, value in zip(self._label_names, values, strict=True)
+            )
             return super().labels(*values)  # type: ignore[misc,no-any-return]
         return super().labels(*values, **kwargs)  # type: ignore[misc,no-any-return]
 
@@ -130,61 +139,102 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.vocabulary = Vocabulary(VOCABULARY)
         r = self.registry
-        self.labels_clamped = self._closed(ClosedCounter(
-            "profile_bridge_metric_labels_clamped", "label values recorded as 'other' because they are outside "
-            "their label's closed set (by label name)", ["label"], registry=r,
-        ), clamps=False)
-        self.requests = self._closed(ClosedCounter(
-            "profile_bridge_requests", "HTTP requests served, by route and status code", ["route", "code"],
-            registry=r,
-        ))
-        self.request_seconds = self._closed(ClosedHistogram(
-            "profile_bridge_request_seconds", "HTTP request duration by route", ["route"],
-            buckets=LATENCY_BUCKETS, registry=r,
-        ))
-        self.resolutions = self._closed(ClosedCounter(
-            "profile_bridge_resolutions", "span profile resolutions by mode", ["mode"], registry=r
-        ))
-        self.upstream_seconds = self._closed(ClosedHistogram(
-            "profile_bridge_upstream_seconds", "upstream call latency", ["upstream", "call", "outcome"],
-            buckets=LATENCY_BUCKETS, registry=r,
-        ))
-        self.cache_hits = self._closed(ClosedCounter(
-            "profile_bridge_cache_hits", "cache hits by cache", ["cache"], registry=r))
-        self.cache_misses = self._closed(ClosedCounter(
-            "profile_bridge_cache_misses", "cache misses by cache", ["cache"], registry=r))
-        self.cache_entries = self._closed(ClosedGauge(
-            "profile_bridge_cache_entries", "entries held by cache", ["cache"], registry=r,
-            multiprocess_mode="livesum"))
+        self.labels_clamped = self._closed(
+            ClosedCounter(
+                "profile_bridge_metric_labels_clamped",
+                "label values recorded as 'other' because they are outside their label's closed set (by label name)",
+                ["label"],
+                registry=r,
+            ),
+            clamps=False,
+        )
+        self.requests = self._closed(
+            ClosedCounter(
+                "profile_bridge_requests",
+                "HTTP requests served, by route and status code",
+                ["route", "code"],
+                registry=r,
+            )
+        )
+        self.request_seconds = self._closed(
+            ClosedHistogram(
+                "profile_bridge_request_seconds",
+                "HTTP request duration by route",
+                ["route"],
+                buckets=LATENCY_BUCKETS,
+                registry=r,
+            )
+        )
+        self.resolutions = self._closed(
+            ClosedCounter("profile_bridge_resolutions", "span profile resolutions by mode", ["mode"], registry=r)
+        )
+        self.upstream_seconds = self._closed(
+            ClosedHistogram(
+                "profile_bridge_upstream_seconds",
+                "upstream call latency",
+                ["upstream", "call", "outcome"],
+                buckets=LATENCY_BUCKETS,
+                registry=r,
+            )
+        )
+        self.cache_hits = self._closed(
+            ClosedCounter("profile_bridge_cache_hits", "cache hits by cache", ["cache"], registry=r)
+        )
+        self.cache_misses = self._closed(
+            ClosedCounter("profile_bridge_cache_misses", "cache misses by cache", ["cache"], registry=r)
+        )
+        self.cache_entries = self._closed(
+            ClosedGauge(
+                "profile_bridge_cache_entries",
+                "entries held by cache",
+                ["cache"],
+                registry=r,
+                multiprocess_mode="livesum",
+            )
+        )
         self.enriched_spans = Counter(
             "profile_bridge_enriched_spans", "spans given pyroscope.profile.id by the Tempo mount", registry=r
         )
-        self.enrich_failures = self._closed(ClosedCounter(
-            "profile_bridge_enrich_failures",
-            "Tempo answers passed through unchanged because they could not be decoded", ["reason"], registry=r,
-        ))
-        self.ingested = self._closed(ClosedCounter(
-            "profile_bridge_ingested", "items ingested by the standalone store", ["kind"], registry=r
-        ))
-        self.ingest_rejected = self._closed(ClosedCounter(
-            "profile_bridge_ingest_rejected", "ingest requests rejected", ["route"], registry=r
-        ))
-        self.links = self._closed(ClosedCounter(
-            "profile_bridge_link_samples", "OTLP profile samples seen by the link gateway, by outcome",
-            ["outcome"], registry=r,
-        ))
+        self.enrich_failures = self._closed(
+            ClosedCounter(
+                "profile_bridge_enrich_failures",
+                "Tempo answers passed through unchanged because they could not be decoded",
+                ["reason"],
+                registry=r,
+            )
+        )
+        self.ingested = self._closed(
+            ClosedCounter("profile_bridge_ingested", "items ingested by the standalone store", ["kind"], registry=r)
+        )
+        self.ingest_rejected = self._closed(
+            ClosedCounter("profile_bridge_ingest_rejected", "ingest requests rejected", ["route"], registry=r)
+        )
+        self.links = self._closed(
+            ClosedCounter(
+                "profile_bridge_link_samples",
+                "OTLP profile samples seen by the link gateway, by outcome",
+                ["outcome"],
+                registry=r,
+            )
+        )
         self.store_disk_full = Gauge(
-            "profile_bridge_store_disk_full", "1 while the standalone store's disk is full and ingest is refused",
+            "profile_bridge_store_disk_full",
+            "1 while the standalone store's disk is full and ingest is refused",
             registry=r,
         )
         self.store_full_refusals = Counter(
-            "profile_bridge_store_disk_full_refusals", "ingest writes refused because the store's disk was full",
+            "profile_bridge_store_disk_full_refusals",
+            "ingest writes refused because the store's disk was full",
             registry=r,
         )
-        self.pprof_scrapes = self._closed(ClosedCounter(
-            "profile_bridge_pprof_scrapes", "pprof pull scrapes by target and outcome (ok, error)",
-            ["target", "outcome"], registry=r,
-        ))
+        self.pprof_scrapes = self._closed(
+            ClosedCounter(
+                "profile_bridge_pprof_scrapes",
+                "pprof pull scrapes by target and outcome (ok, error)",
+                ["target", "outcome"],
+                registry=r,
+            )
+        )
 
     def _closed(self, metric: M, *, clamps: bool = True) -> M:
         names = tuple(getattr(metric, "_labelnames", ()))

@@ -33,8 +33,9 @@ ROUTE_LABEL = web.RequestKey("route_label", str)
 PASSED_THROUGH = web.RequestKey("passed_through", bool)
 
 
-def error_response(path: str, code: Code, message: str, *, status: int | None = None,
-                   retry_after: int | None = None) -> web.Response:
+def error_response(
+    path: str, code: Code, message: str, *, status: int | None = None, retry_after: int | None = None
+) -> web.Response:
     """The error in the shape the caller at ``path`` speaks; ``status`` overrides the code's own HTTP status (413 for
     a body too large), ``retry_after`` adds a ``Retry-After`` header (a temporary failure)."""
     status = status or CODE_TO_HTTP[code]

@@ -34,12 +34,14 @@ from bridge.upstream.mounts import PyroscopeForward, TempoForward
 
 log = logging.getLogger("bridge.mode")
 
+
 class Mode(Protocol):
     name: str
     keeps_data: bool  # SDKs send to this bridge (its ingest routes exist)
 
-    def open(self, settings: Settings, metrics: Metrics, clock: Clock,
-             span_cache: SpanCache) -> contextlib.AbstractAsyncContextManager[Backends]: ...
+    def open(
+        self, settings: Settings, metrics: Metrics, clock: Clock, span_cache: SpanCache
+    ) -> contextlib.AbstractAsyncContextManager[Backends]: ...
 
 
 def choose_mode(settings: Settings) -> Mode:
@@ -51,8 +53,9 @@ class ProxyMode:
     keeps_data = False
 
     @contextlib.asynccontextmanager
-    async def open(self, settings: Settings, metrics: Metrics, clock: Clock,
-                   span_cache: SpanCache) -> AsyncIterator[Backends]:
+    async def open(
+        self, settings: Settings, metrics: Metrics, clock: Clock, span_cache: SpanCache
+    ) -> AsyncIterator[Backends]:
         async with new_session(settings) as tempo_session, new_session(settings) as pyroscope_session:
             traces = TempoClient(tempo_session, settings.tempo_url, settings, metrics)
             profiles = PyroscopeClient(pyroscope_session, settings.pyroscope_url, settings, metrics)
@@ -64,8 +67,9 @@ class ProxyMode:
                     resolver=Resolver(traces, profiles, span_cache, settings, metrics, clock=clock.now),
                     pyroscope=PyroscopeForward(pyroscope_session, settings.pyroscope_url, settings, metrics),
                     tempo=TempoForward(tempo_session, settings.tempo_url, settings, metrics),
-                    profiled_services=ProfiledServices(profiles, service_label(settings), settings.services_cache_ttl,
-                                                       wall_clock=clock.now),
+                    profiled_services=ProfiledServices(
+                        profiles, service_label(settings), settings.services_cache_ttl, wall_clock=clock.now
+                    ),
                     gateway=otlp.gateway,
                     functions=ExemplarIndex(profiles),
                     grpc=otlp.grpc,
@@ -78,10 +82,12 @@ class StandaloneMode:
     keeps_data = True
 
     @contextlib.asynccontextmanager
-    async def open(self, settings: Settings, metrics: Metrics, clock: Clock,
-                   span_cache: SpanCache) -> AsyncIterator[Backends]:
-        store = await Store.open(settings.data_dir, clock=clock.now, metrics=metrics,
-                                 retention_age=settings.retention_age)
+    async def open(
+        self, settings: Settings, metrics: Metrics, clock: Clock, span_cache: SpanCache
+    ) -> AsyncIterator[Backends]:
+        store = await Store.open(
+            settings.data_dir, clock=clock.now, metrics=metrics, retention_age=settings.retention_age
+        )
         retention = spawn(maintenance_loop(store, settings, retention_interval(settings)), "store-maintenance")
         # every write goes through the watch: a full disk is one episode (503 Retry-After, ERROR once, not ready)
         disk_full = DiskFull(settings.data_dir, metrics, wall_clock=clock.now)
@@ -96,8 +102,9 @@ class StandaloneMode:
                     resolver=Resolver(store, store, span_cache, settings, metrics, clock=clock.now),
                     pyroscope=StorePyroscope(store),
                     tempo=StoreTempo(store),
-                    profiled_services=ProfiledServices(store, service_label(settings), settings.services_cache_ttl,
-                                                       wall_clock=clock.now),
+                    profiled_services=ProfiledServices(
+                        store, service_label(settings), settings.services_cache_ttl, wall_clock=clock.now
+                    ),
                     gateway=otlp.gateway,
                     functions=store,
                     ingest=sink,

@@ -47,7 +47,8 @@ class Offload:
     def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
         if self._pool is None:
             self._pool = concurrent.futures.ProcessPoolExecutor(
-                max_workers=self._processes, mp_context=multiprocessing.get_context("spawn"),
+                max_workers=self._processes,
+                mp_context=multiprocessing.get_context("spawn"),
                 initializer=_lower_priority,
             )
         return self._pool

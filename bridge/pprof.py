@@ -56,9 +56,7 @@ def _check(profile: pb.Profile) -> None:
     n_types = len(profile.sample_type)
     for sample in profile.sample:
         if len(sample.value) != n_types:
-            raise InvalidArgument(
-                f"pprof sample has {len(sample.value)} values for {n_types} sample types"
-            )
+            raise InvalidArgument(f"pprof sample has {len(sample.value)} values for {n_types} sample types")
 
 
 def sample_types(profile: pb.Profile) -> list[tuple[str, str]]:
@@ -85,8 +83,9 @@ def _location_frames(profile: pb.Profile) -> dict[int, tuple[str, ...]]:
     out: dict[int, tuple[str, ...]] = {}
     for loc in profile.location:
         if loc.line:
-            out[loc.id] = tuple(functions.get(line.function_id, f"<unknown function {line.function_id}>")
-                                for line in loc.line)
+            out[loc.id] = tuple(
+                functions.get(line.function_id, f"<unknown function {line.function_id}>") for line in loc.line
+            )
         else:
             out[loc.id] = (f"0x{loc.address:x}",)
     return out
@@ -120,7 +119,11 @@ def iter_samples(profile: pb.Profile, value_index: int) -> Iterator[tuple[tuple[
 
 
 def encode_pprof(
-    stacks: Iterable[tuple[tuple[str, ...], int]], profile_type: str, *, period: int = 0, time_nanos: int = 0,
+    stacks: Iterable[tuple[tuple[str, ...], int]],
+    profile_type: str,
+    *,
+    period: int = 0,
+    time_nanos: int = 0,
     duration_nanos: int = 0,
 ) -> pb.Profile:
     """Stacks (root frame first, with their value) → a ``google.v1.Profile`` that ``go tool pprof`` opens: string

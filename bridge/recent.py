@@ -59,8 +59,9 @@ class RowResolution:
     error_code: str = ""
 
 
-def slowest_local_roots(traces: Iterable[Trace], per_service: int = INDEX_PER_SERVICE,
-                        per_name: int = INDEX_PER_NAME) -> list[tuple[str, list[IndexRow]]]:
+def slowest_local_roots(
+    traces: Iterable[Trace], per_service: int = INDEX_PER_SERVICE, per_name: int = INDEX_PER_NAME
+) -> list[tuple[str, list[IndexRow]]]:
     """Pure: the local roots of the traces (the requests each service served), slowest first per service, at most
     ``per_name`` of one span name so every endpoint shows."""
     by_service: dict[str, list[tuple[Span, int]]] = {}
@@ -113,8 +114,15 @@ async def recent_traces(source: TraceSource, now_s: float, since_s: float, ctx: 
     return [t for t in await asyncio.gather(*(one(t) for t in trace_ids)) if t is not None]
 
 
-async def resolve_rows(resolver: Resolver, traces: Sequence[Trace], spans: Sequence[Span], *, profile_type: str,
-                       settings: Settings, ctx: CallContext) -> list[RowResolution]:
+async def resolve_rows(
+    resolver: Resolver,
+    traces: Sequence[Trace],
+    spans: Sequence[Span],
+    *,
+    profile_type: str,
+    settings: Settings,
+    ctx: CallContext,
+) -> list[RowResolution]:
     """Each span's resolution in ``scope=span`` (what its page's badge says), ``RESOLVE_CONCURRENCY`` at a time, in
     the order given. The traces are already fetched: they go into the span cache first, so the resolver finds every
     span's tree there instead of asking the trace source again."""
@@ -125,8 +133,16 @@ async def resolve_rows(resolver: Resolver, traces: Sequence[Trace], spans: Seque
     async def one(span: Span) -> RowResolution:
         async with limit:
             try:
-                ans = await answer(resolver, span.trace_id, span.span_id, scope="span", profile_type=profile_type,
-                                   settings=settings, ctx=ctx, max_nodes=RESOLVE_MAX_NODES)
+                ans = await answer(
+                    resolver,
+                    span.trace_id,
+                    span.span_id,
+                    scope="span",
+                    profile_type=profile_type,
+                    settings=settings,
+                    ctx=ctx,
+                    max_nodes=RESOLVE_MAX_NODES,
+                )
             except BridgeError as exc:
                 return RowResolution(None, exc.message, 0, exc.code.value)
         return RowResolution(ans.mode, ans.resolution.reason, ans.tree.total)

@@ -234,7 +234,11 @@ def typical_window_ms(stamps_ms: Sequence[int], fallback_ms: int) -> int:
 
 
 def overlapping_stamps(
-    span_ms: tuple[int, int], stamps_ms: Sequence[int], stamp: Stamp, length_ms: int, skew_ms: int,
+    span_ms: tuple[int, int],
+    stamps_ms: Sequence[int],
+    stamp: Stamp,
+    length_ms: int,
+    skew_ms: int,
     step_ms: int = STEP_MS,
 ) -> list[int]:
     """The stamps (step starts, sorted) of the capture windows that overlap the span. A start stamp ``t`` covers
@@ -256,7 +260,11 @@ def overlapping_stamps(
 
 
 def stamp_window(
-    span_ms: tuple[int, int], stamps_ms: Sequence[int], stamp: Stamp, length_ms: int, skew_ms: int,
+    span_ms: tuple[int, int],
+    stamps_ms: Sequence[int],
+    stamp: Stamp,
+    length_ms: int,
+    skew_ms: int,
     step_ms: int = STEP_MS,
 ) -> tuple[int, int] | None:
     """The query range ``[start, end]`` (ms, inclusive, as Pyroscope selects by stamp) that takes every capture window
@@ -315,13 +323,14 @@ def linked_reason(span_ids: Sequence[str]) -> str:
 
 
 def local_root_reason(span: Span, root: Span) -> str:
-    return (f"local root {root.name} ({span.name}'s CPU is recorded under its local root span "
-            f"{root.span_id})")
+    return f"local root {root.name} ({span.name}'s CPU is recorded under its local root span {root.span_id})"
 
 
 def time_window_reason(span: Span, capture_window: float, why: str) -> str:
-    return (f"time-window fallback: {why} ({span.name}, {span.service or 'unknown service'}, "
-            f"{clock_text(span.start_ns)}–{clock_text(span.end_ns)} UTC, {capture_window:g} s capture windows)")
+    return (
+        f"time-window fallback: {why} ({span.name}, {span.service or 'unknown service'}, "
+        f"{clock_text(span.start_ns)}–{clock_text(span.end_ns)} UTC, {capture_window:g} s capture windows)"
+    )
 
 
 def no_samples_why(span: Span, root: Span | None) -> str:
@@ -340,13 +349,17 @@ def range_text(start_ms: int, end_ms: int) -> str:
 
 
 def not_found_reason(span_ids: Sequence[str], start_ms: int, end_ms: int) -> str:
-    return (f"span {', '.join(span_ids)} not found in Tempo between {range_text(start_ms, end_ms)}, and no samples "
-            "are linked to it")
+    return (
+        f"span {', '.join(span_ids)} not found in Tempo between {range_text(start_ms, end_ms)}, and no samples "
+        "are linked to it"
+    )
 
 
 def empty_window_reason(span: Span, root: Span | None, selector: str, window: tuple[int, int]) -> str:
-    return (f"{no_samples_why(span, root)}, and no {selector} samples between "
-            f"{clock_text(window[0] * 1_000_000)} and {clock_text(window[1] * 1_000_000)} UTC either")
+    return (
+        f"{no_samples_why(span, root)}, and no {selector} samples between "
+        f"{clock_text(window[0] * 1_000_000)} and {clock_text(window[1] * 1_000_000)} UTC either"
+    )
 
 
 # --------------------------------------------------------------------------------------------- what a number measures
@@ -414,14 +427,18 @@ def measure_of(res: Resolution, profile_type: str) -> Measure:
         return Measure(Attribution.SPAN, f"{what} linked to {target}")
     if res.mode is Mode.LOCAL_ROOT:
         name = f" {root.name}" if root is not None and root.name else ""
-        return Measure(Attribution.REQUEST, f"{service} {what} of the whole request{name} (its local root), not "
-                                            "this span's own")
+        return Measure(
+            Attribution.REQUEST, f"{service} {what} of the whole request{name} (its local root), not this span's own"
+        )
     covered = res.covered_ms or res.window_ms
     if res.mode is Mode.TIME_WINDOW and covered is not None:
         start, end = covered
-        return Measure(Attribution.SERVICE, f"{service} {what} during the {seconds_text(end - start)} window around "
-                                            f"this span ({clock_text(start * 1_000_000, False)}–"
-                                            f"{clock_text(end * 1_000_000, False)} UTC), not this span's own")
+        return Measure(
+            Attribution.SERVICE,
+            f"{service} {what} during the {seconds_text(end - start)} window around "
+            f"this span ({clock_text(start * 1_000_000, False)}–"
+            f"{clock_text(end * 1_000_000, False)} UTC), not this span's own",
+        )
     return Measure(Attribution.NOTHING, f"no {what} samples")
 
 
@@ -454,8 +471,9 @@ def ascii_header(text: str) -> str:
 def span_from_hit(hit: SearchHit) -> Span:
     """A span known only from a search hit (its trace could not be fetched): enough for a time window."""
     resource = ((SERVICE_NAME, hit.service),) if hit.service else ()
-    return Span(hit.trace_id, hit.span_id, "", hit.name, 0, hit.service, hit.start_ns,
-                hit.start_ns + hit.duration_ns, resource)
+    return Span(
+        hit.trace_id, hit.span_id, "", hit.name, 0, hit.service, hit.start_ns, hit.start_ns + hit.duration_ns, resource
+    )
 
 
 # --------------------------------------------------------------------------------------------- the orchestration
@@ -519,8 +537,9 @@ class Resolver:
         self.metrics.resolutions.labels(resolution.mode.value).inc()
         return resolution
 
-    async def _resolve(self, span_ids: tuple[str, ...], query: SpanQuery, ctx: CallContext,
-                       carried: Mapping[str, str]) -> Resolution:
+    async def _resolve(
+        self, span_ids: tuple[str, ...], query: SpanQuery, ctx: CallContext, carried: Mapping[str, str]
+    ) -> Resolution:
         selector = query.label_selector or "{}"
         fg = await self._linked(span_ids, query, ctx)
         if fg is not None and not flamegraph.is_empty(fg):
@@ -558,8 +577,11 @@ class Resolver:
         # SelectMergeSpanProfile, not SelectMergeStacktraces + span_selector: every Pyroscope version filters with
         # it, while one older than v2.2 ignores SelectMergeStacktraces' span_selector and answers unfiltered.
         req = querier_pb2.SelectMergeSpanProfileRequest(
-            profile_typeID=query.profile_type, label_selector=query.label_selector or "{}",
-            span_selector=list(span_ids), start=query.start_ms, end=query.end_ms,
+            profile_typeID=query.profile_type,
+            label_selector=query.label_selector or "{}",
+            span_selector=list(span_ids),
+            start=query.start_ms,
+            end=query.end_ms,
             format=querier_pb2.PROFILE_FORMAT_FLAMEGRAPH,
         )
         if query.max_nodes:
@@ -583,9 +605,16 @@ class Resolver:
             spies = types.get(type_id, frozenset())
             stamp = Stamp.START if self.profiles.stamps_window_start else stamp_of(spies)
             try:
-                series = await self.profiles.select_series(querier_pb2.SelectSeriesRequest(
-                    profile_typeID=type_id, label_selector=selector, start=look[0], end=look[1], step=STEP_MS / 1000,
-                ), ctx)
+                series = await self.profiles.select_series(
+                    querier_pb2.SelectSeriesRequest(
+                        profile_typeID=type_id,
+                        label_selector=selector,
+                        start=look[0],
+                        end=look[1],
+                        step=STEP_MS / 1000,
+                    ),
+                    ctx,
+                )
             except (UpstreamTimeout, UpstreamUnavailable):
                 raise
             except UpstreamError as exc:  # e.g. a Pyroscope that does not serve it: the widening without stamps
@@ -607,7 +636,10 @@ class Resolver:
             if not stamps and type_id != query.profile_type:
                 continue  # nothing of this type near the span: no need to ask for its flame graph
             req = querier_pb2.SelectMergeStacktracesRequest(
-                profile_typeID=type_id, label_selector=selector, start=window[0], end=window[1],
+                profile_typeID=type_id,
+                label_selector=selector,
+                start=window[0],
+                end=window[1],
                 format=querier_pb2.PROFILE_FORMAT_FLAMEGRAPH,
             )
             if query.max_nodes:
@@ -619,9 +651,7 @@ class Resolver:
         assert first is not None  # cpu_equivalents always names at least the asked type
         return first
 
-    async def _service_types(
-        self, selector: str, look: tuple[int, int], ctx: CallContext
-    ) -> dict[str, frozenset[str]]:
+    async def _service_types(self, selector: str, look: tuple[int, int], ctx: CallContext) -> dict[str, frozenset[str]]:
         """The profile types the span's service uploads around the span, each with its ``pyroscope_spy`` values
         (Pyroscope's ``Series``). Cached per tenant, selector and quarter hour; an empty answer is not cached."""
         key = (ctx.cache_scope, selector, look[0] // TYPES_BUCKET_MS)
@@ -629,15 +659,20 @@ class Resolver:
         if cached is not None:
             return cached
         try:
-            answer = await self.profiles.series(querier_pb2.SeriesRequest(
-                matchers=[selector], label_names=[PROFILE_TYPE_LABEL, SPY_LABEL], start=look[0], end=look[1],
-            ), ctx)
+            answer = await self.profiles.series(
+                querier_pb2.SeriesRequest(
+                    matchers=[selector],
+                    label_names=[PROFILE_TYPE_LABEL, SPY_LABEL],
+                    start=look[0],
+                    end=look[1],
+                ),
+                ctx,
+            )
         except (UpstreamTimeout, UpstreamUnavailable):
             raise
         except UpstreamError as exc:  # a Pyroscope without Series: every type it holds, stamps unknown
             log.info("profile types of %s: Series failed (%s), trying every profile type", selector, exc)
-            every = await self.profiles.profile_types(querier_pb2.ProfileTypesRequest(start=look[0], end=look[1]),
-                                                      ctx)
+            every = await self.profiles.profile_types(querier_pb2.ProfileTypesRequest(start=look[0], end=look[1]), ctx)
             return {t.ID: frozenset({"unknown"}) for t in every.profile_types}
         found: dict[str, set[str]] = {}
         for labels in answer.labels_set:
@@ -650,8 +685,9 @@ class Resolver:
             self._types[key] = types
         return types
 
-    async def _first_found(self, span_ids: tuple[str, ...], query: SpanQuery, ctx: CallContext,
-                           carried: Mapping[str, str]) -> Found | None:
+    async def _first_found(
+        self, span_ids: tuple[str, ...], query: SpanQuery, ctx: CallContext, carried: Mapping[str, str]
+    ) -> Found | None:
         for sid in span_ids:
             trace_id = query.trace_id or carried.get(sid)
             found = await self._lookup(sid, ctx, trace_id, query.start_ms, query.end_ms)
@@ -701,8 +737,9 @@ class Resolver:
             try:
                 return await asyncio.wait_for(asyncio.shield(pending), timeout=ctx.deadline.remaining())
             except TimeoutError as exc:
-                raise UpstreamTimeout("tempo", f"span {span_id}: lookup did not finish within the request's "
-                                               "budget") from exc
+                raise UpstreamTimeout(
+                    "tempo", f"span {span_id}: lookup did not finish within the request's budget"
+                ) from exc
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if pending.cancelled() and (task is None or not task.cancelling()):

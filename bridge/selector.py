@@ -66,14 +66,14 @@ def parse_selector(text: str) -> tuple[Matcher, ...]:
     if not body:
         return ()
     if not (body.startswith("{") and body.endswith("}")):
-        raise InvalidArgument(f"label selector {text!r} must look like {{name=\"value\", …}}")
+        raise InvalidArgument(f'label selector {text!r} must look like {{name="value", …}}')
     body = body[1:-1].strip()
     matchers: list[Matcher] = []
     pos = 0
     while pos < len(body):
         match = _TOKEN.match(body, pos)
         if match is None:
-            raise InvalidArgument(f"label selector {text!r}: cannot parse near {body[pos:pos + 30]!r}")
+            raise InvalidArgument(f"label selector {text!r}: cannot parse near {body[pos : pos + 30]!r}")
         value = _unquote(match.group("value"))
         op = match.group("op")
         pattern = None
@@ -85,7 +85,7 @@ def parse_selector(text: str) -> tuple[Matcher, ...]:
         matchers.append(Matcher(match.group("name"), op, value, pattern))
         pos = match.end()
         if match.group("sep") == "" and pos < len(body):
-            raise InvalidArgument(f"label selector {text!r}: expected ',' near {body[pos:pos + 30]!r}")
+            raise InvalidArgument(f"label selector {text!r}: expected ',' near {body[pos : pos + 30]!r}")
     return tuple(matchers)
 
 

@@ -38,9 +38,16 @@ def service_label(settings: Settings) -> str:
 class ProfiledServices:
     """The set per tenant, for ``ttl`` seconds (``monotonic`` measures that; ``wall_clock`` is "now" for the query)."""
 
-    def __init__(self, profiles: ProfileSource, label: str, ttl: float, *,
-                 wall_clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic,
-                 max_tenants: int = MAX_TENANTS) -> None:
+    def __init__(
+        self,
+        profiles: ProfileSource,
+        label: str,
+        ttl: float,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        max_tenants: int = MAX_TENANTS,
+    ) -> None:
         self.profiles = profiles
         self.label = label
         self.ttl = ttl
@@ -68,9 +75,12 @@ class ProfiledServices:
             try:
                 answer = await self.profiles.label_values(req, ctx)
             except BridgeError as exc:
-                log.warning("enrich=profiled-services: cannot ask %s for its services (%s); %s",
-                            self.profiles.name, exc.message,
-                            "using the last known set" if entry else "enriching every span")
+                log.warning(
+                    "enrich=profiled-services: cannot ask %s for its services (%s); %s",
+                    self.profiles.name,
+                    exc.message,
+                    "using the last known set" if entry else "enriching every span",
+                )
                 return entry[1] if entry else None
             names = frozenset(answer.names)
             self._entries[key] = (self.monotonic(), names)

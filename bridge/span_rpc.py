@@ -61,13 +61,15 @@ def grafana_flamegraph(resolution: Resolution, profile_type: str) -> qpb.FlameGr
       two rows whose bars say why there is nothing (the ``X-Profile-Bridge-Resolution: none`` header and the root's
       label say it is not data)."""
     if resolution.mode is Mode.NONE:
-        return flamegraph.placeholder(flamegraph.root_label(f"none: {resolution.reason}"),
-                                      f"no samples — {resolution.reason}")
+        return flamegraph.placeholder(
+            flamegraph.root_label(f"none: {resolution.reason}"), f"no samples — {resolution.reason}"
+        )
     if resolution.mode is Mode.LINKED:
         return resolution.flamegraph
     measure = measure_of(resolution, profile_type)
-    return flamegraph.relabel_root(resolution.flamegraph,
-                                   flamegraph.root_label(f"{measure.text} — {resolution.reason}"))
+    return flamegraph.relabel_root(
+        resolution.flamegraph, flamegraph.root_label(f"{measure.text} — {resolution.reason}")
+    )
 
 
 def answer_of(method: str, resolution: Resolution, profile_type: str) -> Message:

@@ -73,8 +73,7 @@ class SpanCache:
             self._rebuild_index()
         return len(trace)
 
-    def put_pending(self, scope: str, trace_id: str, load: Callable[[], Trace], span_count: int,
-                    size: int) -> None:
+    def put_pending(self, scope: str, trace_id: str, load: Callable[[], Trace], span_count: int, size: int) -> None:
         """Remember a trace without parsing it: ``load`` parses it when a click needs it. ``size``: the bytes
         ``load`` holds."""
         t = scope
@@ -110,7 +109,8 @@ class SpanCache:
         self._traces.expire()
         self._index = {
             (tenant, span_id): trace_id
-            for (tenant, trace_id), entry in self._traces.items() if entry.trace is not None
+            for (tenant, trace_id), entry in self._traces.items()
+            if entry.trace is not None
             for span_id in entry.trace.spans
         }
 

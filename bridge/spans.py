@@ -260,7 +260,8 @@ def span_from_json(s: Mapping[str, Any], service: str, resource: Attrs, *, ids: 
     decode_id = from_base64 if ids == "base64" else from_hex
     attrs: Attrs = tuple(
         (str(kv.get("key", "")), any_value_to_str(kv.get("value") or {}))
-        for kv in s.get("attributes") or () if isinstance(kv, Mapping)
+        for kv in s.get("attributes") or ()
+        if isinstance(kv, Mapping)
     )
     kind = s.get("kind", 0)
     return Span(
@@ -283,7 +284,8 @@ def json_resource(rs: Mapping[str, Any]) -> tuple[str, Attrs]:
     """A JSON ResourceSpans' service name and resource attributes."""
     resource: Attrs = tuple(
         (str(kv.get("key", "")), any_value_to_str(kv.get("value") or {}))
-        for kv in (rs.get("resource") or {}).get("attributes") or () if isinstance(kv, Mapping)
+        for kv in (rs.get("resource") or {}).get("attributes") or ()
+        if isinstance(kv, Mapping)
     )
     return dict(resource).get(SERVICE_NAME, ""), resource
 
@@ -307,8 +309,11 @@ def spans_from_otlp(resource_spans: Iterable[otlp_trace.ResourceSpans]) -> list[
         for ss in rs.scope_spans:
             for s in ss.spans:
                 attrs: Attrs = tuple((kv.key, pb_any_value_to_str(kv.value)) for kv in s.attributes)
-                out.append(span_from_pb(s, service, resource, profile_id=dict(attrs).get(PROFILE_ID_ATTR, ""),
-                                        attributes=attrs))
+                out.append(
+                    span_from_pb(
+                        s, service, resource, profile_id=dict(attrs).get(PROFILE_ID_ATTR, ""), attributes=attrs
+                    )
+                )
     return out
 
 

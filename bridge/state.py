@@ -59,8 +59,9 @@ class PyroscopeMount(Protocol):
         may resolve, and everything the store answers. Anything else is passed on as it comes."""
         ...
 
-    async def pass_on(self, request: web.Request, ctx: CallContext, body: bytes | None = None,
-                      encoding: str | None = None) -> web.StreamResponse:
+    async def pass_on(
+        self, request: web.Request, ctx: CallContext, body: bytes | None = None, encoding: str | None = None
+    ) -> web.StreamResponse:
         """Answer ``request`` without decoding it (``body``: when it was read already, in ``encoding``)."""
         ...
 

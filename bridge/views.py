@@ -118,20 +118,32 @@ def flame_svg(tree: flamegraph.Node, unit: str, query: str = "", services: froze
     for rect in lay.rects:
         folded = rect.folded > 0
         if folded:
-            title = (f"{rect.folded} frames too narrow to draw: "
-                     f"{format_value(rect.total, unit)} ({share(rect.total, total)})")
+            title = (
+                f"{rect.folded} frames too narrow to draw: "
+                f"{format_value(rect.total, unit)} ({share(rect.total, total)})"
+            )
         else:
-            title = (f"{rect.name}\ntotal {format_value(rect.total, unit)} ({share(rect.total, total)}), "
-                     f"self {format_value(rect.self, unit)} ({share(rect.self, total)})")
+            title = (
+                f"{rect.name}\ntotal {format_value(rect.total, unit)} ({share(rect.total, total)}), "
+                f"self {format_value(rect.self, unit)} ({share(rect.self, total)})"
+            )
         match = bool(needle) and not folded and rect.depth > 0 and needle in rect.name.casefold()
         if match:
             matched_total += rect.self
-        frames.append(Frame(
-            x=round(rect.x, 2), y=rect.depth * ROW_HEIGHT, width=round(rect.width, 2), depth=rect.depth,
-            name=rect.name, label=fit_label(rect.name, rect.width), title=title,
-            fill=frame_colour(rect.name, rect.depth, folded, rect.depth == 1 and rect.name in services),
-            match=match, folded=folded,
-        ))
+        frames.append(
+            Frame(
+                x=round(rect.x, 2),
+                y=rect.depth * ROW_HEIGHT,
+                width=round(rect.width, 2),
+                depth=rect.depth,
+                name=rect.name,
+                label=fit_label(rect.name, rect.width),
+                title=title,
+                fill=frame_colour(rect.name, rect.depth, folded, rect.depth == 1 and rect.name in services),
+                match=match,
+                folded=folded,
+            )
+        )
     return FlameSvg(frames, SVG_WIDTH, lay.depth * ROW_HEIGHT + 2, lay.folded, total, matched_total, lay.min_width)
 
 
@@ -139,7 +151,7 @@ def flame_svg(tree: flamegraph.Node, unit: str, query: str = "", services: froze
 
 
 def grafana_links(settings: Settings, ans: Answer) -> list[tuple[str, str]]:
-    """"Open in Grafana Explore" links: the profile query Grafana itself would send for this span, and the trace."""
+    """ "Open in Grafana Explore" links: the profile query Grafana itself would send for this span, and the trace."""
     if not settings.grafana_url:
         return []
     span = ans.span
@@ -147,27 +159,31 @@ def grafana_links(settings: Settings, ans: Answer) -> list[tuple[str, str]]:
     profiles = {
         "pb": {
             "datasource": settings.grafana_profiles_uid,
-            "queries": [{
-                "refId": "profile",
-                "datasource": {"type": PYROSCOPE_DS_TYPE, "uid": settings.grafana_profiles_uid},
-                "queryType": "profile",
-                "profileTypeId": ans.profile_type,
-                "labelSelector": ans.resolution.label_selector or selector_for(span, settings.label_map),
-                "spanSelector": [ids.carried_profile_id(span.span_id, span.trace_id)],
-                "groupBy": [],
-            }],
+            "queries": [
+                {
+                    "refId": "profile",
+                    "datasource": {"type": PYROSCOPE_DS_TYPE, "uid": settings.grafana_profiles_uid},
+                    "queryType": "profile",
+                    "profileTypeId": ans.profile_type,
+                    "labelSelector": ans.resolution.label_selector or selector_for(span, settings.label_map),
+                    "spanSelector": [ids.carried_profile_id(span.span_id, span.trace_id)],
+                    "groupBy": [],
+                }
+            ],
             "range": {"from": str(from_ms), "to": str(to_ms)},
         }
     }
     trace = {
         "pb": {
             "datasource": settings.grafana_tempo_uid,
-            "queries": [{
-                "refId": "A",
-                "datasource": {"type": TEMPO_DS_TYPE, "uid": settings.grafana_tempo_uid},
-                "queryType": "traceql",
-                "query": span.trace_id,
-            }],
+            "queries": [
+                {
+                    "refId": "A",
+                    "datasource": {"type": TEMPO_DS_TYPE, "uid": settings.grafana_tempo_uid},
+                    "queryType": "traceql",
+                    "query": span.trace_id,
+                }
+            ],
             "range": {"from": str(from_ms), "to": str(to_ms)},
         }
     }
@@ -196,8 +212,9 @@ class TreeRow:
     href: str
 
 
-def tree_rows(trace: Trace, current: str, values: Mapping[str, int | None], unit: str, scope: str,
-              limit: int = MAX_TREE_ROWS) -> tuple[list[TreeRow], int]:
+def tree_rows(
+    trace: Trace, current: str, values: Mapping[str, int | None], unit: str, scope: str, limit: int = MAX_TREE_ROWS
+) -> tuple[list[TreeRow], int]:
     """The trace's span tree, depth first, at most ``limit`` rows (the current span always among them), and how many
     rows were left out. A local root's linked samples: its value, ``?`` when the backend failed, ``—`` when it was not
     asked (over ``MAX_TREE_QUERIES``)."""
@@ -216,8 +233,17 @@ def tree_rows(trace: Trace, current: str, values: Mapping[str, int | None], unit
         else:
             value = values[span.span_id]
             linked = "?" if value is None else format_value(value, unit)
-        rows.append(TreeRow(depth, span, format_duration_ns(span.duration_ns), is_root, linked, is_current,
-                            span_path(span, scope=scope if scope != "span" else "")))
+        rows.append(
+            TreeRow(
+                depth,
+                span,
+                format_duration_ns(span.duration_ns),
+                is_root,
+                linked,
+                is_current,
+                span_path(span, scope=scope if scope != "span" else ""),
+            )
+        )
     return rows, hidden
 
 
@@ -243,33 +269,57 @@ def span_context(ans: Answer, settings: Settings, values: Mapping[str, int | Non
         "svg": flame_svg(ans.tree, unit, query, frozenset(s.label for s in ans.services)),
         "total": format_value(ans.tree.total, unit),
         "measure": ans.measure,
-        "services": [(s.label, format_value(s.value, unit),
-                      share(s.value, ans.attributed_total) if s.attributed else "not counted: fallback", s.spans)
-                     for s in ans.services],
+        "services": [
+            (
+                s.label,
+                format_value(s.value, unit),
+                share(s.value, ans.attributed_total) if s.attributed else "not counted: fallback",
+                s.spans,
+            )
+            for s in ans.services
+        ],
         "parts": [(p, format_value(p.value, unit)) for p in ans.parts],
         "tree": rows,
         "tree_hidden": hidden,
-        "scope_links": [(s, span_path(span, scope=s if s != "span" else "",
-                                      profile_type=profile_type if profile_type != settings.profile_type
-                                      else "")) for s in ("span", "request")],
+        "scope_links": [
+            (
+                s,
+                span_path(
+                    span,
+                    scope=s if s != "span" else "",
+                    profile_type=profile_type if profile_type != settings.profile_type else "",
+                ),
+            )
+            for s in ("span", "request")
+        ],
         "downloads": [(fmt, f"{api}?{urlencode({**base_q, 'format': fmt})}") for fmt in ("json", "pprof", "collapsed")],
         "grafana": grafana_links(settings, ans),
         "window": (utc_text(ans.resolution.window_ms[0]), utc_text(ans.resolution.window_ms[1]))
-        if ans.resolution.window_ms else None,
+        if ans.resolution.window_ms
+        else None,
         "covered": (utc_text(ans.resolution.covered_ms[0]), utc_text(ans.resolution.covered_ms[1]))
-        if ans.resolution.covered_ms else None,
+        if ans.resolution.covered_ms
+        else None,
         "started": utc_text(span.start_ns // 1_000_000),
         "local_root": ans.resolution.local_root,
         # what clicking a frame offers: the requests that burn that function, in the frame's service, around the span
-        "offer": {"service": span.service, "from": span.start_ns // 1_000_000 - OFFER_MARGIN_MS,
-                  "to": -(-span.end_ns // 1_000_000) + OFFER_MARGIN_MS,
-                  "profile_type": "" if profile_type == settings.profile_type else profile_type},
+        "offer": {
+            "service": span.service,
+            "from": span.start_ns // 1_000_000 - OFFER_MARGIN_MS,
+            "to": -(-span.end_ns // 1_000_000) + OFFER_MARGIN_MS,
+            "profile_type": "" if profile_type == settings.profile_type else profile_type,
+        },
         "frame_services": {s.label: s.service for s in ans.services if s.attributed},
-        "query_href": function_href(span.service, re.escape(query), match="regex",
-                                    start_ms=span.start_ns // 1_000_000 - OFFER_MARGIN_MS,
-                                    end_ms=-(-span.end_ns // 1_000_000) + OFFER_MARGIN_MS,
-                                    profile_type="" if profile_type == settings.profile_type else profile_type)
-        if query.strip() and len(re.escape(query)) <= MAX_PATTERN_CHARS else "",
+        "query_href": function_href(
+            span.service,
+            re.escape(query),
+            match="regex",
+            start_ms=span.start_ns // 1_000_000 - OFFER_MARGIN_MS,
+            end_ms=-(-span.end_ns // 1_000_000) + OFFER_MARGIN_MS,
+            profile_type="" if profile_type == settings.profile_type else profile_type,
+        )
+        if query.strip() and len(re.escape(query)) <= MAX_PATTERN_CHARS
+        else "",
         "compare_href": f"/spans/{span.trace_id}/{span.span_id}/compare"
         + ("" if profile_type == settings.profile_type else "?" + urlencode({"profile_type": profile_type})),
     }

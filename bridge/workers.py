@@ -53,7 +53,6 @@ STABLE_S: Final = 30.0  # a worker that lived this long resets its slot's back-o
 METRICS_DIR_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client reads it (its multiprocess mode)
 
 
-
 @dataclass(frozen=True, slots=True)
 class WorkerContext:
     """What a worker process is given: its slot, the slot's listening socket, the master's pid (a worker whose
@@ -83,8 +82,10 @@ def effective_count(settings: Settings, asked: int | None) -> tuple[int, str]:
     want = asked or default_count()
     if settings.is_standalone:
         if asked and asked > 1:
-            return 1, (f"standalone mode runs one process (the embedded store has one writer): --workers {asked} "
-                       "is for proxy mode")
+            return 1, (
+                f"standalone mode runs one process (the embedded store has one writer): --workers {asked} "
+                "is for proxy mode"
+            )
         return 1, ""
     return want, ""
 
@@ -178,8 +179,10 @@ class Master:
         os.set_blocking(wake_w, False)
         self._wake_r = wake_r
         old_wakeup = signal.set_wakeup_fd(wake_w)
-        previous = {sig: signal.signal(sig, self._on_signal)
-                    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)}
+        previous = {
+            sig: signal.signal(sig, self._on_signal)
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)
+        }
         try:
             if not self._start_all():
                 self._stop_all()
@@ -245,13 +248,19 @@ class Master:
             if worker.stopping:
                 continue
             lived = now - worker.started
-            log.warning("worker %d (pid %d) exited with %s after %.0f s; starting it again", worker.slot, pid,
-                        _exit_text(code), lived)
+            log.warning(
+                "worker %d (pid %d) exited with %s after %.0f s; starting it again",
+                worker.slot,
+                pid,
+                _exit_text(code),
+                lived,
+            )
             self._schedule_respawn(worker.slot, lived, now)
             restart = self._restart
             if restart is not None and restart.new is worker:
-                log.error("SIGHUP: the new worker %d did not start; restart abandoned, the others keep serving",
-                          worker.slot)
+                log.error(
+                    "SIGHUP: the new worker %d did not start; restart abandoned, the others keep serving", worker.slot
+                )
                 self._restart = None
         for slot, when in list(self._respawn_at.items()):
             if now >= when and not self._stop:
@@ -327,10 +336,16 @@ class Master:
         except ConfigError as exc:
             log.error("SIGHUP: settings not reloaded, the workers keep running as they are: %s", exc)
             return
-        if (settings.listen_host, settings.listen_port) != (self.settings.listen_host, self.settings.listen_port) \
-                or settings.mode != self.settings.mode:
-            log.warning("SIGHUP: a new listen address or mode needs a full restart; keeping %s:%d (%s mode)",
-                        self.settings.listen_host, self.settings.listen_port, self.settings.mode)
+        if (settings.listen_host, settings.listen_port) != (
+            self.settings.listen_host,
+            self.settings.listen_port,
+        ) or settings.mode != self.settings.mode:
+            log.warning(
+                "SIGHUP: a new listen address or mode needs a full restart; keeping %s:%d (%s mode)",
+                self.settings.listen_host,
+                self.settings.listen_port,
+                self.settings.mode,
+            )
             settings = _keep_address(settings, self.settings)
         log.info("SIGHUP: replacing %d workers one at a time", len(self.sockets))
         self._restart = _Restart(settings, list(range(len(self.sockets))))
@@ -345,8 +360,11 @@ class Master:
                     self._terminate(restart.old)
                 restart.new = restart.old = None
             elif now - restart.new.started > READY_TIMEOUT_S:
-                log.error("SIGHUP: the new worker %d did not start serving within %.0f s; restart abandoned",
-                          restart.new.slot, READY_TIMEOUT_S)
+                log.error(
+                    "SIGHUP: the new worker %d did not start serving within %.0f s; restart abandoned",
+                    restart.new.slot,
+                    READY_TIMEOUT_S,
+                )
                 self._terminate(restart.new)
                 self._restart = None
             return
@@ -498,7 +516,6 @@ def tune_allocator() -> bool:
         return False
     try:
         libc = ctypes.CDLL(None)
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, 4 * 1024 * 1024)) and bool(
-            libc.mallopt(M_TRIM_THRESHOLD, HEAP_KEPT))
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, 4 * 1024 * 1024)) and bool(libc.mallopt(M_TRIM_THRESHOLD, HEAP_KEPT))
     except (OSError, AttributeError):
         return False

@@ -58,10 +58,18 @@ async def run_service(node: str, url: str, encoding: str) -> dict[str, dict[str,
     SDK timers); its spans by role: ``{"trace_id", "span_id"}``."""
     # libfaketime with a real monotonic clock leaves V8's CPU profiler sampling nothing (tests/faketime.py)
     env = both_clocks_ahead(
-        {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYROSCOPE_", "NODE_OPTIONS"))})
+        {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYROSCOPE_", "NODE_OPTIONS"))}
+    )
     proc = await asyncio.create_subprocess_exec(
-        node, str(NODE_DIR / "service.js"), url, encoding, SERVICE, cwd=str(NODE_DIR), env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        node,
+        str(NODE_DIR / "service.js"),
+        url,
+        encoding,
+        SERVICE,
+        cwd=str(NODE_DIR),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), RUN_TIMEOUT_S)
@@ -127,9 +135,12 @@ def resource_spans_of(upload: Upload) -> list[Any]:
 
         def b64(node: Any) -> Any:
             if isinstance(node, dict):
-                return {k: base64.b64encode(bytes.fromhex(v)).decode()
-                        if k in ("traceId", "spanId", "parentSpanId") and isinstance(v, str) else b64(v)
-                        for k, v in node.items()}
+                return {
+                    k: base64.b64encode(bytes.fromhex(v)).decode()
+                    if k in ("traceId", "spanId", "parentSpanId") and isinstance(v, str)
+                    else b64(v)
+                    for k, v in node.items()
+                }
             return [b64(v) for v in node] if isinstance(node, list) else node
 
         json_format.ParseDict(b64(doc), req, ignore_unknown_fields=True)
@@ -144,8 +155,9 @@ def save_capture(capture: Capture, directory: Path) -> None:
     for n, upload in enumerate(capture.uploads, 1):
         name = f"{n:03d}{upload.path.replace('/', '_')}.bin"
         (directory / name).write_bytes(upload.body)
-        lines.append(json.dumps({"file": name, "path": upload.path, "query": upload.query,
-                                 "content_type": upload.content_type}))
+        lines.append(
+            json.dumps({"file": name, "path": upload.path, "query": upload.query, "content_type": upload.content_type})
+        )
     (directory / "index.jsonl").write_text("\n".join(lines) + "\n")
     (directory / "spans.json").write_text(json.dumps(capture.spans, indent=1, sort_keys=True) + "\n")
 
@@ -154,8 +166,9 @@ def load_capture(directory: Path = NODE_CAPTURE) -> Capture:
     capture = Capture(spans=json.loads((directory / "spans.json").read_text()))
     for line in (directory / "index.jsonl").read_text().splitlines():
         entry = json.loads(line)
-        capture.uploads.append(Upload(entry["path"], entry["query"], entry["content_type"],
-                                      (directory / entry["file"]).read_bytes()))
+        capture.uploads.append(
+            Upload(entry["path"], entry["query"], entry["content_type"], (directory / entry["file"]).read_bytes())
+        )
     return capture
 
 

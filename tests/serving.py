@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 
 
-async def wait_healthy(session: aiohttp.ClientSession, base: str, gone: Callable[[], str | None],
-                       seconds: float) -> None:
+async def wait_healthy(
+    session: aiohttp.ClientSession, base: str, gone: Callable[[], str | None], seconds: float
+) -> None:
     """Until ``GET {base}/healthz`` answers 200, asked every 50 ms. ``gone`` says why the process will never answer
     (it exited: what it logged), None while it runs; that, or ``seconds`` passing first, fails the test."""
     loop = asyncio.get_running_loop()
@@ -81,8 +82,16 @@ class Bridge:
 
 async def start_bridge(*args: str, env: dict[str, str] | None = None) -> Bridge:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge", "serve", "--listen", "127.0.0.1:0", *args,
-        cwd=ROOT, stderr=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+        sys.executable,
+        "-m",
+        "bridge",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        *args,
+        cwd=ROOT,
+        stderr=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.DEVNULL,
         env={"PATH": "/usr/bin:/bin", "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false", **(env or {})},
     )
     assert proc.stderr is not None

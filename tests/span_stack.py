@@ -65,8 +65,9 @@ async def start_standalone(aiohttp_client: ClientFactory, data_dir: str) -> tupl
     from tests.paths import SHOP_CAPTURE
 
     shop = load_shop()
-    app = create_app(Settings.for_tests(mode="standalone", data_dir=data_dir, capture_window=10.0),
-                     wall_clock=capture_now)
+    app = create_app(
+        Settings.for_tests(mode="standalone", data_dir=data_dir, capture_window=10.0), wall_clock=capture_now
+    )
     client = await aiohttp_client(app)
     for path in sorted(SHOP_CAPTURE.glob("*.bin")):
         route = "/v1/traces" if path.name.endswith("_v1_traces.bin") else "/push.v1.PusherService/Push"
@@ -85,8 +86,13 @@ class Bridge:
     stack: Stack | None = None
 
 
-async def start_bridge(mode: str, aiohttp_server: ServerFactory, aiohttp_client: ClientFactory, data_dir: str,
-                       exemplars_per_point: int | None = None) -> Bridge:
+async def start_bridge(
+    mode: str,
+    aiohttp_server: ServerFactory,
+    aiohttp_client: ClientFactory,
+    data_dir: str,
+    exemplars_per_point: int | None = None,
+) -> Bridge:
     """For a fixture parametrised over both modes; ``exemplars_per_point`` sets the Pyroscope double's (proxy)."""
     if mode == "proxy":
         stack = await start_stack(aiohttp_server, aiohttp_client)

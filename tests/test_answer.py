@@ -10,10 +10,25 @@ from bridge.resolve import Mode, Resolution
 from bridge.spans import Span
 
 
-def span(span_id: str, service: str, name: str = "op", start_ms: int = 1_000_000, end_ms: int = 1_000_050,
-         resource: tuple[tuple[str, str], ...] = ()) -> Span:
-    return Span("ab" * 16, span_id, "", name, 2, service, start_ms * 1_000_000, end_ms * 1_000_000,
-                (("service.name", service), *resource))
+def span(
+    span_id: str,
+    service: str,
+    name: str = "op",
+    start_ms: int = 1_000_000,
+    end_ms: int = 1_000_050,
+    resource: tuple[tuple[str, str], ...] = (),
+) -> Span:
+    return Span(
+        "ab" * 16,
+        span_id,
+        "",
+        name,
+        2,
+        service,
+        start_ms * 1_000_000,
+        end_ms * 1_000_000,
+        (("service.name", service), *resource),
+    )
 
 
 def resolution(mode: Mode, stacks: list[tuple[tuple[str, ...], int]], span_ids: tuple[str, ...] = ()) -> Resolution:

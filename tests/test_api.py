@@ -29,8 +29,13 @@ async def stack(aiohttp_server: Any, aiohttp_client: Any) -> Stack:
 
 def linked_total(span_id: str) -> int:
     """Ground truth: the CPU the capture's pprof samples carry under ``span_id``."""
-    return sum(v for p in load_push_profiles() if p.type_id == CPU
-               for _, v, labels in p.samples if labels.get("span_id") == span_id)
+    return sum(
+        v
+        for p in load_push_profiles()
+        if p.type_id == CPU
+        for _, v, labels in p.samples
+        if labels.get("span_id") == span_id
+    )
 
 
 def path(trace_id: str, span_id: str) -> str:
@@ -84,9 +89,9 @@ async def test_a_profiled_root_span_answers_linked_with_its_own_samples(stack: S
 
 
 async def test_a_child_span_answers_local_root_and_names_it(stack: Stack) -> None:
-    child = stack.shop.pick("frontend-child",
-                            where=lambda r: linked_total(stack.shop.trace(r.trace_id).local_root(r.span_id)
-                                                         .span_id) > 0)  # type: ignore[union-attr]
+    child = stack.shop.pick(
+        "frontend-child", where=lambda r: linked_total(stack.shop.trace(r.trace_id).local_root(r.span_id).span_id) > 0
+    )  # type: ignore[union-attr]
     root = stack.shop.trace(child.trace_id).local_root(child.span_id)
     assert root is not None
     resp = await stack.http.get(path(child.trace_id.upper(), child.span_id.upper()))  # ids in either case
@@ -203,9 +208,10 @@ async def test_tenant_and_credentials_reach_both_backends(stack: Stack) -> None:
     headers = {"X-Scope-OrgID": "team-a", "Authorization": "Bearer t0k"}
     assert (await stack.http.get(path(root.trace_id, root.span_id), headers=headers)).status == 200
     assert all(r.headers.get("X-Scope-OrgID") == "team-a" for r in stack.tempo.calls("/api/"))
-    assert stack.pyroscope.requests and all(r.headers.get("X-Scope-OrgID") == "team-a"
-                                            and r.headers.get("Authorization") == "Bearer t0k"
-                                            for r in stack.pyroscope.requests)
+    assert stack.pyroscope.requests and all(
+        r.headers.get("X-Scope-OrgID") == "team-a" and r.headers.get("Authorization") == "Bearer t0k"
+        for r in stack.pyroscope.requests
+    )
 
 
 # --------------------------------------------------------------------------------------------- errors
@@ -271,8 +277,11 @@ async def test_standalone_mode_answers_from_the_store(aiohttp_client: Any, tmp_p
     from tests.span_stack import start_standalone
 
     client, shop = await start_standalone(aiohttp_client, str(tmp_path / "data"))
-    role = next(r for r in shop.of_role("frontend-client")
-                if any(linked_total(s.span_id) for s in shop.trace(r.trace_id).descendant_local_roots(r.span_id)))
+    role = next(
+        r
+        for r in shop.of_role("frontend-client")
+        if any(linked_total(s.span_id) for s in shop.trace(r.trace_id).descendant_local_roots(r.span_id))
+    )
     resp = await client.get(path(role.trace_id, role.span_id), params={"scope": "request"})
     assert resp.status == 200, await resp.text()
     doc = await resp.json()
@@ -290,7 +299,13 @@ async def test_go_tool_pprof_opens_the_request_profile(stack: Stack, tmp_path: A
     out = tmp_path / "request.pb.gz"
     out.write_bytes(await resp.read())
     proc = await asyncio.create_subprocess_exec(
-        "go", "tool", "pprof", "-top", str(out), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        "go",
+        "tool",
+        "pprof",
+        "-top",
+        str(out),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         env={"HOME": str(tmp_path), "PATH": os.environ.get("PATH", ""), "GOCACHE": str(tmp_path / "gocache")},
     )
     stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=120)

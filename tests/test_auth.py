@@ -41,8 +41,10 @@ TEAM_A = "a-token-for-team-a-0001"  # read and ingest, team-a
 TEAM_B = "a-token-for-team-b-0002"  # read, team-b
 ANY_READ = "an-operators-read-token-03"  # read, any tenant
 INGEST_A = "an-ingest-only-token-a-04"  # ingest, team-a
-TOKENS = (f"{TEAM_A} team-a read,ingest; {TEAM_B} team-b read; {ANY_READ} * read; "
-          f"sha256:{hashlib.sha256(INGEST_A.encode()).hexdigest()} team-a ingest")
+TOKENS = (
+    f"{TEAM_A} team-a read,ingest; {TEAM_B} team-b read; {ANY_READ} * read; "
+    f"sha256:{hashlib.sha256(INGEST_A.encode()).hexdigest()} team-a ingest"
+)
 PROTO = {"Content-Type": "application/x-protobuf"}
 TRACES = sorted(SHOP_CAPTURE.glob("*_v1_traces.bin"))[0].read_bytes()
 TRACE_ID = tsvc.ExportTraceServiceRequest.FromString(TRACES).resource_spans[0].scope_spans[0].spans[0].trace_id.hex()
@@ -60,8 +62,9 @@ def basic(user: str, password: str) -> dict[str, str]:
 def settings(tmp_path: Path, **changes: Any) -> Settings:
     env = {"PROFILE_BRIDGE_AUTH_TOKENS": TOKENS}
     base = Settings.from_env(env)
-    return Settings.for_tests(mode="standalone", data_dir=str(tmp_path / "data"), auth_env_tokens=base.auth_env_tokens,
-                              **changes)
+    return Settings.for_tests(
+        mode="standalone", data_dir=str(tmp_path / "data"), auth_env_tokens=base.auth_env_tokens, **changes
+    )
 
 
 def store_of(client: TestClient[Any, Any]) -> Store:
@@ -80,8 +83,9 @@ async def trace_in(store: Store, tenant: str) -> bool:
 
 def test_token_entries_parse_and_errors_never_quote_a_token() -> None:
     [plain, hashed, anyone] = parse_token_entries(
-        f"{TEAM_A} team-a read,ingest\n# a comment\nsha256:{'ab' * 32} team-b ingest  # trailing\n"
-        f"{ANY_READ} * read\n", "line")
+        f"{TEAM_A} team-a read,ingest\n# a comment\nsha256:{'ab' * 32} team-b ingest  # trailing\n{ANY_READ} * read\n",
+        "line",
+    )
     assert plain.digest == hashlib.sha256(TEAM_A.encode()).digest() and plain.permissions == {"read", "ingest"}
     assert hashed.digest == bytes.fromhex("ab" * 32) and hashed.tenant == "team-b" and hashed.where == "line 3"
     assert anyone.tenant == "*"
@@ -108,12 +112,23 @@ def test_credentials_from_the_token_header_bearer_and_basic() -> None:
     assert credential({"Authorization": "Basic !!!"}) == (None, True)
     assert credential({}) == (None, False)
     auth = Auth(Settings.from_env({"PROFILE_BRIDGE_AUTH_TOKENS": TOKENS}).auth_tokens)
-    assert [auth.required(p, m) for p, m in [
-        ("/healthz", "GET"), ("/readyz", "GET"), ("/metrics", "GET"), ("/", "GET"), ("/api/v1/requests/slowest", "GET"),
-        ("/v1/traces", "POST"), ("/push.v1.PusherService/Push", "POST"), ("/tempo/api/search", "GET"),
-        ("/tempo/flush", "POST"), ("/pyroscope/push.v1.PusherService/Push", "POST"),
-        ("/pyroscope/querier.v1.QuerierService/ProfileTypes", "POST"), ("/no/such/route", "GET"),
-    ]] == [None, None, None, "read", "read", "ingest", "ingest", "read", "ingest", "ingest", "read", "read"]
+    assert [
+        auth.required(p, m)
+        for p, m in [
+            ("/healthz", "GET"),
+            ("/readyz", "GET"),
+            ("/metrics", "GET"),
+            ("/", "GET"),
+            ("/api/v1/requests/slowest", "GET"),
+            ("/v1/traces", "POST"),
+            ("/push.v1.PusherService/Push", "POST"),
+            ("/tempo/api/search", "GET"),
+            ("/tempo/flush", "POST"),
+            ("/pyroscope/push.v1.PusherService/Push", "POST"),
+            ("/pyroscope/querier.v1.QuerierService/ProfileTypes", "POST"),
+            ("/no/such/route", "GET"),
+        ]
+    ] == [None, None, None, "read", "read", "ingest", "ingest", "read", "ingest", "ingest", "read", "read"]
 
 
 # --------------------------------------------------------------------------------------------- HTTP, standalone
@@ -123,20 +138,27 @@ async def test_without_a_token_only_health_and_metrics_answer(tmp_path: Path, ai
     client = await aiohttp_client(create_app(settings(tmp_path), wall_clock=capture_now))
     for path in ("/healthz", "/readyz", "/metrics"):
         assert (await client.get(path)).status == 200, path
-    for method, path in [("GET", "/"), ("GET", f"/spans/{TRACE_ID}/0123456789abcdef"),
-                         ("GET", f"/spans/{TRACE_ID}/0123456789abcdef/compare"), ("GET", "/functions/spans"),
-                         ("GET", "/api/v1/functions/spans?service=s&function=f"),
-                         ("GET", f"/api/v1/spans/{TRACE_ID}/0123456789abcdef/compare"),
-                         ("GET", "/api/v1/requests/slowest"), ("GET", "/tempo/api/search"),
-                         ("POST", "/pyroscope/querier.v1.QuerierService/ProfileTypes"), ("GET", "/no/such/route")]:
+    for method, path in [
+        ("GET", "/"),
+        ("GET", f"/spans/{TRACE_ID}/0123456789abcdef"),
+        ("GET", f"/spans/{TRACE_ID}/0123456789abcdef/compare"),
+        ("GET", "/functions/spans"),
+        ("GET", "/api/v1/functions/spans?service=s&function=f"),
+        ("GET", f"/api/v1/spans/{TRACE_ID}/0123456789abcdef/compare"),
+        ("GET", "/api/v1/requests/slowest"),
+        ("GET", "/tempo/api/search"),
+        ("POST", "/pyroscope/querier.v1.QuerierService/ProfileTypes"),
+        ("GET", "/no/such/route"),
+    ]:
         resp = await client.request(method, path, headers={"Content-Type": "application/proto"})
         assert resp.status == 401, path
         assert "Basic realm=" in resp.headers["WWW-Authenticate"] and "Bearer" in resp.headers["WWW-Authenticate"]
         assert "needs a token" in await resp.text()
     resp = await client.get("/api/v1/requests/slowest", headers=bearer("not-a-token-we-know-at-all"))
     assert resp.status == 401
-    assert await resp.json() == {"error": {"code": "unauthenticated",
-                                           "message": "the token is not one this bridge accepts"}}
+    assert await resp.json() == {
+        "error": {"code": "unauthenticated", "message": "the token is not one this bridge accepts"}
+    }
 
 
 async def test_metrics_can_require_a_read_token(tmp_path: Path, aiohttp_client: Client) -> None:
@@ -153,8 +175,9 @@ async def test_ingest_is_bound_to_the_tokens_tenant(tmp_path: Path, aiohttp_clie
     resp = await client.post("/v1/traces", data=TRACES, headers={**PROTO, **bearer(TEAM_B)})
     assert resp.status == 403  # read only
     assert "may read, not ingest" in status_pb2.Status.FromString(await resp.read()).message
-    resp = await client.post("/v1/traces", data=TRACES, headers={**PROTO, **bearer(INGEST_A, **{
-        "X-Scope-OrgID": "team-b"})})
+    resp = await client.post(
+        "/v1/traces", data=TRACES, headers={**PROTO, **bearer(INGEST_A, **{"X-Scope-OrgID": "team-b"})}
+    )
     assert resp.status == 403  # a token for team-a cannot write team-b's data
     assert "acts for tenant 'team-a' only" in status_pb2.Status.FromString(await resp.read()).message
     resp = await client.post("/v1/traces", data=TRACES, headers={**PROTO, **bearer(INGEST_A)})
@@ -167,11 +190,17 @@ async def test_ingest_is_bound_to_the_tokens_tenant(tmp_path: Path, aiohttp_clie
 async def test_push_with_basic_auth_as_grafana_and_sdks_send_it(tmp_path: Path, aiohttp_client: Client) -> None:
     client = await aiohttp_client(create_app(settings(tmp_path), wall_clock=capture_now))
     push = sorted(SHOP_CAPTURE.glob("*_push.v1.PusherService_Push.bin"))[0].read_bytes()
-    resp = await client.post("/push.v1.PusherService/Push", data=push,
-                             headers={"Content-Type": "application/proto", **basic("any-user", TEAM_A)})
+    resp = await client.post(
+        "/push.v1.PusherService/Push",
+        data=push,
+        headers={"Content-Type": "application/proto", **basic("any-user", TEAM_A)},
+    )
     assert resp.status == 200, await resp.text()
-    resp = await client.post("/push.v1.PusherService/Push", data=push,
-                             headers={"Content-Type": "application/proto", **basic("team-a", "wrong-password-000")})
+    resp = await client.post(
+        "/push.v1.PusherService/Push",
+        data=push,
+        headers={"Content-Type": "application/proto", **basic("team-a", "wrong-password-000")},
+    )
     assert resp.status == 401
     assert (await resp.json())["code"] == "unauthenticated"
 
@@ -194,16 +223,20 @@ async def test_reads_see_the_tokens_tenant_only(tmp_path: Path, aiohttp_client: 
 
 
 async def test_grpc_exports_need_an_ingest_token(tmp_path: Path, aiohttp_client: Client) -> None:
-    client = await aiohttp_client(create_app(settings(tmp_path, otlp_grpc_enabled=True,
-                                                      otlp_grpc_listen=("127.0.0.1", 0)), wall_clock=capture_now))
+    client = await aiohttp_client(
+        create_app(
+            settings(tmp_path, otlp_grpc_enabled=True, otlp_grpc_listen=("127.0.0.1", 0)), wall_clock=capture_now
+        )
+    )
     port = client.app[RUNTIME].backends.grpc.port
     req = tsvc.ExportTraceServiceRequest.FromString(TRACES)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = tsvc_grpc.TraceServiceStub(channel)
-        for metadata, code in [((), grpc.StatusCode.UNAUTHENTICATED),
-                               ((("authorization", f"Bearer {TEAM_B}"),), grpc.StatusCode.PERMISSION_DENIED),
-                               ((("x-profile-bridge-token", INGEST_A), ("x-scope-orgid", "team-b")),
-                                grpc.StatusCode.PERMISSION_DENIED)]:
+        for metadata, code in [
+            ((), grpc.StatusCode.UNAUTHENTICATED),
+            ((("authorization", f"Bearer {TEAM_B}"),), grpc.StatusCode.PERMISSION_DENIED),
+            ((("x-profile-bridge-token", INGEST_A), ("x-scope-orgid", "team-b")), grpc.StatusCode.PERMISSION_DENIED),
+        ]:
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await stub.Export(req, metadata=metadata, timeout=10)
             assert caught.value.code() == code
@@ -263,16 +296,20 @@ async def test_proxy_mode_keeps_the_bridges_token_and_passes_the_callers_upstrea
     upstream = Upstream()
     url = str((await aiohttp_server(upstream.app)).make_url("")).rstrip("/")
     env = Settings.from_env({"PROFILE_BRIDGE_AUTH_TOKENS": TOKENS})
-    app = create_app(Settings.for_tests(mode="proxy", tempo_url=url, pyroscope_url=url,
-                                        auth_env_tokens=env.auth_env_tokens))
+    app = create_app(
+        Settings.for_tests(mode="proxy", tempo_url=url, pyroscope_url=url, auth_env_tokens=env.auth_env_tokens)
+    )
     client = await aiohttp_client(app)
 
     # the bridge's token in its own header: Authorization is the caller's credential for Tempo and passes on
-    resp = await client.get(f"/tempo/api/v2/traces/{TRACE_ID}", headers={
-        "X-Profile-Bridge-Token": TEAM_A, "Authorization": "Bearer for-tempo", "Cookie": "session=1"})
+    resp = await client.get(
+        f"/tempo/api/v2/traces/{TRACE_ID}",
+        headers={"X-Profile-Bridge-Token": TEAM_A, "Authorization": "Bearer for-tempo", "Cookie": "session=1"},
+    )
     assert resp.status == 200
-    resp = await client.get("/tempo/api/search?q={}", headers={"X-Profile-Bridge-Token": TEAM_A,
-                                                              "Authorization": "Bearer for-tempo"})
+    resp = await client.get(
+        "/tempo/api/search?q={}", headers={"X-Profile-Bridge-Token": TEAM_A, "Authorization": "Bearer for-tempo"}
+    )
     assert resp.status == 200
     for seen in upstream.seen:
         assert seen.get("Authorization") == "Bearer for-tempo"
@@ -285,8 +322,7 @@ async def test_proxy_mode_keeps_the_bridges_token_and_passes_the_callers_upstrea
     assert "Authorization" not in seen and seen["X-Scope-OrgID"] == "team-a"
     # writes through the mounts need ingest: a read token cannot push to Pyroscope or POST to Tempo
     upstream.seen.clear()
-    assert (await client.post("/pyroscope/push.v1.PusherService/Push", data=b"", headers=bearer(TEAM_B))).status \
-        == 403
+    assert (await client.post("/pyroscope/push.v1.PusherService/Push", data=b"", headers=bearer(TEAM_B))).status == 403
     assert (await client.post("/tempo/flush", headers=bearer(TEAM_B))).status == 403
     assert upstream.seen == []
 
@@ -295,8 +331,13 @@ async def test_proxy_mode_keeps_the_bridges_token_and_passes_the_callers_upstrea
 
 
 def _serve_until(args: list[str], env: dict[str, str], cwd: Path, marker: str) -> tuple[int, str]:
-    with subprocess.Popen([sys.executable, "-m", "bridge", "serve", *args], stderr=subprocess.PIPE, text=True,
-                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}, cwd=cwd) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-m", "bridge", "serve", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env},
+        cwd=cwd,
+    ) as proc:
         assert proc.stderr is not None
         lines = []
         try:
@@ -320,8 +361,12 @@ def test_start_line_says_where_and_warns_when_reachable_without_authentication(t
 
     tokens = tmp_path / "tokens"
     tokens.write_text(f"# team a\n{TEAM_A} team-a read,ingest\n{TEAM_B} team-b read\n")
-    code, text = _serve_until(["--listen", f"0.0.0.0:{port}"], {**env, "PROFILE_BRIDGE_AUTH_TOKENS_FILE": str(tokens)},
-                              tmp_path, "standalone mode: store")
+    code, text = _serve_until(
+        ["--listen", f"0.0.0.0:{port}"],
+        {**env, "PROFILE_BRIDGE_AUTH_TOKENS_FILE": str(tokens)},
+        tmp_path,
+        "standalone mode: store",
+    )
     assert code == 0, text
     assert "(standalone mode, authentication on: 2 tokens)" in text and "WITHOUT AUTHENTICATION" not in text
     assert TEAM_A not in text
@@ -330,10 +375,14 @@ def test_start_line_says_where_and_warns_when_reachable_without_authentication(t
 def test_a_bad_tokens_file_stops_the_bridge_in_one_line(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{TEAM_A} team-a read,write\n")
-    proc = subprocess.run([sys.executable, "-m", "bridge", "serve"], capture_output=True, text=True, timeout=60,
-                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                               "PROFILE_BRIDGE_AUTH_TOKENS_FILE": str(tokens)}, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bridge", "serve"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PROFILE_BRIDGE_AUTH_TOKENS_FILE": str(tokens)},
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and TEAM_A not in proc.stderr
     assert "PROFILE_BRIDGE_AUTH_TOKENS_FILE" in proc.stderr and "line 1: permissions" in proc.stderr
-

@@ -28,16 +28,28 @@ from tests.tools import require_tool
 pytestmark = pytest.mark.browser
 
 CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--remote-debugging-port=0", "--window-size=1280,1400",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--remote-debugging-port=0",
+    "--window-size=1280,1400",
 )
 EVIL = "<script>window.__owned = 1</script>"
 
 
 def chromium_binary() -> str:
-    return require_tool("chromium", "chromium-browser", "google-chrome", package="chromium",
-                        purpose="render the span page in a real browser")
+    return require_tool(
+        "chromium",
+        "chromium-browser",
+        "google-chrome",
+        package="chromium",
+        purpose="render the span page in a real browser",
+    )
 
 
 class DevTools:
@@ -92,8 +104,13 @@ async def browser() -> AsyncIterator[DevTools]:
     binary = chromium_binary()
     with tempfile.TemporaryDirectory(prefix="pb-chromium-") as profile:
         proc = await asyncio.create_subprocess_exec(
-            binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank", env=both_clocks_ahead(),
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+            binary,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={profile}",
+            "about:blank",
+            env=both_clocks_ahead(),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
         )
         try:
             assert proc.stderr is not None
@@ -106,8 +123,10 @@ async def browser() -> AsyncIterator[DevTools]:
                 if m:
                     ws_url = m.group(1).decode()
             drain = asyncio.get_running_loop().create_task(_drain(proc.stderr))
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120, connect=10)) as session, \
-                    session.ws_connect(ws_url, max_msg_size=64 * 1024**2) as ws:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120, connect=10)) as session,
+                session.ws_connect(ws_url, max_msg_size=64 * 1024**2) as ws,
+            ):
                 tools = DevTools(ws)
                 try:
                     yield tools
@@ -135,29 +154,39 @@ async def open_page(tools: DevTools, url: str) -> str:
     session = attached["sessionId"]
     await tools.send("Page.enable", session=session)
     await tools.send("Runtime.enable", session=session)
-    await tools.send("Emulation.setDeviceMetricsOverride",
-                     {"width": 1280, "height": 1400, "deviceScaleFactor": 1, "mobile": False}, session=session)
+    await tools.send(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 1280, "height": 1400, "deviceScaleFactor": 1, "mobile": False},
+        session=session,
+    )
     await tools.send("Page.navigate", {"url": url}, session=session)
     await tools.wait_event("Page.loadEventFired")
     return str(session)
 
 
 async def evaluate(tools: DevTools, session: str, expression: str) -> Any:
-    result = await tools.send("Runtime.evaluate", {"expression": expression, "returnByValue": True},
-                              session=session)
+    result = await tools.send("Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=session)
     assert "exceptionDetails" not in result, result
     return result["result"].get("value")
 
 
 async def click(tools: DevTools, session: str, x: float, y: float) -> None:
     for kind in ("mousePressed", "mouseReleased"):
-        await tools.send("Input.dispatchMouseEvent",
-                         {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1}, session=session)
+        await tools.send(
+            "Input.dispatchMouseEvent",
+            {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1},
+            session=session,
+        )
 
 
 def linked_total(span_id: str) -> int:
-    return sum(v for p in load_push_profiles() if p.type_id == CPU
-               for _, v, labels in p.samples if labels.get("span_id") == span_id)
+    return sum(
+        v
+        for p in load_push_profiles()
+        if p.type_id == CPU
+        for _, v, labels in p.samples
+        if labels.get("span_id") == span_id
+    )
 
 
 @pytest.fixture
@@ -177,34 +206,43 @@ async def test_span_page_renders_searches_and_zooms_in_chromium(served: tuple[St
 
         assert await evaluate(tools, session, "document.getElementById('badge').textContent.trim()") == "linked"
         assert await evaluate(tools, session, "document.getElementById('span-name').textContent") == "GET /checkout"
-        frames = await evaluate(tools, session,
-                                "Array.from(document.querySelectorAll('#flame g.f')).map(g => g.dataset.n)")
+        frames = await evaluate(
+            tools, session, "Array.from(document.querySelectorAll('#flame g.f')).map(g => g.dataset.n)"
+        )
         assert frames[0] == "total" and "render_json" in frames and len(frames) > 5
         # the frames are laid out by the browser at the widths the server gave them
-        root_width = await evaluate(tools, session,
-                                    "document.querySelector('#flame g.f rect').getBoundingClientRect().width")
+        root_width = await evaluate(
+            tools, session, "document.querySelector('#flame g.f rect').getBoundingClientRect().width"
+        )
         assert root_width == pytest.approx(1200, abs=1)
 
         # search: type into the box; matching frames are highlighted (class and the fill the CSS gives them)
         await evaluate(tools, session, "document.getElementById('search').focus()")
         await tools.send("Input.insertText", {"text": "render_json"}, session=session)
-        matched = await evaluate(tools, session,
-                                 "Array.from(document.querySelectorAll('#flame g.f.match')).map(g => g.dataset.n)")
+        matched = await evaluate(
+            tools, session, "Array.from(document.querySelectorAll('#flame g.f.match')).map(g => g.dataset.n)"
+        )
         assert matched and all("render_json" in n for n in matched)
-        fill = await evaluate(tools, session,
-                              "getComputedStyle(document.querySelector('#flame g.f.match rect')).fill")
+        fill = await evaluate(tools, session, "getComputedStyle(document.querySelector('#flame g.f.match rect')).fill")
         assert fill == "rgb(230, 0, 230)"
-        assert re.fullmatch(r"\d+ frames match",
-                            await evaluate(tools, session, "document.getElementById('matches').textContent"))
+        assert re.fullmatch(
+            r"\d+ frames match", await evaluate(tools, session, "document.getElementById('matches').textContent")
+        )
 
         # the Content-Security-Policy is in force (an inline script without the page's nonce does not run) and the
         # page's own script (search above, zoom below) and styles (the tree's indentation) live with it
-        injected = await evaluate(tools, session, """(() => {
+        injected = await evaluate(
+            tools,
+            session,
+            """(() => {
             const s = document.createElement('script'); s.textContent = 'window.__csp = 1';
-            document.body.appendChild(s); return typeof window.__csp; })()""")
+            document.body.appendChild(s); return typeof window.__csp; })()""",
+        )
         assert injected == "undefined"
-        assert await evaluate(tools, session,
-                              "getComputedStyle(document.querySelector('#tree td.d1')).paddingLeft") == "16px"
+        assert (
+            await evaluate(tools, session, "getComputedStyle(document.querySelector('#tree td.d1')).paddingLeft")
+            == "16px"
+        )
 
         screenshot = await tools.send("Page.captureScreenshot", {"format": "png"}, session=session)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -213,24 +251,33 @@ async def test_span_page_renders_searches_and_zooms_in_chromium(served: tuple[St
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
 
         # click-to-zoom: a click on a narrower frame widens it to the whole graph and hides what is outside it
-        box = await evaluate(tools, session, """(() => {
+        box = await evaluate(
+            tools,
+            session,
+            """(() => {
             const g = Array.from(document.querySelectorAll('#flame g.f'))
                 .find(g => +g.dataset.w < 1100 && +g.dataset.w > 100);
             const r = g.querySelector('rect').getBoundingClientRect();
             window.scrollTo(0, 0);
             const r2 = g.querySelector('rect').getBoundingClientRect();
             return {name: g.dataset.n, x: r2.x + r2.width / 2, y: r2.y + r2.height / 2, w: r.width};
-        })()""")
+        })()""",
+        )
         await click(tools, session, box["x"], box["y"])
-        zoomed = await evaluate(tools, session, f"""(() => {{
-            const g = Array.from(document.querySelectorAll('#flame g.f')).find(g => g.dataset.n === {box['name']!r});
+        zoomed = await evaluate(
+            tools,
+            session,
+            f"""(() => {{
+            const g = Array.from(document.querySelectorAll('#flame g.f')).find(g => g.dataset.n === {box["name"]!r});
             const hidden = Array.from(document.querySelectorAll('#flame g.f')).filter(g => g.style.display === 'none');
             return {{w: +g.querySelector('rect').getAttribute('width'), hidden: hidden.length}};
-        }})()""")
+        }})()""",
+        )
         assert zoomed["w"] == pytest.approx(1200) and zoomed["hidden"] > 0
         shot_zoom = ARTIFACTS / "span-page-zoomed.png"
-        shot_zoom.write_bytes(base64.b64decode(
-            (await tools.send("Page.captureScreenshot", {"format": "png"}, session=session))["data"]))
+        shot_zoom.write_bytes(
+            base64.b64decode((await tools.send("Page.captureScreenshot", {"format": "png"}, session=session))["data"])
+        )
 
 
 async def test_a_span_named_script_stays_text_in_the_browser(served: tuple[Stack, str]) -> None:
@@ -262,25 +309,43 @@ async def test_from_the_index_to_a_request_profile_by_links_alone(served: tuple[
         headings = await evaluate(tools, session, "Array.from(document.querySelectorAll('h2')).map(h => h.textContent)")
         assert {"shop-frontend", "shop-backend"} <= set(headings)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        (ARTIFACTS / "index.png").write_bytes(base64.b64decode(
-            (await tools.send("Page.captureScreenshot", {"format": "png"}, session=session))["data"]))
+        (ARTIFACTS / "index.png").write_bytes(
+            base64.b64decode((await tools.send("Page.captureScreenshot", {"format": "png"}, session=session))["data"])
+        )
 
-        href = await evaluate(tools, session, """Array.from(document.querySelectorAll('table.spans a'))
-            .find(a => a.textContent === 'GET /checkout').getAttribute('href')""")
+        href = await evaluate(
+            tools,
+            session,
+            """Array.from(document.querySelectorAll('table.spans a'))
+            .find(a => a.textContent === 'GET /checkout').getAttribute('href')""",
+        )
         await tools.send("Page.navigate", {"url": base + href}, session=session)
         await tools.wait_event("Page.loadEventFired")
-        href = await evaluate(tools, session, """Array.from(document.querySelectorAll('.toggle a'))
-            .find(a => a.textContent === 'request').getAttribute('href')""")
+        href = await evaluate(
+            tools,
+            session,
+            """Array.from(document.querySelectorAll('.toggle a'))
+            .find(a => a.textContent === 'request').getAttribute('href')""",
+        )
         await tools.send("Page.navigate", {"url": base + href}, session=session)
         await tools.wait_event("Page.loadEventFired")
-        services = await evaluate(tools, session, """Array.from(
-            document.querySelectorAll('#services tr td:first-child')).map(td => td.textContent)""")
+        services = await evaluate(
+            tools,
+            session,
+            """Array.from(
+            document.querySelectorAll('#services tr td:first-child')).map(td => td.textContent)""",
+        )
         assert "shop-frontend" in services
-        top_frames = await evaluate(tools, session, """Array.from(document.querySelectorAll('#flame g.f'))
-            .filter(g => g.dataset.d === '1').map(g => g.dataset.n)""")
+        top_frames = await evaluate(
+            tools,
+            session,
+            """Array.from(document.querySelectorAll('#flame g.f'))
+            .filter(g => g.dataset.d === '1').map(g => g.dataset.n)""",
+        )
         assert set(top_frames) == set(services)  # one frame per service under the root
-        (ARTIFACTS / "span-page-request.png").write_bytes(base64.b64decode(
-            (await tools.send("Page.captureScreenshot", {"format": "png"}, session=session))["data"]))
+        (ARTIFACTS / "span-page-request.png").write_bytes(
+            base64.b64decode((await tools.send("Page.captureScreenshot", {"format": "png"}, session=session))["data"])
+        )
 
 
 def test_artifacts_directory_is_ignored_by_git() -> None:

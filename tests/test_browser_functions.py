@@ -19,12 +19,16 @@ pytestmark = pytest.mark.browser
 
 
 async def click_frame(tools: Any, session: str, name: str) -> None:
-    box = await evaluate(tools, session, f"""(() => {{
+    box = await evaluate(
+        tools,
+        session,
+        f"""(() => {{
         window.scrollTo(0, 0);
         const g = Array.from(document.querySelectorAll('#flame g.f')).find(g => g.dataset.n === {name!r});
         const r = g.querySelector('rect').getBoundingClientRect();
         return {{x: r.x + Math.min(r.width / 2, 20), y: r.y + r.height / 2}};
-    }})()""")
+    }})()""",
+    )
     await click(tools, session, box["x"], box["y"])
 
 
@@ -62,8 +66,12 @@ async def test_from_a_frame_to_the_requests_that_burn_it_and_on_to_compare(serve
         await tools.wait_event("Page.loadEventFired")
         rows = await evaluate(tools, session, "document.querySelectorAll('tr.burner').length")
         assert rows > 0
-        bars = await evaluate(tools, session, """Array.from(document.querySelectorAll('#burners svg.bar rect'))
-            .map(r => [r.getBoundingClientRect().width, parseFloat(r.dataset.share)])""")
+        bars = await evaluate(
+            tools,
+            session,
+            """Array.from(document.querySelectorAll('#burners svg.bar rect'))
+            .map(r => [r.getBoundingClientRect().width, parseFloat(r.dataset.share)])""",
+        )
         assert bars[0][1] == 100 and bars[0][0] > 200  # the widest row fills its column
         for drawn, percent in bars:  # the browser draws each bar at its share of the widest
             assert drawn == pytest.approx(bars[0][0] * percent / 100, abs=1.5)
@@ -83,9 +91,11 @@ async def test_from_a_frame_to_the_requests_that_burn_it_and_on_to_compare(serve
 
 async def test_in_request_scope_a_frame_is_offered_in_its_own_service(served: tuple[Stack, str]) -> None:  # noqa: F811
     stack, base = served
-    client = next(r for r in stack.shop.of_role("frontend-client")
-                  if any(linked_total(s.span_id) for s in stack.shop.trace(r.trace_id)
-                         .descendant_local_roots(r.span_id)))
+    client = next(
+        r
+        for r in stack.shop.of_role("frontend-client")
+        if any(linked_total(s.span_id) for s in stack.shop.trace(r.trace_id).descendant_local_roots(r.span_id))
+    )
     async with browser() as tools:
         session = await open_page(tools, f"{base}/spans/{client.trace_id}/{client.span_id}?scope=request")
         await click_frame(tools, session, "count_primes")

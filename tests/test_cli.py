@@ -15,8 +15,11 @@ from tests.serving import closed_port
 @pytest.mark.parametrize(
     ("argv", "env", "expected"),
     [
-        (["serve", "--listen", "localhost:x"], {},
-         "--listen has value 'localhost:x': not a valid port (the flag of PROFILE_BRIDGE_LISTEN)"),
+        (
+            ["serve", "--listen", "localhost:x"],
+            {},
+            "--listen has value 'localhost:x': not a valid port (the flag of PROFILE_BRIDGE_LISTEN)",
+        ),
         (["serve", "--listen", "x"], {}, "--listen has value 'x': not HOST:PORT"),
         (["serve", "--otlp-grpc-listen", "4317"], {}, "--otlp-grpc-listen has value '4317': not HOST:PORT"),
         (["serve", "--data-dir", " "], {}, "--data-dir has value ' ': must not be empty"),
@@ -66,14 +69,22 @@ def test_serve_reports_a_port_in_use_in_one_line() -> None:
         port = sock.getsockname()[1]
         proc = subprocess.run(
             [sys.executable, "-m", "bridge", "serve", "--listen", f"127.0.0.1:{port}"],
-            capture_output=True, text=True, timeout=60, check=False,
-            env={"PATH": "/usr/bin:/bin", "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false",
-                 "PROFILE_BRIDGE_PYROSCOPE_URL": "http://127.0.0.1:9", "PROFILE_BRIDGE_TEMPO_URL": "http://127.0.0.1:9"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false",
+                "PROFILE_BRIDGE_PYROSCOPE_URL": "http://127.0.0.1:9",
+                "PROFILE_BRIDGE_TEMPO_URL": "http://127.0.0.1:9",
+            },
         )
     assert proc.returncode == 1
     assert _error_lines(proc.stderr) == [
         f"profile-bridge: cannot listen on 127.0.0.1:{port}: Address already in use: --listen HOST:PORT "
-        "(PROFILE_BRIDGE_LISTEN) moves the bridge's HTTP port"]
+        "(PROFILE_BRIDGE_LISTEN) moves the bridge's HTTP port"
+    ]
     assert "--listen HOST:PORT (PROFILE_BRIDGE_LISTEN) moves the bridge's HTTP port" in proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -85,9 +96,24 @@ def test_a_failed_start_is_one_line_without_a_traceback(tmp_path: object) -> Non
         sock.listen()
         busy = sock.getsockname()[1]
         proc = subprocess.run(
-            [sys.executable, "-m", "bridge", "serve", "--standalone", "--listen", "127.0.0.1:0",
-             "--otlp-grpc-listen", f"127.0.0.1:{busy}", "--data-dir", str(tmp_path)],
-            capture_output=True, text=True, timeout=60, check=False, env={"PATH": "/usr/bin:/bin"},
+            [
+                sys.executable,
+                "-m",
+                "bridge",
+                "serve",
+                "--standalone",
+                "--listen",
+                "127.0.0.1:0",
+                "--otlp-grpc-listen",
+                f"127.0.0.1:{busy}",
+                "--data-dir",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={"PATH": "/usr/bin:/bin"},
         )
     assert proc.returncode == 1, proc.stderr
     assert len(_error_lines(proc.stderr)) == 1, proc.stderr
@@ -125,8 +151,9 @@ def test_every_subcommand_help_describes_it(command: str, capsys: pytest.Capture
 
 
 @pytest.mark.parametrize("before", [True, False], ids=["before", "after"])
-def test_config_goes_before_or_after_the_command(before: bool, tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_goes_before_or_after_the_command(
+    before: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = tmp_path / "bridge.toml"
     config.write_text('enrich = "sometimes"\n')
     argv = ["--config", str(config), "serve"] if before else ["serve", "--config", str(config)]
@@ -145,9 +172,22 @@ def test_proxy_mode_logs_the_tempo_and_pyroscope_urls_it_uses(tmp_path: Path) ->
     port, dead = closed_port(), closed_port()
     env = {"PATH": "/usr/bin:/bin", "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false"}
     with subprocess.Popen(
-        [sys.executable, "-m", "bridge", "serve", "--listen", f"127.0.0.1:{port}",
-         "--tempo-url", f"http://127.0.0.1:{dead}", "--pyroscope-url", f"http://127.0.0.1:{dead}/pyro"],
-        stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "bridge",
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--tempo-url",
+            f"http://127.0.0.1:{dead}",
+            "--pyroscope-url",
+            f"http://127.0.0.1:{dead}/pyro",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
     ) as proc:
         assert proc.stderr is not None
         lines = []

@@ -91,14 +91,17 @@ def decode_diff(doc: dict[str, Any]) -> dict[tuple[str, ...], tuple[int, int, in
         row = []
         end_l = end_r = 0
         for i in range(0, len(values), 7):
-            xl, tl, sl, xr, tr, sr, n = values[i:i + 7]
+            xl, tl, sl, xr, tr, sr, n = values[i : i + 7]
             xl, xr = end_l + xl, end_r + xr
             end_l, end_r = xl + tl, xr + tr
             if depth == 0:
                 path: tuple[str, ...] = ()
             else:
-                parent = next(p for p in rows[-1]
-                              if p[0] <= xl and xl + tl <= p[0] + p[5][0] and p[2] <= xr and xr + tr <= p[2] + p[5][2])
+                parent = next(
+                    p
+                    for p in rows[-1]
+                    if p[0] <= xl and xl + tl <= p[0] + p[5][0] and p[2] <= xr and xr + tr <= p[2] + p[5][2]
+                )
                 path = (*parent[4], names[n])
             row.append((xl, end_l, xr, end_r, path, (tl, sl, tr, sr)))
         rows.append(row)
@@ -109,8 +112,9 @@ def decode_diff(doc: dict[str, Any]) -> dict[tuple[str, ...], tuple[int, int, in
 
 
 @pytest.fixture(params=["proxy", "standalone"])
-async def bridge(request: pytest.FixtureRequest, aiohttp_server: Any, aiohttp_client: Any,
-                 tmp_path: Any) -> AsyncIterator[Bridge]:
+async def bridge(
+    request: pytest.FixtureRequest, aiohttp_server: Any, aiohttp_client: Any, tmp_path: Any
+) -> AsyncIterator[Bridge]:
     yield await start_bridge(request.param, aiohttp_server, aiohttp_client, str(tmp_path))
 
 
@@ -151,8 +155,10 @@ async def test_a_busy_request_against_the_endpoints_usual_one(bridge: Bridge) ->
         us, ut = (v / n for v in usual.get(name, (0, 0)))
         want.append((name, hs, ht, us, ut))
     want.sort(key=lambda w: (-abs(w[1] - w[3]), -abs(w[2] - w[4]), w[0]))
-    got = [(f["name"], f["here"]["self"], f["here"]["total"], f["usual"]["self"], f["usual"]["total"])
-           for f in doc["functions"]]
+    got = [
+        (f["name"], f["here"]["self"], f["here"]["total"], f["usual"]["self"], f["usual"]["total"])
+        for f in doc["functions"]
+    ]
     assert got == [(w[0], w[1], w[2], round(w[3], 3), round(w[4], 3)) for w in want]
     for f in doc["functions"]:
         assert f["diff"]["self"] == round(f["here"]["self"] - dict((w[0], w[3]) for w in want)[f["name"]], 3)
@@ -164,8 +170,11 @@ async def test_a_busy_request_against_the_endpoints_usual_one(bridge: Bridge) ->
     assert [u["name"] for u in doc["unusual"]] == [w[0] for w in top]
     assert doc["unusual"][0]["name"].startswith("count_primes") and doc["unusual"][0]["diff"]["self"] > 0
     for item in doc["unusual"]:
-        assert re.fullmatch(re.escape(item["name"]) + r": ([0-9.]+ [mµ]?s|none) here vs ([0-9.]+ [mµ]?s|none) per "
-                            r"request usually", item["text"]), item["text"]
+        assert re.fullmatch(
+            re.escape(item["name"]) + r": ([0-9.]+ [mµ]?s|none) here vs ([0-9.]+ [mµ]?s|none) per "
+            r"request usually",
+            item["text"],
+        ), item["text"]
 
     # the diff flame graph: usual per request on the left, this request on the right
     fg = doc["flamegraphDiff"]
@@ -173,8 +182,11 @@ async def test_a_busy_request_against_the_endpoints_usual_one(bridge: Bridge) ->
     left, right = per_path(theirs, n), per_path(mine)
     nodes = decode_diff(fg)
     assert nodes.pop(()) == (sum(v[1] for v in left.values()), 0, sum(mine.values()), 0)
-    expected = {p: (left.get(p, (0, 0))[0], left.get(p, (0, 0))[1], right.get(p, (0, 0))[0], right.get(p, (0, 0))[1])
-                for p in left.keys() | right.keys() if p}
+    expected = {
+        p: (left.get(p, (0, 0))[0], left.get(p, (0, 0))[1], right.get(p, (0, 0))[0], right.get(p, (0, 0))[1])
+        for p in left.keys() | right.keys()
+        if p
+    }
     assert nodes == expected
     assert int(fg["leftTicks"]) == sum(v[1] for v in left.values())
     assert int(fg["rightTicks"]) == sum(mine.values())
@@ -184,8 +196,11 @@ async def test_a_busy_request_against_the_endpoints_usual_one(bridge: Bridge) ->
 
 async def test_a_child_span_is_compared_as_its_request(bridge: Bridge) -> None:
     shop = load_shop()
-    child = next(r for r in shop.of_role("frontend-child") if sum(linked_stacks(
-        [shop.in_trace(r.trace_id, "frontend-root").span_id]).values()))
+    child = next(
+        r
+        for r in shop.of_role("frontend-child")
+        if sum(linked_stacks([shop.in_trace(r.trace_id, "frontend-root").span_id]).values())
+    )
     root = shop.in_trace(child.trace_id, "frontend-root")
     status, doc = await compare(bridge.client, child.span_id)
     assert status == 200, doc
@@ -216,18 +231,24 @@ async def test_collapsed_is_differential_folded_stacks(bridge: Bridge) -> None:
     assert resp.status == 200 and resp.content_type == "text/plain"
     others = baseline_of(PRICE, own)
     left, right = per_path(linked_stacks(others), len(others)), per_path(linked_stacks([own]))
-    want = sorted(f"{';'.join(p)} {left.get(p, (0, 0))[1]} {right.get(p, (0, 0))[1]}"
-                  for p in left.keys() | right.keys() if p and (left.get(p, (0, 0))[1] or right.get(p, (0, 0))[1]))
+    want = sorted(
+        f"{';'.join(p)} {left.get(p, (0, 0))[1]} {right.get(p, (0, 0))[1]}"
+        for p in left.keys() | right.keys()
+        if p and (left.get(p, (0, 0))[1] or right.get(p, (0, 0))[1])
+    )
     assert (await resp.text()).splitlines() == want
 
 
-@pytest.mark.parametrize(("params", "status", "words"), [
-    ({"baseline": "service"}, 400, "baseline 'service' is not one of: endpoint"),
-    ({"window": "30s"}, 400, "not between 1m and 24h"),
-    ({"window": "soon"}, 400, "window 'soon'"),
-    ({"format": "pprof"}, 400, "format 'pprof' is not one of: json, collapsed"),
-    ({"profile_type": "cpu"}, 400, "profile type"),
-])
+@pytest.mark.parametrize(
+    ("params", "status", "words"),
+    [
+        ({"baseline": "service"}, 400, "baseline 'service' is not one of: endpoint"),
+        ({"window": "30s"}, 400, "not between 1m and 24h"),
+        ({"window": "soon"}, 400, "window 'soon'"),
+        ({"format": "pprof"}, 400, "format 'pprof' is not one of: json, collapsed"),
+        ({"profile_type": "cpu"}, 400, "profile type"),
+    ],
+)
 async def test_bad_parameters(bridge: Bridge, params: dict[str, str], status: int, words: str) -> None:
     code, doc = await compare(bridge.client, a_busy_price_request(), **params)
     assert code == status and words in doc["error"]["message"]
@@ -317,16 +338,16 @@ async def test_proxy_without_other_requests_compares_with_nothing(aiohttp_server
     assert not stack.pyroscope.calls("SelectMergeSpanProfile")[1:]  # only the span's own answer
 
 
-async def test_proxy_baseline_samples_come_from_pyroscope_by_span_ids(aiohttp_server: Any,
-                                                                     aiohttp_client: Any) -> None:
+async def test_proxy_baseline_samples_come_from_pyroscope_by_span_ids(aiohttp_server: Any, aiohttp_client: Any) -> None:
     stack = await start_stack(aiohttp_server, aiohttp_client)
     own = a_busy_price_request()
     _, doc = await compare(stack.http, own)
     searched = [r.query.get("q", "") for r in stack.tempo.calls("/api/search")]
-    assert '{ resource.service.name = "shop-backend" && span:name = "GET /price" } | select(span:name, ' \
-           'resource.service.name)' in searched
-    asked = {sid for call in stack.pyroscope.calls("SelectMergeSpanProfile")
-             for sid in call.message.span_selector}  # type: ignore[union-attr]
+    assert (
+        '{ resource.service.name = "shop-backend" && span:name = "GET /price" } | select(span:name, '
+        "resource.service.name)" in searched
+    )
+    asked = {sid for call in stack.pyroscope.calls("SelectMergeSpanProfile") for sid in call.message.span_selector}  # type: ignore[union-attr]
     assert asked >= set(doc["baseline"]["spanIds"]) | {own}
 
 
@@ -341,8 +362,18 @@ async def test_resolve_compare_prints_the_same_top_list(aiohttp_server: Any, aio
     span = load_shop().span(own)
     _, doc = await compare(stack.http, own)
     out, err = io.StringIO(), io.StringIO()
-    code = await resolve_report(stack.settings, span.trace_id, own, scope="span", top=5, profile_type=CPU, out=out,
-                                err=err, compare_window="1h", clock=capture_now)
+    code = await resolve_report(
+        stack.settings,
+        span.trace_id,
+        own,
+        scope="span",
+        top=5,
+        profile_type=CPU,
+        out=out,
+        err=err,
+        compare_window="1h",
+        clock=capture_now,
+    )
     assert code == 0, err.getvalue()
     text = out.getvalue()
     section = text.split("\ncompare  ", 1)[1]
@@ -350,13 +381,21 @@ async def test_resolve_compare_prints_the_same_top_list(aiohttp_server: Any, aio
     listed = section.split("most unusual functions", 1)[1].splitlines()[1:]
     assert [line.strip() for line in listed if line.strip()] == [u["text"] for u in doc["unusual"]]
 
-    code = await resolve_report(stack.settings, span.trace_id, own, scope="span", top=5, profile_type=CPU,
-                                out=io.StringIO(), err=(err := io.StringIO()), compare_window="5s")
+    code = await resolve_report(
+        stack.settings,
+        span.trace_id,
+        own,
+        scope="span",
+        top=5,
+        profile_type=CPU,
+        out=io.StringIO(),
+        err=(err := io.StringIO()),
+        compare_window="5s",
+    )
     assert code == 2 and "not between 1m and 24h" in err.getvalue() and err.getvalue().count("\n") == 1
 
 
-async def test_resolve_compare_in_standalone_mode_asks_the_running_bridge(aiohttp_server: Any,
-                                                                          tmp_path: Any) -> None:
+async def test_resolve_compare_in_standalone_mode_asks_the_running_bridge(aiohttp_server: Any, tmp_path: Any) -> None:
     import aiohttp
 
     from bridge.app import create_app
@@ -369,14 +408,16 @@ async def test_resolve_compare_in_standalone_mode_asks_the_running_bridge(aiohtt
         for path in sorted(SHOP_CAPTURE.glob("*.bin")):
             route = "/v1/traces" if path.name.endswith("_v1_traces.bin") else "/push.v1.PusherService/Push"
             ctype = "application/x-protobuf" if route == "/v1/traces" else "application/proto"
-            async with session.post(server.make_url(route), data=path.read_bytes(),
-                                    headers={"Content-Type": ctype}) as resp:
+            async with session.post(
+                server.make_url(route), data=path.read_bytes(), headers={"Content-Type": ctype}
+            ) as resp:
                 assert resp.status == 200
     own = a_busy_price_request()
     span = load_shop().span(own)
     cli_settings = Settings.for_tests(mode="standalone", listen_host="127.0.0.1", listen_port=server.port)
     out, err = io.StringIO(), io.StringIO()
-    code = await resolve_report(cli_settings, span.trace_id, own, scope="span", top=5, profile_type=CPU, out=out,
-                                err=err, compare_window="1h")
+    code = await resolve_report(
+        cli_settings, span.trace_id, own, scope="span", top=5, profile_type=CPU, out=out, err=err, compare_window="1h"
+    )
     assert code == 0, err.getvalue()
     assert "most unusual functions" in out.getvalue() and "count_primes:" in out.getvalue()

@@ -133,32 +133,33 @@ PULLED_IMAGES: Final[dict[str, ImageFacts]] = {
         base="gcr.io/distroless/static-debian12",
         programs=frozenset({"/tempo"}),
         source="grafana/tempo cmd/tempo/Dockerfile: final stage FROM gcr.io/distroless/static-debian12 (busybox "
-               "removed in grafana/tempo#5717, on release-v3.0), COPY tempo /tempo, ENTRYPOINT /tempo; "
-               "`/tempo --health` GETs http://localhost:3200/ready and exits 0/1 (Tempo docs, Command line "
-               "flags > Health check; grafana/tempo#6608)",
+        "removed in grafana/tempo#5717, on release-v3.0), COPY tempo /tempo, ENTRYPOINT /tempo; "
+        "`/tempo --health` GETs http://localhost:3200/ready and exits 0/1 (Tempo docs, Command line "
+        "flags > Health check; grafana/tempo#6608)",
     ),
     "grafana/pyroscope:2.2.1": ImageFacts(
         base="gcr.io/distroless/static",
         programs=frozenset({"/usr/bin/pyroscope", "/usr/bin/profilecli"}),
         source="grafana/pyroscope cmd/pyroscope/Dockerfile: FROM gcr.io/distroless/static, COPY profilecli "
-               "/usr/bin/profilecli, COPY pyroscope /usr/bin/pyroscope; `profilecli ready --url URL` GETs URL/ready "
-               "(cmd/profilecli/ready.go, --url from cmd/profilecli/client.go)",
+        "/usr/bin/profilecli, COPY pyroscope /usr/bin/pyroscope; `profilecli ready --url URL` GETs URL/ready "
+        "(cmd/profilecli/ready.go, --url from cmd/profilecli/client.go)",
     ),
     "prom/prometheus:v3.5.0": ImageFacts(
         base="quay.io/prometheus/busybox",
         programs=frozenset({"/bin/prometheus", "/bin/promtool"} | {f"/bin/{a}" for a in BUSYBOX_APPLETS}),
         source="prometheus/prometheus Dockerfile: FROM quay.io/prometheus/busybox-${OS}-${ARCH}:latest, COPY "
-               "prometheus /bin/prometheus, promtool /bin/promtool; busybox applets in /bin (prometheus/busybox "
-               "README); the distroless variant is a separate -distroless tag since v3.10 "
-               "(prometheus/prometheus#17876)",
+        "prometheus /bin/prometheus, promtool /bin/promtool; busybox applets in /bin (prometheus/busybox "
+        "README); the distroless variant is a separate -distroless tag since v3.10 "
+        "(prometheus/prometheus#17876)",
     ),
     "grafana/grafana:13.2.1": ImageFacts(
         base="alpine",
-        programs=frozenset({"/usr/share/grafana/bin/grafana", "/usr/bin/curl", "/bin/bash", "/bin/sh", "/bin/busybox",
-                            "/usr/bin/wget"}),
+        programs=frozenset(
+            {"/usr/share/grafana/bin/grafana", "/usr/bin/curl", "/bin/bash", "/bin/sh", "/bin/busybox", "/usr/bin/wget"}
+        ),
         source="grafana/grafana Dockerfile: final stage FROM ${BASE_IMAGE} (alpine), `apk add --no-cache "
-               "ca-certificates bash curl tzdata musl-utils`, PATH /usr/share/grafana/bin:...; alpine's busybox gives "
-               "/bin/sh and /usr/bin/wget",
+        "ca-certificates bash curl tzdata musl-utils`, PATH /usr/share/grafana/bin:...; alpine's busybox gives "
+        "/bin/sh and /usr/bin/wget",
         path=("/usr/share/grafana/bin", *DEFAULT_PATH),
     ),
 }
@@ -167,11 +168,12 @@ PULLED_IMAGES: Final[dict[str, ImageFacts]] = {
 BASE_IMAGES: Final[dict[str, ImageFacts]] = {
     "python:3.11-slim-bookworm": ImageFacts(
         base="debian:bookworm-slim",
-        programs=frozenset({"/bin/sh", "/bin/bash", "/usr/local/bin/python", "/usr/local/bin/python3",
-                            "/usr/local/bin/pip"}),
+        programs=frozenset(
+            {"/bin/sh", "/bin/bash", "/usr/local/bin/python", "/usr/local/bin/python3", "/usr/local/bin/pip"}
+        ),
         source="docker-library/python 3.11/slim-bookworm/Dockerfile: FROM debian:bookworm-slim (dash as /bin/sh, "
-               "bash), CPython and pip in /usr/local/bin; wget is installed only to download the sources and purged "
-               "in the same layer, curl never",
+        "bash), CPython and pip in /usr/local/bin; wget is installed only to download the sources and purged "
+        "in the same layer, curl never",
     ),
 }
 
@@ -250,8 +252,11 @@ def test_every_healthcheck_runs_a_program_its_image_has(name: str) -> None:
     ("image", "test", "missing"),
     [
         # the check that kept `docker compose up` from ever finishing: distroless Tempo has no shell and no wget
-        ("grafana/tempo:3.0.3", ["CMD-SHELL", "wget -q -O /dev/null http://localhost:3200/ready || exit 1"],
-         ["/bin/sh", "wget"]),
+        (
+            "grafana/tempo:3.0.3",
+            ["CMD-SHELL", "wget -q -O /dev/null http://localhost:3200/ready || exit 1"],
+            ["/bin/sh", "wget"],
+        ),
         ("grafana/tempo:3.0.3", ["CMD", "wget", "-q", "http://localhost:3200/ready"], ["wget"]),
         ("grafana/tempo:3.0.3", ["CMD", "/tempo", "--health"], []),
         ("grafana/pyroscope:2.2.1", ["CMD", "curl", "-f", "http://localhost:4040/ready"], ["curl"]),
@@ -565,6 +570,7 @@ def test_grafana_provisions_the_plugin_with_urls_that_reach_the_bridge() -> None
 
 def test_a_plain_docker_build_builds_the_bridge() -> None:
     """``docker build .`` builds the last stage: it must be the bridge, as the Dockerfile's header promises."""
-    froms = [line.split() for line in DOCKERFILE.read_text(encoding="utf-8").splitlines()
-             if line.upper().startswith("FROM ")]
+    froms = [
+        line.split() for line in DOCKERFILE.read_text(encoding="utf-8").splitlines() if line.upper().startswith("FROM ")
+    ]
     assert froms[-1][1] == "bridge", froms[-1]

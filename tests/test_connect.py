@@ -49,8 +49,12 @@ def test_codec_table(content_type: str | None, codec: Codec | None) -> None:
 
 
 REQ = qpb.SelectMergeSpanProfileRequest(
-    profile_typeID="process_cpu:cpu:nanoseconds:cpu:nanoseconds", label_selector='{service_name="x"}',
-    span_selector=["7f80395fd15dcdc9"], start=1795945280000, end=1795945340000, max_nodes=512,
+    profile_typeID="process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+    label_selector='{service_name="x"}',
+    span_selector=["7f80395fd15dcdc9"],
+    start=1795945280000,
+    end=1795945340000,
+    max_nodes=512,
 )
 
 
@@ -113,8 +117,16 @@ def test_bad_encodings_are_invalid_argument(body: bytes, encoding: str, words: s
 
 @pytest.mark.parametrize(
     ("accept", "gz"),
-    [("gzip", True), ("gzip, deflate", True), ("deflate, GZIP;q=0.5", True), ("gzip;q=0", False),
-     ("identity", False), ("", False), (None, False), ("br", False)],
+    [
+        ("gzip", True),
+        ("gzip, deflate", True),
+        ("deflate, GZIP;q=0.5", True),
+        ("gzip;q=0", False),
+        ("identity", False),
+        ("", False),
+        (None, False),
+        ("br", False),
+    ],
 )
 def test_responses_gzip_when_accepted(accept: str | None, gz: bool) -> None:
     body, headers = encode_response(REQ, Codec.PROTO, accept)

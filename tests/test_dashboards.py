@@ -25,9 +25,26 @@ DASHBOARDS = sorted(DASHBOARD_DIR.glob("*.json"))
 SCHEMA_BY_GRAFANA_MAJOR = {"11": 39, "12": 41, "13": 42}
 # variables Grafana defines itself
 BUILTIN_VARIABLES = {
-    "__rate_interval", "__interval", "__interval_ms", "__range", "__range_s", "__range_ms", "__from", "__to",
-    "__url_time_range", "__all_variables", "__value", "__data", "__field", "__series", "__dashboard", "__org",
-    "__user", "__timezone", "__name", "__all",
+    "__rate_interval",
+    "__interval",
+    "__interval_ms",
+    "__range",
+    "__range_s",
+    "__range_ms",
+    "__from",
+    "__to",
+    "__url_time_range",
+    "__all_variables",
+    "__value",
+    "__data",
+    "__field",
+    "__series",
+    "__dashboard",
+    "__org",
+    "__user",
+    "__timezone",
+    "__name",
+    "__all",
 }
 VARIABLE_RE = re.compile(
     r"\$\{([A-Za-z0-9_]+)(?:[.:][^}]*)?\}"  # ${name}, ${name:format}, ${__value.raw}
@@ -109,8 +126,10 @@ def _compose_grafana_major() -> str:
     ("text", "names"),
     [
         ('{service_name="$service"}', {"service"}),
-        ("${span_name:regex} ${__value.raw} [[old]] $__rate_interval", {"span_name", "__value", "old",
-                                                                         "__rate_interval"}),
+        (
+            "${span_name:regex} ${__value.raw} [[old]] $__rate_interval",
+            {"span_name", "__value", "old", "__rate_interval"},
+        ),
         ("no variables {{legend}}", set()),
     ],
 )
@@ -258,9 +277,13 @@ def test_bridge_dashboard_queries_only_metrics_the_bridge_exports() -> None:
             used |= set(re.findall(r"profile_bridge_[a-z_]+", expr))
     assert used <= exported, used - exported
     # requests, resolutions by mode, upstream latency, cache
-    for name in ("profile_bridge_requests_total", "profile_bridge_resolutions_total",
-                 "profile_bridge_upstream_seconds_bucket", "profile_bridge_cache_hits_total",
-                 "profile_bridge_cache_misses_total"):
+    for name in (
+        "profile_bridge_requests_total",
+        "profile_bridge_resolutions_total",
+        "profile_bridge_upstream_seconds_bucket",
+        "profile_bridge_cache_hits_total",
+        "profile_bridge_cache_misses_total",
+    ):
         assert name in used
 
 
@@ -271,8 +294,11 @@ def test_span_table_traceql_is_understood_by_standalone_mode_too() -> None:
 
     dashboard = _load(DASHBOARD_DIR / "span-profiles.json")
     variables = _variables(dashboard)
-    values = {"service": "shop-backend", "span_name": variables["span_name"]["allValue"],
-              "min_duration": variables["min_duration"]["query"]}
+    values = {
+        "service": "shop-backend",
+        "span_name": variables["span_name"]["allValue"],
+        "min_duration": variables["min_duration"]["query"],
+    }
     (table,) = [p for p in _panels(dashboard) if p["type"] == "table"]
     query = table["targets"][0]["query"]
     for name, value in values.items():

@@ -129,9 +129,21 @@ async def run_demo(sink_args: list[str], log_path: Path) -> AsyncIterator[tuple[
     frontend_port, backend_port = closed_port(), closed_port()
     with log_path.open("wb") as log:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bridge", "demo", *sink_args, "--no-load",
-            "--frontend-port", str(frontend_port), "--backend-port", str(backend_port),
-            cwd=ROOT, env=_demo_env(), stdout=log, stderr=log, start_new_session=True,
+            sys.executable,
+            "-m",
+            "bridge",
+            "demo",
+            *sink_args,
+            "--no-load",
+            "--frontend-port",
+            str(frontend_port),
+            "--backend-port",
+            str(backend_port),
+            cwd=ROOT,
+            env=_demo_env(),
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
         )
         try:
             yield [f"http://127.0.0.1:{frontend_port}", f"http://127.0.0.1:{backend_port}"], proc
@@ -177,10 +189,22 @@ async def test_demo_app_sends_linked_traces_and_profiles(aiohttp_server: Any, de
     by_name: dict[str, list[Span]] = defaultdict(list)
     for span in spans:
         by_name[span.name].append(span)
-    assert {"GET /checkout", "renderCart", "HTTP GET shop-backend", "GET /price", "countPrimes", "GET /health",
-            "GET /slow-io", "waitForInventory"} <= set(by_name)
-    servers = {"GET /checkout": {"shop-frontend"}, "GET /price": {"shop-backend"},
-               "GET /health": {"shop-frontend", "shop-backend"}, "GET /slow-io": {"shop-frontend"}}
+    assert {
+        "GET /checkout",
+        "renderCart",
+        "HTTP GET shop-backend",
+        "GET /price",
+        "countPrimes",
+        "GET /health",
+        "GET /slow-io",
+        "waitForInventory",
+    } <= set(by_name)
+    servers = {
+        "GET /checkout": {"shop-frontend"},
+        "GET /price": {"shop-backend"},
+        "GET /health": {"shop-frontend", "shop-backend"},
+        "GET /slow-io": {"shop-frontend"},
+    }
     for name, services in servers.items():
         for span in by_name[name]:
             assert span.service in services and span.kind == SPAN_KIND_SERVER
@@ -214,8 +238,11 @@ async def test_demo_app_sends_linked_traces_and_profiles(aiohttp_server: Any, de
         # between has only some, and the demo's aiohttp services run every request on one thread, so while roots
         # overlap (the concurrent /slow-io requests) the thread holds the tags of all of them and a sample may carry
         # span_id of one and trace_id of another. What holds: each tag comes from a root of this service open then.
-        overlapping = [other for other in roots.values() if other.service == service
-                       and other.start_ns <= root.end_ns and root.start_ns <= other.end_ns]
+        overlapping = [
+            other
+            for other in roots.values()
+            if other.service == service and other.start_ns <= root.end_ns and root.start_ns <= other.end_ns
+        ]
         assert labels.get("trace_id", root.trace_id) in {other.trace_id for other in overlapping}, labels
         assert labels.get("span_name", root.name) in {other.name for other in overlapping}, labels
         linked[service].add(span_id)
@@ -226,8 +253,9 @@ async def test_demo_app_sends_linked_traces_and_profiles(aiohttp_server: Any, de
     assert "count_primes" in functions["shop-backend"]
     assert "render_json" in functions["shop-frontend"]
     assert linked["shop-backend"] and linked["shop-frontend"]
-    series_labels = {label.name: label.value for request in recorder.pushes for series in request.series
-                     for label in series.labels}
+    series_labels = {
+        label.name: label.value for request in recorder.pushes for series in request.series for label in series.labels
+    }
     assert series_labels["__name__"] == "process_cpu" and series_labels["service_namespace"] == "shop"
     assert all(isinstance(request, push_pb2.PushRequest) for request in recorder.pushes)
 
@@ -389,8 +417,19 @@ async def test_serve_demo_runs_the_shop_against_itself_and_stops_cleanly(
     port, data_dir = closed_port(), tmp_path / "data"
     env = _demo_env() | {"PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false"}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge", "serve", "--demo", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir),
-        cwd=tmp_path, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        sys.executable,
+        "-m",
+        "bridge",
+        "serve",
+        "--demo",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--data-dir",
+        str(data_dir),
+        cwd=tmp_path,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
     )
     assert proc.stdout is not None
@@ -400,8 +439,9 @@ async def test_serve_demo_runs_the_shop_against_itself_and_stops_cleanly(
         backend = (await output.wait_for(r"shop-backend (http://127\.0\.0\.1:\d+)", proc)).group(1)
         await output.wait_for(rf"sends traces to http://127\.0\.0\.1:{port}/v1/traces", proc)
         await output.wait_for(rf"look: http://localhost:{port}/ ", proc)
-        span_page = (await output.wait_for(rf"look: http://localhost:{port}(/spans/[0-9a-f]{{32}}/[0-9a-f]{{16}})",
-                                           proc)).group(1)
+        span_page = (
+            await output.wait_for(rf"look: http://localhost:{port}(/spans/[0-9a-f]{{32}}/[0-9a-f]{{16}})", proc)
+        ).group(1)
         async with ClientSession(timeout=ClientTimeout(total=10, connect=2)) as session:
             await _drive_rounds(session, [frontend, backend])
     finally:
@@ -430,7 +470,11 @@ def test_serve_demo_refuses_proxy_mode_in_one_line() -> None:
 
     proc = subprocess.run(
         [sys.executable, "-m", "bridge", "serve", "--demo", "--tempo-url", "http://127.0.0.1:9"],
-        capture_output=True, text=True, timeout=60, check=False, env=_demo_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=_demo_env(),
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
@@ -440,8 +484,16 @@ def test_serve_demo_refuses_proxy_mode_in_one_line() -> None:
 async def test_demo_without_a_bridge_says_to_start_one(tmp_path: Path) -> None:
     port = closed_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge", "demo", "--to", f"http://127.0.0.1:{port}", cwd=tmp_path, env=_demo_env(),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "bridge",
+        "demo",
+        "--to",
+        f"http://127.0.0.1:{port}",
+        cwd=tmp_path,
+        env=_demo_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), STARTUP_SECONDS)
     assert proc.returncode == 1

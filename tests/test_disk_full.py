@@ -60,10 +60,14 @@ async def fill(store: Store) -> None:
         for _ in range(1000):
             n += 1
             stacks = [tuple(f"fill{n}_{i}_{j}" for j in range(30)) for i in range(stacks_per_write)]
-            record = ProfileRecord(labels=(("__name__", "process_cpu"), ("service_name", "filler")),
-                                   profile_type="process_cpu:cpu:nanoseconds:cpu:nanoseconds", service="filler",
-                                   time_ns=1_700_000_000 * 10**9, duration_ns=10**10,
-                                   samples=[(stack, 1, None, None) for stack in stacks])
+            record = ProfileRecord(
+                labels=(("__name__", "process_cpu"), ("service_name", "filler")),
+                profile_type="process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+                service="filler",
+                time_ns=1_700_000_000 * 10**9,
+                duration_ns=10**10,
+                samples=[(stack, 1, None, None) for stack in stacks],
+            )
             try:
                 await store.ingest_profiles([record], None)
             except StorageFull:
@@ -85,9 +89,13 @@ async def set_max_pages(store: Store, pages: int | None) -> None:
 async def test_a_full_disk_is_retryable_logged_once_not_ready_counted_and_recovers(
     tmp_path: Path, aiohttp_client: Client, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settings = Settings.for_tests(mode="standalone", data_dir=str(tmp_path / "data"), otlp_grpc_enabled=True,
-                                  otlp_grpc_listen=("127.0.0.1", 0),
-                                  retention_age=FIXTURES_AGE_S)  # the Go pprof fixture is from 2021
+    settings = Settings.for_tests(
+        mode="standalone",
+        data_dir=str(tmp_path / "data"),
+        otlp_grpc_enabled=True,
+        otlp_grpc_listen=("127.0.0.1", 0),
+        retention_age=FIXTURES_AGE_S,
+    )  # the Go pprof fixture is from 2021
     client = await aiohttp_client(create_app(settings, wall_clock=lambda: CAPTURE_END_S))
     backends = client.app[RUNTIME].backends
     assert backends is not None and isinstance(backends.profiles, Store) and backends.grpc is not None
@@ -102,8 +110,9 @@ async def test_a_full_disk_is_retryable_logged_once_not_ready_counted_and_recove
         status = status_pb2.Status.FromString(await resp.read())
         assert status.code == 14 and "disk is full" in status.message  # UNAVAILABLE: exporters retry it
 
-        resp = await client.post("/push.v1.PusherService/Push", data=PUSH,
-                                 headers={"Content-Type": "application/proto"})
+        resp = await client.post(
+            "/push.v1.PusherService/Push", data=PUSH, headers={"Content-Type": "application/proto"}
+        )
         assert (resp.status, resp.headers.get("Retry-After")) == (503, "30")
         doc = await resp.json()
         assert doc["code"] == "unavailable" and "disk is full" in doc["message"]
@@ -115,7 +124,8 @@ async def test_a_full_disk_is_retryable_logged_once_not_ready_counted_and_recove
         async with grpc.aio.insecure_channel(f"127.0.0.1:{backends.grpc.port}") as channel:
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await tsvc_grpc.TraceServiceStub(channel).Export(
-                    tsvc.ExportTraceServiceRequest.FromString(TRACES), timeout=10)
+                    tsvc.ExportTraceServiceRequest.FromString(TRACES), timeout=10
+                )
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
         details = dict(caught.value.trailing_metadata() or ())["grpc-status-details-bin"]
         [info] = status_pb2.Status.FromString(details).details

@@ -27,12 +27,18 @@ async def stack(aiohttp_server: Any) -> Stack:
 
 
 def linked_total(span_id: str) -> int:
-    return sum(v for p in load_push_profiles() if p.type_id == CPU
-               for _, v, labels in p.samples if labels.get("span_id") == span_id)
+    return sum(
+        v
+        for p in load_push_profiles()
+        if p.type_id == CPU
+        for _, v, labels in p.samples
+        if labels.get("span_id") == span_id
+    )
 
 
-async def run(stack: Stack, settings: Settings | None = None, clock: Callable[[], float] | None = None,
-              **kwargs: Any) -> tuple[int, str, str]:
+async def run(
+    stack: Stack, settings: Settings | None = None, clock: Callable[[], float] | None = None, **kwargs: Any
+) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     args: dict[str, Any] = {"trace_id": None, "span_id": None, "expect_function": None, "profile_type": CPU}
     args.update(kwargs)
@@ -64,8 +70,13 @@ def profiled_root(stack: Stack) -> Any:
 
 
 ALL_CHECKS = [
-    "Tempo reachable", "trace found", "span found", "span carries pyroscope.profile.id", "Pyroscope reachable",
-    "profile type present", "samples linked to the span",
+    "Tempo reachable",
+    "trace found",
+    "span found",
+    "span carries pyroscope.profile.id",
+    "Pyroscope reachable",
+    "profile type present",
+    "samples linked to the span",
 ]
 
 
@@ -109,8 +120,9 @@ async def test_span_id_alone_is_found_by_search(stack: Stack) -> None:
 
 
 async def test_a_child_span_passes_through_its_local_root(stack: Stack) -> None:
-    child = stack.shop.pick("frontend-child", where=lambda r: linked_total(
-        stack.shop.trace(r.trace_id).local_root(r.span_id).span_id) > 0)  # type: ignore[union-attr]
+    child = stack.shop.pick(
+        "frontend-child", where=lambda r: linked_total(stack.shop.trace(r.trace_id).local_root(r.span_id).span_id) > 0
+    )  # type: ignore[union-attr]
     code, out, _ = await run(stack, trace_id=child.trace_id, span_id=child.span_id)
     assert code == 0, out
     assert "local-root:" in out and "expected for a child span" in out
@@ -119,9 +131,11 @@ async def test_a_child_span_passes_through_its_local_root(stack: Stack) -> None:
 
 
 async def test_a_backend_function_is_found_in_the_request_scope_of_a_client_span(stack: Stack) -> None:
-    client = next(r for r in stack.shop.of_role("frontend-client")
-                  if any(linked_total(s.span_id) for s in stack.shop.trace(r.trace_id)
-                         .descendant_local_roots(r.span_id)))
+    client = next(
+        r
+        for r in stack.shop.of_role("frontend-client")
+        if any(linked_total(s.span_id) for s in stack.shop.trace(r.trace_id).descendant_local_roots(r.span_id))
+    )
     code, out, _ = await run(stack, trace_id=client.trace_id, span_id=client.span_id, expect_function="count_primes")
     assert code == 0, out
     assert "in scope=request: shop-backend ran it" in out
@@ -131,8 +145,9 @@ async def test_a_backend_function_is_found_in_the_request_scope_of_a_client_span
 
 
 def break_tempo_refused(stack: Stack) -> Settings:
-    return Settings.for_tests(mode="proxy", tempo_url=refused_url(), pyroscope_url=stack.pyroscope.url,
-                              upstream_timeout=2.0)
+    return Settings.for_tests(
+        mode="proxy", tempo_url=refused_url(), pyroscope_url=stack.pyroscope.url, upstream_timeout=2.0
+    )
 
 
 def break_tempo_503(stack: Stack) -> Settings:
@@ -141,8 +156,9 @@ def break_tempo_503(stack: Stack) -> Settings:
 
 
 def break_pyroscope_refused(stack: Stack) -> Settings:
-    return Settings.for_tests(mode="proxy", tempo_url=stack.tempo.url, pyroscope_url=refused_url(),
-                              upstream_timeout=2.0)
+    return Settings.for_tests(
+        mode="proxy", tempo_url=stack.tempo.url, pyroscope_url=refused_url(), upstream_timeout=2.0
+    )
 
 
 def break_pyroscope_unavailable(stack: Stack) -> Settings:
@@ -151,13 +167,28 @@ def break_pyroscope_unavailable(stack: Stack) -> Settings:
 
 
 BROKEN: list[tuple[str, Callable[[Stack], Settings], str, list[str], str]] = [
-    ("tempo refused", break_tempo_refused, "Tempo reachable", ["trace found", "span found"],
-     "PROFILE_BRIDGE_TEMPO_URL"),
+    (
+        "tempo refused",
+        break_tempo_refused,
+        "Tempo reachable",
+        ["trace found", "span found"],
+        "PROFILE_BRIDGE_TEMPO_URL",
+    ),
     ("tempo 503", break_tempo_503, "Tempo reachable", ["trace found", "span found"], "/ready"),
-    ("pyroscope refused", break_pyroscope_refused, "Pyroscope reachable",
-     ["profile type present", "samples linked to the span"], "PROFILE_BRIDGE_PYROSCOPE_URL"),
-    ("pyroscope unavailable", break_pyroscope_unavailable, "Pyroscope reachable",
-     ["profile type present", "samples linked to the span"], "PROFILE_BRIDGE_PYROSCOPE_URL"),
+    (
+        "pyroscope refused",
+        break_pyroscope_refused,
+        "Pyroscope reachable",
+        ["profile type present", "samples linked to the span"],
+        "PROFILE_BRIDGE_PYROSCOPE_URL",
+    ),
+    (
+        "pyroscope unavailable",
+        break_pyroscope_unavailable,
+        "Pyroscope reachable",
+        ["profile type present", "samples linked to the span"],
+        "PROFILE_BRIDGE_PYROSCOPE_URL",
+    ),
 ]
 
 
@@ -167,8 +198,9 @@ async def test_a_broken_backend_is_named_and_dependent_checks_skipped(
 ) -> None:
     root = profiled_root(stack)
     settings = breaker(stack)
-    code, out, err = await run(stack, settings, trace_id=root.trace_id, span_id=root.span_id,
-                               expect_function="render_json")
+    code, out, err = await run(
+        stack, settings, trace_id=root.trace_id, span_id=root.span_id, expect_function="render_json"
+    )
     assert code == 1
     assert err == "" and "Traceback" not in out
     got = marks(out)
@@ -197,8 +229,9 @@ async def test_a_span_missing_from_its_trace_fails_span_found(stack: Stack) -> N
 
 async def test_no_profile_id_and_enrichment_off_fails_that_hop(stack: Stack) -> None:
     child = stack.shop.pick("frontend-child")
-    settings = Settings.for_tests(mode="proxy", tempo_url=stack.tempo.url, pyroscope_url=stack.pyroscope.url,
-                                  enrich="off")
+    settings = Settings.for_tests(
+        mode="proxy", tempo_url=stack.tempo.url, pyroscope_url=stack.pyroscope.url, enrich="off"
+    )
     code, out, _ = await run(stack, settings, trace_id=child.trace_id, span_id=child.span_id)
     assert code == 1
     assert [n for n, m in marks(out).items() if m == "✗"] == ["span carries pyroscope.profile.id"]
@@ -207,8 +240,9 @@ async def test_no_profile_id_and_enrichment_off_fails_that_hop(stack: Stack) -> 
 
 async def test_profiled_services_enrichment_checks_pyroscope_knows_the_service(stack: Stack) -> None:
     child = stack.shop.pick("frontend-child")
-    settings = Settings.for_tests(mode="proxy", tempo_url=stack.tempo.url, pyroscope_url=stack.pyroscope.url,
-                                  enrich="profiled-services")
+    settings = Settings.for_tests(
+        mode="proxy", tempo_url=stack.tempo.url, pyroscope_url=stack.pyroscope.url, enrich="profiled-services"
+    )
     code, out, _ = await run(stack, settings, trace_id=child.trace_id, span_id=child.span_id)
     assert marks(out)["span carries pyroscope.profile.id"] == "✓"
     assert "Pyroscope knows service 'shop-frontend'" in out
@@ -217,8 +251,9 @@ async def test_profiled_services_enrichment_checks_pyroscope_knows_the_service(s
 
 async def test_a_profile_type_without_data_fails_and_lists_the_ones_there(stack: Stack) -> None:
     root = profiled_root(stack)
-    code, out, _ = await run(stack, trace_id=root.trace_id, span_id=root.span_id,
-                             profile_type="memory:alloc_space:bytes:space:bytes")
+    code, out, _ = await run(
+        stack, trace_id=root.trace_id, span_id=root.span_id, profile_type="memory:alloc_space:bytes:space:bytes"
+    )
     assert code == 1
     assert marks(out)["profile type present"] == "✗" and marks(out)["samples linked to the span"] == "·"
     assert CPU in out and "--profile-type" in fix_after(out, "profile type present")
@@ -227,10 +262,15 @@ async def test_a_profile_type_without_data_fails_and_lists_the_ones_there(stack:
 def without_span_ids(stack: Stack, service: str) -> None:
     """The double's profiles of ``service`` as a profiler that does not link spans would send them."""
     stack.pyroscope.profiles = [
-        dataclasses.replace(p, samples=[(frames, value, {k: v for k, v in labels.items()
-                                                         if k not in ("span_id", "trace_id")})
-                                        for frames, value, labels in p.samples])
-        if p.labels.get("service_name") == service else p
+        dataclasses.replace(
+            p,
+            samples=[
+                (frames, value, {k: v for k, v in labels.items() if k not in ("span_id", "trace_id")})
+                for frames, value, labels in p.samples
+            ],
+        )
+        if p.labels.get("service_name") == service
+        else p
         for p in stack.pyroscope.profiles
     ]
 
@@ -259,8 +299,9 @@ async def test_an_unlinked_span_of_a_service_that_links_nothing_gets_the_fix(sta
     line = next(x for x in out.splitlines() if x.startswith("✗ samples linked"))
     assert re.search(r"and none of \d+ other recent spans? of shop-frontend is linked either", line), line
     assert "time-window" in line
-    assert fix_after(out, "samples linked to the span").startswith("    fix: link profiles to spans: pyroscope-otel's "
-                                                                  "PyroscopeSpanProcessor")
+    assert fix_after(out, "samples linked to the span").startswith(
+        "    fix: link profiles to spans: pyroscope-otel's PyroscopeSpanProcessor"
+    )
 
 
 async def test_a_span_too_young_for_its_profile_says_to_wait_not_to_fix(stack: Stack) -> None:
@@ -269,13 +310,15 @@ async def test_a_span_too_young_for_its_profile_says_to_wait_not_to_fix(stack: S
     io_span = stack.shop.pick("frontend-io")
     span = stack.shop.trace(io_span.trace_id).get(io_span.span_id)
     assert span is not None
-    code, out, _ = await run(stack, trace_id=io_span.trace_id, span_id=io_span.span_id,
-                             clock=lambda: span.end_ns / 1e9 + 3)
+    code, out, _ = await run(
+        stack, trace_id=io_span.trace_id, span_id=io_span.span_id, clock=lambda: span.end_ns / 1e9 + 3
+    )
     assert code == 1
     line = next(x for x in out.splitlines() if x.startswith("✗ samples linked"))
     assert "no linked samples yet: the span ended 3 s ago, less than a capture window plus upload lag (20 s)" in line
     assert fix_after(out, "samples linked to the span") == (
-        "    fix: rerun in 17 s (or check an older span: without --trace-id/--span-id doctor picks one)")
+        "    fix: rerun in 17 s (or check an older span: without --trace-id/--span-id doctor picks one)"
+    )
     assert "PyroscopeSpanProcessor" not in out
 
 
@@ -317,8 +360,10 @@ async def test_without_ids_it_searches_spans_old_enough_first(stack: Stack) -> N
 async def test_without_ids_and_only_young_spans_it_says_their_profiles_may_be_missing(stack: Stack) -> None:
     first_end = min(s.end_ns for s in stack.shop.all_spans() if not s.parent_span_id) / 1e9
     code, out, _ = await run(stack, clock=lambda: first_end + 1)
-    assert ("(picked: the slowest recent root span; every recent root span ended less than 20 s ago — a capture "
-            "window plus upload lag — so their profiles may not have arrived yet)") in out
+    assert (
+        "(picked: the slowest recent root span; every recent root span ended less than 20 s ago — a capture "
+        "window plus upload lag — so their profiles may not have arrived yet)"
+    ) in out
     assert "PyroscopeSpanProcessor" not in out
 
 
@@ -353,8 +398,9 @@ async def test_standalone_mode_goes_through_the_running_bridge(stack: Stack, aio
     server = await aiohttp_server(create_app(stack.settings, wall_clock=stack.capture_clock))
     settings = Settings.for_tests(mode="standalone", listen_host="127.0.0.1", listen_port=server.port)
     root = profiled_root(stack)
-    code, out, _ = await run(stack, settings, trace_id=root.trace_id, span_id=root.span_id,
-                             expect_function="render_json")
+    code, out, _ = await run(
+        stack, settings, trace_id=root.trace_id, span_id=root.span_id, expect_function="render_json"
+    )
     assert "standalone mode" in out.splitlines()[0]
     assert f"the bridge's store at http://127.0.0.1:{server.port}" in out
     assert marks(out)["Tempo reachable"] == "✓" and marks(out)["Pyroscope reachable"] == "✓"

@@ -158,8 +158,7 @@ def test_ties_at_the_fold_pyroscope_keeps_them_the_bridge_folds_them() -> None:
     """Pyroscope keeps every node whose total reaches the ``max_nodes``-th largest (ties may keep more than
     ``max_nodes``); the bridge folds the tied ones too, so it never keeps more than ``max_nodes``."""
     stacks: Stacks = [(("a",), 5), (("b",), 5), (("c",), 1)]
-    assert nodes_of(encode_flamegraph(stacks, 1)) == {(): (11, 0), ("a",): (5, 5), ("b",): (5, 5),
-                                                      ("other",): (1, 1)}
+    assert nodes_of(encode_flamegraph(stacks, 1)) == {(): (11, 0), ("a",): (5, 5), ("b",): (5, 5), ("other",): (1, 1)}
     assert nodes_of(flamegraph.encode_stacks(stacks, 1)) == {(): (11, 0), ("other",): (11, 11)}
 
 
@@ -167,5 +166,9 @@ def test_a_function_called_other_pyroscope_folds_it_the_bridge_keeps_it() -> Non
     stacks: Stacks = [(("other", "x"), 4), (("y",), 1)]
     fg = encode_flamegraph(stacks)
     assert list(fg.names) == ["total", "y", "other"] and levels(fg) == [[0, 5, 0, 0], [0, 1, 1, 1, 0, 4, 4, 2]]
-    assert nodes_of(flamegraph.encode_stacks(stacks)) == {(): (5, 0), ("other",): (4, 0), ("other", "x"): (4, 4),
-                                                          ("y",): (1, 1)}
+    assert nodes_of(flamegraph.encode_stacks(stacks)) == {
+        (): (5, 0),
+        ("other",): (4, 0),
+        ("other", "x"): (4, 4),
+        ("y",): (1, 1),
+    }

@@ -168,8 +168,9 @@ def test_unknown_protobuf_fields_survive_at_every_level(version: int) -> None:
     raws = []
     for rs in original:
         for ss in rs.scope_spans:
-            spans = [otlp_trace.Span.FromString(_with_unknown(s.SerializeToString(), 900, b"span-extra"))
-                     for s in ss.spans]
+            spans = [
+                otlp_trace.Span.FromString(_with_unknown(s.SerializeToString(), 900, b"span-extra")) for s in ss.spans
+            ]
             del ss.spans[:]
             ss.spans.extend(spans)
         rs_with = otlp_trace.ResourceSpans.FromString(rs.SerializeToString())
@@ -180,8 +181,9 @@ def test_unknown_protobuf_fields_survive_at_every_level(version: int) -> None:
 
     result = enrich_trace_body(body, version=version, protobuf=True, policy=ALL)
 
-    outer = tempo_pb2.TraceByIDResponse.FromString(result.body) if version == 2 else tempo_pb2.Trace.FromString(
-        result.body)
+    outer = (
+        tempo_pb2.TraceByIDResponse.FromString(result.body) if version == 2 else tempo_pb2.Trace.FromString(result.body)
+    )
     assert [(f.field_number, f.data) for f in UnknownFieldSet(outer)] == [(903, b"answer-extra")]
     enriched = decode_answer(result.body, version, True)
     for rs in enriched:
@@ -198,10 +200,18 @@ def test_unknown_protobuf_fields_survive_at_every_level(version: int) -> None:
 
 def test_events_links_status_and_other_attributes_survive() -> None:
     span = otlp_trace.Span(
-        trace_id=bytes.fromhex("0af7651916cd43dd8448eb211c80319c"), span_id=bytes.fromhex("b7ad6b7169203331"),
-        parent_span_id=bytes.fromhex("00f067aa0ba902b7"), name="SELECT orders", kind=otlp_trace.Span.SPAN_KIND_CLIENT,
-        start_time_unix_nano=1, end_time_unix_nano=2, trace_state="congo=t61rcWkgMzE", flags=0x301,
-        dropped_attributes_count=3, dropped_events_count=4, dropped_links_count=5,
+        trace_id=bytes.fromhex("0af7651916cd43dd8448eb211c80319c"),
+        span_id=bytes.fromhex("b7ad6b7169203331"),
+        parent_span_id=bytes.fromhex("00f067aa0ba902b7"),
+        name="SELECT orders",
+        kind=otlp_trace.Span.SPAN_KIND_CLIENT,
+        start_time_unix_nano=1,
+        end_time_unix_nano=2,
+        trace_state="congo=t61rcWkgMzE",
+        flags=0x301,
+        dropped_attributes_count=3,
+        dropped_events_count=4,
+        dropped_links_count=5,
     )
     span.attributes.add(key="db.statement", value=common_pb2.AnyValue(string_value="SELECT 1"))
     span.attributes.add(key="retries", value=common_pb2.AnyValue(int_value=-7))
@@ -300,8 +310,9 @@ def test_policy_off_and_unknown_services_leave_the_body_byte_for_byte(version: i
 def test_partial_status_message_and_metrics_are_kept(protobuf: bool) -> None:
     metrics = tempo_pb2.TraceByIDMetrics(inspectedBytes=123, backendReads=2, backendBytes=99)
     metrics.additionalMetrics["cache_hits"] = 5
-    body = trace_answer(shop_resource_spans(), version=2, protobuf=protobuf, partial="trace exceeds max size",
-                        metrics=metrics)
+    body = trace_answer(
+        shop_resource_spans(), version=2, protobuf=protobuf, partial="trace exceeds max size", metrics=metrics
+    )
 
     result = enrich_trace_body(body, version=2, protobuf=protobuf, policy=ALL)
 
@@ -315,8 +326,12 @@ def test_partial_status_message_and_metrics_are_kept(protobuf: bool) -> None:
         doc = json.loads(result.body)
         assert doc["status"] == "PARTIAL"
         assert doc["message"] == "trace exceeds max size"
-        assert doc["metrics"] == {"inspectedBytes": "123", "backendReads": "2", "backendBytes": "99",
-                                  "additionalMetrics": {"cache_hits": "5"}}
+        assert doc["metrics"] == {
+            "inspectedBytes": "123",
+            "backendReads": "2",
+            "backendBytes": "99",
+            "additionalMetrics": {"cache_hits": "5"},
+        }
         assert list(doc) == ["trace", "metrics", "status", "message"]
 
 
@@ -366,8 +381,11 @@ def test_span_id_read_from_any_field_order() -> None:
     span = otlp_trace.Span(span_id=bytes.fromhex("0011223344556677"), name="reordered", start_time_unix_nano=5)
     # name first, then span id, then trace id: valid protobuf, not the canonical order
     head = otlp_trace.Span(name="reordered").SerializeToString()
-    raw_span = (head + otlp_trace.Span(span_id=span.span_id).SerializeToString()
-                + otlp_trace.Span(trace_id=bytes(range(16)), start_time_unix_nano=5).SerializeToString())
+    raw_span = (
+        head
+        + otlp_trace.Span(span_id=span.span_id).SerializeToString()
+        + otlp_trace.Span(trace_id=bytes(range(16)), start_time_unix_nano=5).SerializeToString()
+    )
     no_trace_id = otlp_trace.Span(span_id=bytes.fromhex("8899aabbccddeeff"), name="no trace id").SerializeToString()
     no_span_id = otlp_trace.Span(trace_id=bytes(range(16)), name="no span id").SerializeToString()
     scope = b"\x12" + _varint(len(raw_span)) + raw_span
@@ -403,10 +421,28 @@ def test_spans_for_the_cache_match_the_sdk_spans(version: int, protobuf: bool) -
     assert {s.span_id for s in spans} == set(expected)
     for span in spans:
         want = expected[span.span_id]
-        got = (span.trace_id, span.parent_span_id, span.name, span.kind, span.service, span.start_ns, span.end_ns,
-               span.flags, span.resource)
-        assert got == (want.trace_id, want.parent_span_id, want.name, want.kind, want.service, want.start_ns,
-                       want.end_ns, want.flags, want.resource)
+        got = (
+            span.trace_id,
+            span.parent_span_id,
+            span.name,
+            span.kind,
+            span.service,
+            span.start_ns,
+            span.end_ns,
+            span.flags,
+            span.resource,
+        )
+        assert got == (
+            want.trace_id,
+            want.parent_span_id,
+            want.name,
+            want.kind,
+            want.service,
+            want.start_ns,
+            want.end_ns,
+            want.flags,
+            want.resource,
+        )
         assert span.profile_id == span.span_id  # SDK-tagged or enriched: the span's own id either way
     trace = Trace.from_spans(spans, child.trace_id)
     root = trace.local_root(child.span_id)
@@ -441,8 +477,10 @@ def test_a_span_with_broken_wire_format_makes_the_body_undecodable() -> None:
     broken = otlp_trace.Span(span_id=bytes(range(8)), name="ok so far").SerializeToString() + b"\x2a\x7f\x01"
     scope = b"\x12" + _varint(len(broken)) + broken  # the span's last field claims 127 bytes and has 1
     rs = b"\x12" + _varint(len(scope)) + scope
-    for version, body in ((1, tempo_pb2.Trace(resource_spans=[rs]).SerializeToString()),
-                          (2, trace_answer([rs], version=2, protobuf=True))):
+    for version, body in (
+        (1, tempo_pb2.Trace(resource_spans=[rs]).SerializeToString()),
+        (2, trace_answer([rs], version=2, protobuf=True)),
+    ):
         with pytest.raises(UndecodableBody) as caught:
             enrich_trace_body(body, version=version, protobuf=True, policy=ALL)
         assert caught.value.reason == "protobuf"
@@ -475,7 +513,8 @@ def test_with_the_trace_id_every_value_carries_it_and_sdk_values_are_extended_on
     assert result.added == len(spans) - len(sdk_tagged) - 1
     # the span cache reads the same values
     assert {s.span_id: s.profile_id for s in result.spans()} == {
-        s.span_id.hex(): profile_attrs(s)[0].value.string_value for s in all_spans(enriched)}
+        s.span_id.hex(): profile_attrs(s)[0].value.string_value for s in all_spans(enriched)
+    }
     # strip what the bridge added, cut the extended values back: the original, field for field
     for span in all_spans(enriched):
         if span.span_id in sdk_tagged:

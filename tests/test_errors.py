@@ -8,10 +8,22 @@ from bridge.connect import decode_error, encode_error
 from bridge.errors import CODE_TO_HTTP, Code, code_for_http_status
 
 CONTRACT_TABLE = {  # ../shared/contracts/pyroscope.md §1
-    "canceled": 499, "unknown": 500, "invalid_argument": 400, "deadline_exceeded": 504, "not_found": 404,
-    "already_exists": 409, "permission_denied": 403, "resource_exhausted": 429, "failed_precondition": 400,
-    "aborted": 409, "out_of_range": 400, "unimplemented": 501, "internal": 500, "unavailable": 503,
-    "data_loss": 500, "unauthenticated": 401,
+    "canceled": 499,
+    "unknown": 500,
+    "invalid_argument": 400,
+    "deadline_exceeded": 504,
+    "not_found": 404,
+    "already_exists": 409,
+    "permission_denied": 403,
+    "resource_exhausted": 429,
+    "failed_precondition": 400,
+    "aborted": 409,
+    "out_of_range": 400,
+    "unimplemented": 501,
+    "internal": 500,
+    "unavailable": 503,
+    "data_loss": 500,
+    "unauthenticated": 401,
 }
 
 
@@ -32,9 +44,18 @@ def test_every_code_is_in_the_table() -> None:
 
 @pytest.mark.parametrize(
     ("status", "code"),
-    [(400, Code.INTERNAL), (401, Code.UNAUTHENTICATED), (403, Code.PERMISSION_DENIED), (404, Code.UNIMPLEMENTED),
-     (429, Code.UNAVAILABLE), (502, Code.UNAVAILABLE), (503, Code.UNAVAILABLE), (504, Code.UNAVAILABLE),
-     (500, Code.UNKNOWN), (418, Code.UNKNOWN)],
+    [
+        (400, Code.INTERNAL),
+        (401, Code.UNAUTHENTICATED),
+        (403, Code.PERMISSION_DENIED),
+        (404, Code.UNIMPLEMENTED),
+        (429, Code.UNAVAILABLE),
+        (502, Code.UNAVAILABLE),
+        (503, Code.UNAVAILABLE),
+        (504, Code.UNAVAILABLE),
+        (500, Code.UNKNOWN),
+        (418, Code.UNKNOWN),
+    ],
 )
 def test_upstream_http_status_without_connect_body(status: int, code: Code) -> None:
     assert code_for_http_status(status) == code

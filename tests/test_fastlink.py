@@ -34,10 +34,16 @@ KEYS = Settings().link_keys
 
 if not fastlink.NATIVE:
     if os.environ.get("CI"):
-        pytest.fail("bridge.otlp._fastlink did not build (CI needs a C compiler and Python headers: "
-                    "pip install -e . builds it)", pytrace=False)
-    pytest.skip("bridge.otlp._fastlink is not built (no C compiler when the package was installed); "
-                "the pure Python path runs instead", allow_module_level=True)
+        pytest.fail(
+            "bridge.otlp._fastlink did not build (CI needs a C compiler and Python headers: "
+            "pip install -e . builds it)",
+            pytrace=False,
+        )
+    pytest.skip(
+        "bridge.otlp._fastlink is not built (no C compiler when the package was installed); "
+        "the pure Python path runs instead",
+        allow_module_level=True,
+    )
 
 from bridge.otlp import _fastlink  # noqa: E402  (only when built)
 
@@ -107,8 +113,9 @@ def wire_request(dictionary: bytes, *samples: bytes, extra_profile: bytes = b"",
     return msg(1, msg(2, msg(2, profile + extra_profile))) + field(2, 2, dictionary) + extra_top
 
 
-def dictionary_with(*attrs: tuple[str, str | bytes], links: list[tuple[bytes, bytes]] | None = None) -> tuple[
-        bytes, list[int]]:
+def dictionary_with(
+    *attrs: tuple[str, str | bytes], links: list[tuple[bytes, bytes]] | None = None
+) -> tuple[bytes, list[int]]:
     """A ProfilesDictionary's bytes with string and attribute tables; the attribute indices of ``attrs``."""
     b = Builder()
     indices = [b.attr(k, v) for k, v in attrs]
@@ -143,10 +150,18 @@ def scenario_requests() -> list[tuple[str, svc.ExportProfilesServiceRequest]]:
     b.sample(b.attr("span_id", SPAN_A), link_index=1)
     out.append(("existing links", b.req))
 
-    for key, value in [("span_id", "b7ad6b716920333"), ("span_id", "b7ad6b716920333g"), ("span_id", "0" * 16),
-                       ("span_id", 12345), ("span_id", b"\x00" * 8), ("span_id", b"\x01\x02\x03"),
-                       ("profile_id", "not-a-span-id!!!"), ("otel.profile.span_id", TRACE_A),
-                       ("span_id", "ü" * 16), ("span_id", "ü" * 8)]:
+    for key, value in [
+        ("span_id", "b7ad6b716920333"),
+        ("span_id", "b7ad6b716920333g"),
+        ("span_id", "0" * 16),
+        ("span_id", 12345),
+        ("span_id", b"\x00" * 8),
+        ("span_id", b"\x01\x02\x03"),
+        ("profile_id", "not-a-span-id!!!"),
+        ("otel.profile.span_id", TRACE_A),
+        ("span_id", "ü" * 16),
+        ("span_id", "ü" * 8),
+    ]:
         b = Builder()
         b.sample(b.attr(key, value))
         out.append((f"invalid {key}={value!r}", b.req))
@@ -166,8 +181,9 @@ def scenario_requests() -> list[tuple[str, svc.ExportProfilesServiceRequest]]:
 
     b = Builder()
     rp = b.req.resource_profiles[0]
-    rp.resource.attributes.append(common_pb2.KeyValue(key="service.name",
-                                                      value=common_pb2.AnyValue(string_value="shop")))
+    rp.resource.attributes.append(
+        common_pb2.KeyValue(key="service.name", value=common_pb2.AnyValue(string_value="shop"))
+    )
     rp.schema_url = "https://opentelemetry.io/schemas/1.30.0"
     b.profile.profile_id = bytes(range(16))
     b.profile.original_payload = b"\x1f\x8b raw"
@@ -175,7 +191,8 @@ def scenario_requests() -> list[tuple[str, svc.ExportProfilesServiceRequest]]:
     s = b.sample(b.attr("trace_id", TRACE_A), b.attr("span_id", SPAN_A), value=123)
     s.timestamps_unix_nano.extend([1, 2, 3])
     b.req.resource_profiles.add().scope_profiles.add().profiles.add().samples.add(
-        attribute_indices=[b.attr("span_id", SPAN_B)], values=[1])
+        attribute_indices=[b.attr("span_id", SPAN_B)], values=[1]
+    )
     out.append(("everything else kept", b.req))
 
     b = Builder()
@@ -285,7 +302,8 @@ def test_the_shop_capture_links_the_same() -> None:
 
 def test_unknown_fields_and_non_canonical_encodings_everywhere() -> None:
     dictionary, (thread, trace, span, span2) = dictionary_with(
-        ("thread.name", "main"), ("trace_id", TRACE_A), ("span_id", SPAN_A), ("span_id", SPAN_B))
+        ("thread.name", "main"), ("trace_id", TRACE_A), ("span_id", SPAN_A), ("span_id", SPAN_B)
+    )
     group = field(40, 3, field(1, 0, 5) + field(41, 3, field(2, 5, b"abcd") + field(41, 4, b"")) + field(40, 4, b""))
     unknown = field(99, 0, 7) + field(98, 1, b"12345678") + field(97, 5, b"1234") + field(96, 2, b"xyz") + group
     samples = [
@@ -296,8 +314,9 @@ def test_unknown_fields_and_non_canonical_encodings_everywhere() -> None:
         # attribute indices split over packed records; a link_index 0 written out
         field(2, 2, packed(trace)) + field(3, 0, 0) + field(2, 2, packed(span, thread)),
         # a field number we know with another wire type is an unknown field: kept as such
-        field(2, 5, b"\x01\x00\x00\x00") + field(3, 1, b"\x01\x00\x00\x00\x00\x00\x00\x00") + field(2, 2,
-                                                                                                     packed(span2)),
+        field(2, 5, b"\x01\x00\x00\x00")
+        + field(3, 1, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        + field(2, 2, packed(span2)),
         # non-minimal varints in the packed payload and in link_index 0; a negative stack_index
         field(2, 2, b"\x83\x00" + packed(span)) + field(3, 0, 0) + field(1, 0, -5),
         # nothing to link, invalid, and empty
@@ -312,14 +331,17 @@ def test_unknown_fields_and_non_canonical_encodings_everywhere() -> None:
 
 
 def test_the_dictionary_split_over_two_records_and_placed_first() -> None:
-    first, (trace, span) = dictionary_with(("trace_id", TRACE_A), ("span_id", SPAN_A),
-                                           links=[(bytes(16), bytes(8)), (bytes.fromhex(TRACE_B), bytes(8))])
+    first, (trace, span) = dictionary_with(
+        ("trace_id", TRACE_A), ("span_id", SPAN_A), links=[(bytes(16), bytes(8)), (bytes.fromhex(TRACE_B), bytes(8))]
+    )
     second = msg(4, field(2, 2, bytes.fromhex(SPAN_B)))  # one more link in a second dictionary record
     sample = field(2, 2, packed(trace, span))
     resource = msg(1, msg(2, msg(2, field(2, 2, sample))))
-    for data in [field(2, 2, first) + resource + field(2, 2, second),
-                 field(2, 2, first) + field(2, 2, second) + resource,
-                 resource + field(2, 2, first) + resource + field(2, 2, second) + field(9, 0, 1)]:
+    for data in [
+        field(2, 2, first) + resource + field(2, 2, second),
+        field(2, 2, first) + field(2, 2, second) + resource,
+        resource + field(2, 2, first) + resource + field(2, 2, second) + field(9, 0, 1),
+    ]:
         outcome = assert_same(data)
         assert not isinstance(outcome, str) and outcome[1].links_added == 1
 
@@ -349,17 +371,21 @@ def random_request(rnd: random.Random) -> svc.ExportProfilesServiceRequest:
     if rnd.random() < 0.5:
         d.link_table.add(trace_id=bytes(16), span_id=bytes(8))
         for _ in range(rnd.randrange(0, 4)):
-            d.link_table.add(trace_id=rnd.choice([bytes.fromhex(TRACE_A), b"", bytes(16)]),
-                             span_id=rnd.choice([bytes.fromhex(SPAN_A), bytes.fromhex(SPAN_B)]))
+            d.link_table.add(
+                trace_id=rnd.choice([bytes.fromhex(TRACE_A), b"", bytes(16)]),
+                span_id=rnd.choice([bytes.fromhex(SPAN_A), bytes.fromhex(SPAN_B)]),
+            )
     n_links = len(d.link_table)
-    profiles = [b.profile] + [b.req.resource_profiles.add().scope_profiles.add().profiles.add()
-                              for _ in range(rnd.randrange(0, 3))]
+    profiles = [b.profile] + [
+        b.req.resource_profiles.add().scope_profiles.add().profiles.add() for _ in range(rnd.randrange(0, 3))
+    ]
     for _ in range(rnd.randrange(0, 200)):
         profile = rnd.choice(profiles)
         link = rnd.randrange(1, n_links) if n_links > 1 and rnd.random() < 0.1 else 0
         chosen = rnd.sample(attrs, rnd.randrange(0, min(5, len(attrs))))
-        profile.samples.add(stack_index=rnd.randrange(0, 3), attribute_indices=chosen, link_index=link,
-                            values=[rnd.randrange(1, 100)])
+        profile.samples.add(
+            stack_index=rnd.randrange(0, 3), attribute_indices=chosen, link_index=link, values=[rnd.randrange(1, 100)]
+        )
     return b.req
 
 
@@ -387,7 +413,7 @@ def mutate(rnd: random.Random, data: bytes) -> bytes:
         elif kind == 3:
             out[pos:pos] = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 4)))
         elif out:
-            del out[pos:pos + rnd.randrange(1, 4)]
+            del out[pos : pos + rnd.randrange(1, 4)]
     return bytes(out)
 
 

@@ -167,8 +167,12 @@ def test_merge_into_adds_trees() -> None:
         (qpb.FlameGraph(), True),
         (flamegraph.empty(), True),
         (flamegraph.empty("total — span not found"), True),
-        (qpb.FlameGraph(names=["total", "f"], levels=[qpb.Level(values=[0, 0, 0, 0]), qpb.Level(values=[0, 0, 0, 1])],
-                        total=0), True),
+        (
+            qpb.FlameGraph(
+                names=["total", "f"], levels=[qpb.Level(values=[0, 0, 0, 0]), qpb.Level(values=[0, 0, 0, 1])], total=0
+            ),
+            True,
+        ),
         (flamegraph.encode(flamegraph.build_tree([(("f",), 1)])), False),
     ],
 )

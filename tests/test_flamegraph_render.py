@@ -38,12 +38,14 @@ def go_cpu_tree() -> flamegraph.Node:
 
 
 def small_tree() -> flamegraph.Node:
-    return flamegraph.build_tree([
-        (("main", "handle", "count_primes"), 70),
-        (("main", "handle", "render_json"), 20),
-        (("main", "handle"), 5),
-        (("main", "gc"), 5),
-    ])
+    return flamegraph.build_tree(
+        [
+            (("main", "handle", "count_primes"), 70),
+            (("main", "handle", "render_json"), 20),
+            (("main", "handle"), 5),
+            (("main", "gc"), 5),
+        ]
+    )
 
 
 def random_tree(nodes: int, seed: int = 7) -> flamegraph.Node:
@@ -66,12 +68,7 @@ def random_tree(nodes: int, seed: int = 7) -> flamegraph.Node:
 
 def test_collapsed_lists_every_stack_once_with_its_self_value() -> None:
     text = flamegraph.to_collapsed(small_tree())
-    assert text == (
-        "main;gc 5\n"
-        "main;handle 5\n"
-        "main;handle;count_primes 70\n"
-        "main;handle;render_json 20\n"
-    )
+    assert text == ("main;gc 5\nmain;handle 5\nmain;handle;count_primes 70\nmain;handle;render_json 20\n")
 
 
 def test_collapsed_round_trips_a_real_profile() -> None:

@@ -43,8 +43,9 @@ async def stack(aiohttp_server: Any, aiohttp_client: Any) -> Stack:
 
 
 async def test_a_request_the_bridge_would_only_relay_is_handed_back(stack: Stack) -> None:
-    plain = qpb.SelectMergeStacktracesRequest(profile_typeID="process_cpu:cpu:nanoseconds:cpu:nanoseconds",
-                                              label_selector="{}", start=1, end=2)
+    plain = qpb.SelectMergeStacktracesRequest(
+        profile_typeID="process_cpu:cpu:nanoseconds:cpu:nanoseconds", label_selector="{}", start=1, end=2
+    )
     status, headers, _ = await call(stack.client, "SelectMergeStacktraces", plain, headers=MARK)
     assert status == PASS_BACK_STATUS and headers[PASS_BACK_HEADER] == "1"
     status, _, _ = await call(stack.client, "LabelNames", qpb.ProfileTypesRequest(), headers=MARK)
@@ -65,7 +66,8 @@ async def test_requests_the_bridge_resolves_or_changes_are_never_handed_back(sta
     status, _, _ = await call(stack.client, "SelectMergeSpanProfile", cleaned, headers=MARK)
     assert status == 200
     assert [list(r.message.span_selector) for r in stack.pyroscope.calls("SelectMergeSpanProfile")][-1] == [
-        span.span_id]  # type: ignore[union-attr]
+        span.span_id
+    ]  # type: ignore[union-attr]
 
 
 def _locations(text: str) -> list[tuple[str, str]]:
@@ -91,10 +93,12 @@ def test_nginx_itself_accepts_the_shipped_front() -> None:
     """``nginx -t`` on the shipped config (host names swapped for addresses that need no DNS)."""
     nginx = require_tool("nginx", package="nginx-light", purpose="check deploy/nginx-front.conf with nginx -t")
     with tempfile.TemporaryDirectory() as tmp:
-        conf = _front_files(Path(tmp), bridge="127.0.0.1:9", pyroscope="127.0.0.1:9", tempo="127.0.0.1:9",
-                            listen="127.0.0.1:9")
-        proc = subprocess.run([nginx, "-t", "-p", tmp, "-c", str(conf)], capture_output=True, text=True,
-                              timeout=30, check=False)
+        conf = _front_files(
+            Path(tmp), bridge="127.0.0.1:9", pyroscope="127.0.0.1:9", tempo="127.0.0.1:9", listen="127.0.0.1:9"
+        )
+        proc = subprocess.run(
+            [nginx, "-t", "-p", tmp, "-c", str(conf)], capture_output=True, text=True, timeout=30, check=False
+        )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -103,9 +107,13 @@ def _front_files(tmp: Path, *, bridge: str, pyroscope: str, tempo: str, listen: 
     (njs loaded from Debian's libnginx-mod-http-js)."""
     require_file(NJS_MODULE, package="libnginx-mod-http-js", purpose="run deploy/nginx-front.js in nginx")
     text = CONF.read_text()
-    for old, new in ((("server bridge:4041;"), f"server {bridge};"), ("server pyroscope:4040;", f"server {pyroscope};"),
-                     ("server tempo:3200;", f"server {tempo};"), ("listen 4041;", f"listen {listen};"),
-                     (SHIPPED_SCRIPT_PATH, str(SCRIPT))):
+    for old, new in (
+        (("server bridge:4041;"), f"server {bridge};"),
+        ("server pyroscope:4040;", f"server {pyroscope};"),
+        ("server tempo:3200;", f"server {tempo};"),
+        ("listen 4041;", f"listen {listen};"),
+        (SHIPPED_SCRIPT_PATH, str(SCRIPT)),
+    ):
         assert old in text, f"deploy/nginx-front.conf has no {old!r} any more"
         text = text.replace(old, new)
     (tmp / "front.conf").write_text(text)
@@ -114,7 +122,8 @@ def _front_files(tmp: Path, *, bridge: str, pyroscope: str, tempo: str, listen: 
         f"load_module {NJS_MODULE}; daemon off; master_process off; pid {tmp}/nginx.pid; "
         f"error_log {tmp}/error.log warn; events {{}} http {{ access_log off; "
         f"client_body_temp_path {tmp}/b; proxy_temp_path {tmp}/p; fastcgi_temp_path {tmp}/f; "
-        f"uwsgi_temp_path {tmp}/u; scgi_temp_path {tmp}/s; include {tmp}/front.conf; }}")
+        f"uwsgi_temp_path {tmp}/u; scgi_temp_path {tmp}/s; include {tmp}/front.conf; }}"
+    )
     return conf
 
 
@@ -131,11 +140,14 @@ async def running_front(stack: Stack) -> AsyncIterator[str]:
     nginx = require_tool("nginx", package="nginx-light", purpose="run deploy/nginx-front.conf")
     port = closed_port()
     with tempfile.TemporaryDirectory(prefix="front-") as tmp:
-        conf = _front_files(Path(tmp), bridge=_host(str(stack.client.make_url(""))),
-                            pyroscope=_host(stack.pyroscope.url), tempo=_host(stack.tempo.url),
-                            listen=f"127.0.0.1:{port}")
-        proc = await asyncio.create_subprocess_exec(nginx, "-p", tmp, "-c", str(conf),
-                                                    stderr=asyncio.subprocess.PIPE)
+        conf = _front_files(
+            Path(tmp),
+            bridge=_host(str(stack.client.make_url(""))),
+            pyroscope=_host(stack.pyroscope.url),
+            tempo=_host(stack.tempo.url),
+            listen=f"127.0.0.1:{port}",
+        )
+        proc = await asyncio.create_subprocess_exec(nginx, "-p", tmp, "-c", str(conf), stderr=asyncio.subprocess.PIPE)
         try:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 20
@@ -159,7 +171,8 @@ async def running_front(stack: Stack) -> AsyncIterator[str]:
 
 
 _SPAN_RPC_SEEN = re.compile(
-    r'^profile_bridge_requests_total\{code="(\d+)",route="/pyroscope/(SelectMerge\w+)"\} (\S+)$', re.M)
+    r'^profile_bridge_requests_total\{code="(\d+)",route="/pyroscope/(SelectMerge\w+)"\} (\S+)$', re.M
+)
 
 
 async def _bridge_saw(stack: Stack) -> dict[tuple[str, str], float]:
@@ -169,8 +182,9 @@ async def _bridge_saw(stack: Stack) -> dict[tuple[str, str], float]:
     return {(method, code): float(n) for code, method, n in _SPAN_RPC_SEEN.findall(text)}
 
 
-async def _post(session: aiohttp.ClientSession, url: str, body: bytes, content_type: str,
-                encoding: str | None = None) -> tuple[int, dict[str, str], bytes]:
+async def _post(
+    session: aiohttp.ClientSession, url: str, body: bytes, content_type: str, encoding: str | None = None
+) -> tuple[int, dict[str, str], bytes]:
     headers = {"Content-Type": content_type, "Connect-Protocol-Version": "1"}
     if encoding:
         headers["Content-Encoding"] = encoding
@@ -182,9 +196,13 @@ async def test_the_front_sends_plain_flame_graphs_past_the_bridge_and_span_queri
     linked = stack.linked_ids()
     span = shop_span("frontend-root", lambda s: s.span_id in linked)
     spanned = span_request(span)
-    plain = qpb.SelectMergeStacktracesRequest(profile_typeID=spanned.profile_typeID,
-                                              label_selector=spanned.label_selector, start=spanned.start,
-                                              end=spanned.end, max_nodes=64)
+    plain = qpb.SelectMergeStacktracesRequest(
+        profile_typeID=spanned.profile_typeID,
+        label_selector=spanned.label_selector,
+        start=spanned.start,
+        end=spanned.end,
+        max_nodes=64,
+    )
     big = qpb.SelectMergeStacktracesRequest()  # past client_body_buffer_size, still held in memory by nginx
     big.CopyFrom(plain)
     big.profile_id_selector.extend(f"{i:036d}" for i in range(2000))
@@ -201,20 +219,40 @@ async def test_the_front_sends_plain_flame_graphs_past_the_bridge_and_span_queri
         ("plain, protobuf", "SelectMergeStacktraces", plain.SerializeToString(), proto, None, "pyroscope"),
         ("plain, JSON", "SelectMergeStacktraces", json_format.MessageToJson(plain).encode(), js, None, "pyroscope"),
         ("plain, empty body", "SelectMergeStacktraces", b"", proto, None, "pyroscope"),
-        ("plain, over client_body_buffer_size", "SelectMergeStacktraces", big.SerializeToString(), proto, None,
-         "pyroscope"),
-        ("span selector after 1 MiB", "SelectMergeStacktraces", big_spanned.SerializeToString(), proto, None,
-         "bridge"),
-        ("plain, gzipped", "SelectMergeStacktraces", gzip.compress(plain.SerializeToString()), proto, "gzip",
-         "handed back"),
-        ("span selector, protobuf", "SelectMergeStacktraces", with_selector.SerializeToString(), proto, None,
-         "bridge"),
-        ("span selector, JSON", "SelectMergeStacktraces", json.dumps(
-            {**json.loads(json_format.MessageToJson(plain)), "spanSelector": [span.span_id]}).encode(), js, None,
-         "bridge"),
-        ("span selector, snake_case JSON", "SelectMergeStacktraces", json.dumps(
-            {**json.loads(json_format.MessageToJson(plain)), "span_selector": [span.span_id]}).encode(), js, None,
-         "bridge"),
+        (
+            "plain, over client_body_buffer_size",
+            "SelectMergeStacktraces",
+            big.SerializeToString(),
+            proto,
+            None,
+            "pyroscope",
+        ),
+        ("span selector after 1 MiB", "SelectMergeStacktraces", big_spanned.SerializeToString(), proto, None, "bridge"),
+        (
+            "plain, gzipped",
+            "SelectMergeStacktraces",
+            gzip.compress(plain.SerializeToString()),
+            proto,
+            "gzip",
+            "handed back",
+        ),
+        ("span selector, protobuf", "SelectMergeStacktraces", with_selector.SerializeToString(), proto, None, "bridge"),
+        (
+            "span selector, JSON",
+            "SelectMergeStacktraces",
+            json.dumps({**json.loads(json_format.MessageToJson(plain)), "spanSelector": [span.span_id]}).encode(),
+            js,
+            None,
+            "bridge",
+        ),
+        (
+            "span selector, snake_case JSON",
+            "SelectMergeStacktraces",
+            json.dumps({**json.loads(json_format.MessageToJson(plain)), "span_selector": [span.span_id]}).encode(),
+            js,
+            None,
+            "bridge",
+        ),
         ("SelectMergeSpanProfile", "SelectMergeSpanProfile", spanned.SerializeToString(), proto, None, "bridge"),
         ("not protobuf", "SelectMergeStacktraces", b"\xff\xff\xff", proto, None, "bridge"),
         ("not JSON", "SelectMergeStacktraces", b"{", js, None, "bridge"),
@@ -223,10 +261,14 @@ async def test_the_front_sends_plain_flame_graphs_past_the_bridge_and_span_queri
         for what, method, body, content_type, encoding, where in cases:
             seen_before = await _bridge_saw(stack)
             relayed_before = len(stack.pyroscope.calls(method))
-            status, headers, answer = await _post(session, f"{front}/querier.v1.QuerierService/{method}", body,
-                                                  content_type, encoding)
-            seen = {k: v - seen_before.get(k, 0.0) for k, v in (await _bridge_saw(stack)).items()
-                    if v != seen_before.get(k, 0.0)}
+            status, headers, answer = await _post(
+                session, f"{front}/querier.v1.QuerierService/{method}", body, content_type, encoding
+            )
+            seen = {
+                k: v - seen_before.get(k, 0.0)
+                for k, v in (await _bridge_saw(stack)).items()
+                if v != seen_before.get(k, 0.0)
+            }
             relayed = len(stack.pyroscope.calls(method)) - relayed_before
             if where == "pyroscope":
                 assert (status, seen, relayed) == (200, {}, 1), what
@@ -248,20 +290,32 @@ def test_the_front_script_reads_protobuf_as_the_bridge_does() -> None:
     """nginx-front.js's protobuf walk against the bridge's decoder, on messages the decoder builds (every field
     number and wire type) and on truncations of them; the script is plain ECMAScript 5 in a module, run by Node."""
     runner = require_tool("node", package="nodejs", purpose="run nginx-front.js's decoder")
-    full = qpb.SelectMergeStacktracesRequest(profile_typeID="process_cpu:cpu:nanoseconds:cpu:nanoseconds",
-                                             label_selector='{service_name="a"}', start=1 << 40, end=-1,
-                                             max_nodes=300, format=qpb.PROFILE_FORMAT_TREE,
-                                             profile_id_selector=["x" * 200])
+    full = qpb.SelectMergeStacktracesRequest(
+        profile_typeID="process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+        label_selector='{service_name="a"}',
+        start=1 << 40,
+        end=-1,
+        max_nodes=300,
+        format=qpb.PROFILE_FORMAT_TREE,
+        profile_id_selector=["x" * 200],
+    )
     full.stack_trace_selector.call_site.add(name="main")
     spanned = qpb.SelectMergeStacktracesRequest()
     spanned.CopyFrom(full)
     spanned.span_selector.append("0123456789abcdef")
     traced = qpb.SelectMergeStacktracesRequest(trace_id_selector=["0af7651916cd43dd8448eb211c80319c"])
-    cases = {"full": (full.SerializeToString(), False), "spanned": (spanned.SerializeToString(), True),
-             "traced": (traced.SerializeToString(), True), "empty": (b"", False),
-             "cut": (full.SerializeToString()[:-3], True), "zero field": (b"\x00\x01", True),
-             "group": (b"\x0b", True), "fixed64 short": (b"\x19\x01\x02", True),
-             "fixed32": (b"\x1d\x01\x02\x03\x04", False), "long varint": (b"\x18" + b"\xff" * 10 + b"\x01", True)}
+    cases = {
+        "full": (full.SerializeToString(), False),
+        "spanned": (spanned.SerializeToString(), True),
+        "traced": (traced.SerializeToString(), True),
+        "empty": (b"", False),
+        "cut": (full.SerializeToString()[:-3], True),
+        "zero field": (b"\x00\x01", True),
+        "group": (b"\x0b", True),
+        "fixed64 short": (b"\x19\x01\x02", True),
+        "fixed32": (b"\x1d\x01\x02\x03\x04", False),
+        "long varint": (b"\x18" + b"\xff" * 10 + b"\x01", True),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "check.mjs"
         module = Path(tmp) / "front.mjs"

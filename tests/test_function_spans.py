@@ -60,8 +60,9 @@ def is_(name: str) -> Callable[[str], bool]:
 
 
 @pytest.fixture(params=["proxy", "standalone"])
-async def bridge(request: pytest.FixtureRequest, aiohttp_server: Any, aiohttp_client: Any,
-                 tmp_path: Any) -> AsyncIterator[Bridge]:
+async def bridge(
+    request: pytest.FixtureRequest, aiohttp_server: Any, aiohttp_client: Any, tmp_path: Any
+) -> AsyncIterator[Bridge]:
     # proxy: the Pyroscope double answers every span of a point, so the whole list is comparable
     yield await start_bridge(request.param, aiohttp_server, aiohttp_client, str(tmp_path), exemplars_per_point=1000)
 
@@ -83,8 +84,10 @@ def check_rows(doc: dict[str, Any], want: list[Expected], service: str, name: st
         assert row["durationNanos"] == str(span.end_ns - span.start_ns)
         assert row["startTimeUnixNano"] == str(span.start_ns)
         assert row["share"] == round(w.total / w.span_total, 4)
-        assert row["links"] == {"span": f"/spans/{span.trace_id}/{w.span_id}",
-                                "compare": f"/spans/{span.trace_id}/{w.span_id}/compare"}
+        assert row["links"] == {
+            "span": f"/spans/{span.trace_id}/{w.span_id}",
+            "compare": f"/spans/{span.trace_id}/{w.span_id}/compare",
+        }
 
 
 # --------------------------------------------------------------------------------------------- both modes
@@ -117,8 +120,7 @@ async def test_render_json_lists_the_frontend_requests(bridge: Bridge) -> None:
 
 async def test_prefix_and_regex_take_in_every_matching_name(bridge: Bridge) -> None:
     want, grand = expected("shop-backend", lambda f: f.startswith("count_primes"))
-    status, doc = await get(bridge.client, service="shop-backend", function="count_primes", match="prefix",
-                            limit="100")
+    status, doc = await get(bridge.client, service="shop-backend", function="count_primes", match="prefix", limit="100")
     assert status == 200, doc
     assert doc["functions"] == ["count_primes", "count_primes.<locals>.<genexpr>"]
     assert doc["total"] == grand
@@ -148,24 +150,31 @@ async def test_an_unknown_function_is_an_empty_list_with_a_message(bridge: Bridg
 
 async def test_a_range_without_the_capture_finds_nothing(bridge: Bridge) -> None:
     first = min(p.time_ms for p in load_push_profiles())
-    status, doc = await get(bridge.client, service="shop-backend", function="count_primes",
-                            **{"from": str(first - 7_200_000), "to": str(first - 3_600_000)})
+    status, doc = await get(
+        bridge.client,
+        service="shop-backend",
+        function="count_primes",
+        **{"from": str(first - 7_200_000), "to": str(first - 3_600_000)},
+    )
     assert status == 200, doc
     assert doc["spans"] == [] and doc["from"] == first - 7_200_000
 
 
-@pytest.mark.parametrize(("params", "words"), [
-    ({"function": "count_primes"}, "service is missing"),
-    ({"service": "shop-backend"}, "function is empty"),
-    ({"service": "shop-backend", "function": "x", "match": "glob"}, "match 'glob' is not one of"),
-    ({"service": "shop-backend", "function": "(", "match": "regex"}, "is not a regular expression"),
-    ({"service": "shop-backend", "function": "x", "from": "yesterday"}, "neither Unix milliseconds nor now"),
-    ({"service": "shop-backend", "function": "x", "from": "now", "to": "now-1h"}, "must be before to"),
-    ({"service": "shop-backend", "function": "x", "from": "now-8d"}, "more than 7 days apart"),
-    ({"service": "shop-backend", "function": "x", "limit": "0"}, "limit '0' is not a whole number in 1..100"),
-    ({"service": "shop-backend", "function": "x", "profile_type": "cpu"}, "profile type"),
-    ({"service": "shop-backend", "function": "x" * 201, "match": "regex"}, "more than 200"),
-])
+@pytest.mark.parametrize(
+    ("params", "words"),
+    [
+        ({"function": "count_primes"}, "service is missing"),
+        ({"service": "shop-backend"}, "function is empty"),
+        ({"service": "shop-backend", "function": "x", "match": "glob"}, "match 'glob' is not one of"),
+        ({"service": "shop-backend", "function": "(", "match": "regex"}, "is not a regular expression"),
+        ({"service": "shop-backend", "function": "x", "from": "yesterday"}, "neither Unix milliseconds nor now"),
+        ({"service": "shop-backend", "function": "x", "from": "now", "to": "now-1h"}, "must be before to"),
+        ({"service": "shop-backend", "function": "x", "from": "now-8d"}, "more than 7 days apart"),
+        ({"service": "shop-backend", "function": "x", "limit": "0"}, "limit '0' is not a whole number in 1..100"),
+        ({"service": "shop-backend", "function": "x", "profile_type": "cpu"}, "profile type"),
+        ({"service": "shop-backend", "function": "x" * 201, "match": "regex"}, "more than 200"),
+    ],
+)
 async def test_bad_parameters_are_one_clear_400(bridge: Bridge, params: dict[str, str], words: str) -> None:
     resp = await bridge.client.get(API, params=params)
     assert resp.status == 400
@@ -176,8 +185,9 @@ async def test_bad_parameters_are_one_clear_400(bridge: Bridge, params: dict[str
 
 async def test_grafana_style_times(bridge: Bridge) -> None:
     want, _ = expected("shop-backend", is_("count_primes"))
-    status, doc = await get(bridge.client, service="shop-backend", function="count_primes", limit="3",
-                            **{"from": "now-30m", "to": "now"})
+    status, doc = await get(
+        bridge.client, service="shop-backend", function="count_primes", limit="3", **{"from": "now-30m", "to": "now"}
+    )
     assert status == 200, doc
     assert doc["to"] - doc["from"] == 1_800_000
     assert [s["spanId"] for s in doc["spans"]] == [w.span_id for w in want[:3]]
@@ -188,15 +198,15 @@ async def test_grafana_style_times(bridge: Bridge) -> None:
 
 async def test_the_page_lists_the_spans_with_bars_proportional_to_their_value(bridge: Bridge) -> None:
     want, _ = expected("shop-backend", is_("count_primes"))
-    resp = await bridge.client.get("/functions/spans", params={"service": "shop-backend", "function": "count_primes",
-                                                               "limit": "5"})
+    resp = await bridge.client.get(
+        "/functions/spans", params={"service": "shop-backend", "function": "count_primes", "limit": "5"}
+    )
     assert resp.status == 200
     html = await resp.text()
     rows = re.findall(r'<tr class="burner">(.*?)</tr>', html, re.S)
     assert len(rows) == 5
     widths = [float(w) for w in re.findall(r'<svg class="bar" width="240"[^>]*><rect width="([0-9.]+)"', html)]
-    assert widths == pytest.approx([max(1.0, 240 * round(100.0 * w.total / want[0].total, 2) / 100)
-                                    for w in want[:5]])
+    assert widths == pytest.approx([max(1.0, 240 * round(100.0 * w.total / want[0].total, 2) / 100) for w in want[:5]])
     assert ' style="' not in html.split("<main>", 1)[1]  # no inline style: a strict CSP allows none
     for row, w in zip(rows, want[:5], strict=True):
         span = load_shop().span(w.span_id)
@@ -211,8 +221,11 @@ async def test_the_page_without_a_function_offers_the_services_top_functions(bri
     assert resp.status == 200
     html = await resp.text()
     assert 'id="top-functions"' in html
-    assert re.search(r'<a href="/functions/spans\?service=shop-backend&amp;function=count_primes&amp;from=\d+&amp;'
-                     r'to=\d+[^"]*">count_primes</a>', html)
+    assert re.search(
+        r'<a href="/functions/spans\?service=shop-backend&amp;function=count_primes&amp;from=\d+&amp;'
+        r'to=\d+[^"]*">count_primes</a>',
+        html,
+    )
     resp = await bridge.client.get("/functions/spans")
     assert resp.status == 200 and "Give a service and a function" in await resp.text()
 
@@ -225,8 +238,9 @@ async def test_the_page_escapes_what_the_user_typed(bridge: Bridge) -> None:
 
 
 async def test_the_page_shows_a_bad_parameter_as_an_error_page(bridge: Bridge) -> None:
-    resp = await bridge.client.get("/functions/spans", params={"service": "shop-backend", "function": "(",
-                                                               "match": "regex"})
+    resp = await bridge.client.get(
+        "/functions/spans", params={"service": "shop-backend", "function": "(", "match": "regex"}
+    )
     assert resp.status == 400
     assert "not a regular expression" in await resp.text()
 
@@ -239,7 +253,8 @@ async def proxy_stack(aiohttp_server: Any, aiohttp_client: Any) -> Stack:
 
 
 async def test_proxy_asks_pyroscope_for_span_exemplars_per_call_site_then_tempo_for_the_spans(
-        aiohttp_server: Any, aiohttp_client: Any) -> None:
+    aiohttp_server: Any, aiohttp_client: Any
+) -> None:
     stack = await proxy_stack(aiohttp_server, aiohttp_client)
     status, doc = await get(stack.http, service="shop-backend", function="count_primes", limit="3")
     assert status == 200, doc
@@ -259,7 +274,8 @@ async def test_proxy_asks_pyroscope_for_span_exemplars_per_call_site_then_tempo_
 
 
 async def test_proxy_with_few_exemplars_per_point_still_gives_exact_values_in_order(
-        aiohttp_server: Any, aiohttp_client: Any) -> None:
+    aiohttp_server: Any, aiohttp_client: Any
+) -> None:
     stack = await proxy_stack(aiohttp_server, aiohttp_client)
     stack.pyroscope.exemplars_per_point = 2
     want, _ = expected("shop-backend", is_("count_primes"))
@@ -268,14 +284,17 @@ async def test_proxy_with_few_exemplars_per_point_still_gives_exact_values_in_or
     assert status == 200, doc
     assert 0 < len(doc["spans"]) < len(want)  # only the spans the exemplars named
     got = [(s["spanId"], s["function"]["total"], s["function"]["self"], s["spanTotal"]) for s in doc["spans"]]
-    assert got == sorted(((sid, by_id[sid].total, by_id[sid].self, by_id[sid].span_total) for sid, *_ in got),
-                         key=lambda r: (-r[1], -r[2], r[0]))
+    assert got == sorted(
+        ((sid, by_id[sid].total, by_id[sid].self, by_id[sid].span_total) for sid, *_ in got),
+        key=lambda r: (-r[1], -r[2], r[0]),
+    )
     assert any("may be missing" in note for note in doc["notes"])
 
 
 @pytest.mark.parametrize("old", ["ignored", "unimplemented"])
 async def test_proxy_without_span_exemplars_is_unimplemented_naming_the_version(
-        aiohttp_server: Any, aiohttp_client: Any, old: str) -> None:
+    aiohttp_server: Any, aiohttp_client: Any, old: str
+) -> None:
     stack = await proxy_stack(aiohttp_server, aiohttp_client)
     stack.pyroscope.span_exemplars = old
     resp = await stack.http.get(API, params={"service": "shop-backend", "function": "count_primes"})

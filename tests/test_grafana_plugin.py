@@ -38,11 +38,15 @@ def schema_errors(doc: dict[str, Any]) -> list[str]:
     plugin_schema, extensions_schema = _schemas()
     rest = {k: v for k, v in doc.items() if k != "extensions"}
     checker = jsonschema.FormatChecker()
-    errors = [f"{list(e.path)}: {e.message}"
-              for e in jsonschema.Draft7Validator(plugin_schema, format_checker=checker).iter_errors(rest)]
+    errors = [
+        f"{list(e.path)}: {e.message}"
+        for e in jsonschema.Draft7Validator(plugin_schema, format_checker=checker).iter_errors(rest)
+    ]
     if "extensions" in doc:
-        errors += [f"['extensions', {', '.join(map(repr, e.path))}]: {e.message}"
-                   for e in jsonschema.Draft7Validator(extensions_schema).iter_errors(doc["extensions"])]
+        errors += [
+            f"['extensions', {', '.join(map(repr, e.path))}]: {e.message}"
+            for e in jsonschema.Draft7Validator(extensions_schema).iter_errors(doc["extensions"])
+        ]
     return errors
 
 
@@ -75,8 +79,17 @@ def test_plugin_json_validates_against_grafanas_schema() -> None:
         (lambda d: d["extensions"]["addedLinks"][0].update(targets=["traceview/x"]), "does not match"),
         (lambda d: d["extensions"].update(addedLink=[]), "Additional properties"),
     ],
-    ids=["id", "type", "no-grafana-dependency", "bad-grafana-dependency", "no-keywords", "route-typo",
-         "link-without-targets", "bad-target", "extensions-typo"],
+    ids=[
+        "id",
+        "type",
+        "no-grafana-dependency",
+        "bad-grafana-dependency",
+        "no-keywords",
+        "route-typo",
+        "link-without-targets",
+        "bad-target",
+        "extensions-typo",
+    ],
 )
 def test_the_validation_catches_a_broken_plugin_json(change: Any, needle: str) -> None:
     doc = copy.deepcopy(plugin_json())
@@ -100,7 +113,8 @@ def test_plugin_json_is_the_app_the_bridge_expects() -> None:
     # is open); Grafana's server adds it, the browser never sees it
     headers = {r["path"]: r.get("headers", []) for r in doc["routes"]}
     assert headers["api/v1/requests/slowest"] == [
-        {"name": "X-Profile-Bridge-Token", "content": "{{ .SecureJsonData.bridgeToken }}"}]
+        {"name": "X-Profile-Bridge-Token", "content": "{{ .SecureJsonData.bridgeToken }}"}
+    ]
     assert headers["readyz"] == []
     links = {link["title"]: link["targets"] for link in doc["extensions"]["addedLinks"]}
     assert links == {

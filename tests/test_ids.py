@@ -95,8 +95,10 @@ def test_tempo_json_ids_are_base64_and_otlp_json_ids_are_hex() -> None:
     ("raw", "parsed"),
     [
         ("7f80395fd15dcdc9", ("7f80395fd15dcdc9", None)),
-        (" 7F80395FD15DCDC9:E19E0353F421BFCE945F7D1514C6C9F1 ",
-         ("7f80395fd15dcdc9", "e19e0353f421bfce945f7d1514c6c9f1")),
+        (
+            " 7F80395FD15DCDC9:E19E0353F421BFCE945F7D1514C6C9F1 ",
+            ("7f80395fd15dcdc9", "e19e0353f421bfce945f7d1514c6c9f1"),
+        ),
         ("7f80395fd15dcdc9:1", ("7f80395fd15dcdc9", "00000000000000000000000000000001")),
         ("7f80395fd15dcdc9:", None),
         ("7f80395fd15dcdc9:" + "0" * 32, None),
@@ -111,17 +113,27 @@ def test_selector_entries_table(raw: str, parsed: tuple[str, str | None] | None)
         assert ids.selector_entry(ids.carried_profile_id(*parsed)) == parsed  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("trace", "span", "want"), [
-    ("ABCDEF", "1c60f2b8cd2d96d1", ("00000000000000000000000000abcdef", "1c60f2b8cd2d96d1")),
-    ("e19e0353f421bfce945f7d1514c6c9f1", "1c60f2b8cd2d96d1:e19e0353f421bfce945f7d1514c6c9f1",
-     ("e19e0353f421bfce945f7d1514c6c9f1", "1c60f2b8cd2d96d1")),
-    ("xyz", "1c60f2b8cd2d96d1", "trace id 'xyz' is not 1-32 hex characters"),
-    ("e19e0353f421bfce945f7d1514c6c9f1", "1c60", "span id '1c60' is not 16 hex characters"),
-    ("e19e0353f421bfce945f7d1514c6c9f1", "1c60f2b8cd2d96d1:0000000000000000000000000000beef",
-     "carries trace 0000000000000000000000000000beef, not the trace id given"),
-])
+@pytest.mark.parametrize(
+    ("trace", "span", "want"),
+    [
+        ("ABCDEF", "1c60f2b8cd2d96d1", ("00000000000000000000000000abcdef", "1c60f2b8cd2d96d1")),
+        (
+            "e19e0353f421bfce945f7d1514c6c9f1",
+            "1c60f2b8cd2d96d1:e19e0353f421bfce945f7d1514c6c9f1",
+            ("e19e0353f421bfce945f7d1514c6c9f1", "1c60f2b8cd2d96d1"),
+        ),
+        ("xyz", "1c60f2b8cd2d96d1", "trace id 'xyz' is not 1-32 hex characters"),
+        ("e19e0353f421bfce945f7d1514c6c9f1", "1c60", "span id '1c60' is not 16 hex characters"),
+        (
+            "e19e0353f421bfce945f7d1514c6c9f1",
+            "1c60f2b8cd2d96d1:0000000000000000000000000000beef",
+            "carries trace 0000000000000000000000000000beef, not the trace id given",
+        ),
+    ],
+)
 def test_a_span_named_by_a_user_is_checked_once_for_every_api_and_command(
-        trace: str, span: str, want: tuple[str, str] | str) -> None:
+    trace: str, span: str, want: tuple[str, str] | str
+) -> None:
     """The profile and compare APIs, the pages and ``resolve`` take a span the same way (``ids.span_of_trace``)."""
     if isinstance(want, tuple):
         assert ids.span_of_trace(trace, span) == want

@@ -33,8 +33,9 @@ async def test_an_empty_standalone_index_says_where_to_send_data(aiohttp_client:
 
 
 async def test_the_grpc_line_names_the_receivers_bound_port(aiohttp_client: Any, tmp_path: Any) -> None:
-    settings = Settings.for_tests(mode="standalone", data_dir=str(tmp_path), otlp_grpc_enabled=True,
-                                  otlp_grpc_listen=("127.0.0.1", 0))
+    settings = Settings.for_tests(
+        mode="standalone", data_dir=str(tmp_path), otlp_grpc_enabled=True, otlp_grpc_listen=("127.0.0.1", 0)
+    )
     app = create_app(settings, wall_clock=capture_now)
     client = await aiohttp_client(app)
     page = await _index(client)

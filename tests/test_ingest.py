@@ -157,47 +157,119 @@ def _bad_cases() -> list[Any]:
     two_series.series.add().samples.add(raw_profile=b"\x1f\x8bnot gzip at all")
     two_series.series[1].labels.add(name="__name__", value="process_cpu")
     return [
-        pytest.param("/v1/traces", {"Content-Type": "application/x-protobuf"}, b"\xff\xff\xff\xff", 400,
-                     "not a valid OTLP", id="traces-garbage-protobuf"),
-        pytest.param("/v1/traces", {"Content-Type": "application/json"}, b'{"resourceSpans": [', 400,
-                     "not JSON", id="traces-truncated-json"),
-        pytest.param("/v1/traces", {"Content-Type": "application/json"},
-                     b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}', 400, "not hex",
-                     id="traces-json-bad-hex"),
-        pytest.param("/v1/traces", {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
-                     b"\x1f\x8b\x08\x00" + b"broken" * 5, 400, "gzip|not a valid OTLP", id="traces-truncated-gzip"),
-        pytest.param("/v1/traces", {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
-                     gzip.compress(b"x" * 1000)[:12] + b"\xff" * 20, 400, "gzip|not a valid OTLP",
-                     id="traces-corrupt-gzip"),
-        pytest.param("/push.v1.PusherService/Push", {"Content-Type": "application/proto", "Content-Encoding": "gzip"},
-                     b"\x1f\x8b\x08\x00broken-and-long-enough", 400, "gzip|not a valid push", id="push-truncated-gzip"),
-        pytest.param("/v1/traces", {"Content-Type": "text/plain"}, b"hello", 415, "Content-Type",
-                     id="traces-wrong-content-type"),
-        pytest.param("/push.v1.PusherService/Push", {"Content-Type": "application/proto"}, b"\xff\xff\xff", 400,
-                     "not a valid push.v1.PushRequest", id="push-garbage"),
-        pytest.param("/push.v1.PusherService/Push", {"Content-Type": "application/proto"},
-                     two_series.SerializeToString(), 400, "series #1 sample #0", id="push-second-series-bad"),
-        pytest.param("/push.v1.PusherService/Push", {"Content-Type": "application/proto"},
-                     _push({"service_name": "x"}, [good]).SerializeToString(), 400, "__name__",
-                     id="push-no-name"),
-        pytest.param("/push.v1.PusherService/Push", {"Content-Type": "text/xml"}, b"<x/>", 400, "Content-Type",
-                     id="push-wrong-content-type"),
+        pytest.param(
+            "/v1/traces",
+            {"Content-Type": "application/x-protobuf"},
+            b"\xff\xff\xff\xff",
+            400,
+            "not a valid OTLP",
+            id="traces-garbage-protobuf",
+        ),
+        pytest.param(
+            "/v1/traces",
+            {"Content-Type": "application/json"},
+            b'{"resourceSpans": [',
+            400,
+            "not JSON",
+            id="traces-truncated-json",
+        ),
+        pytest.param(
+            "/v1/traces",
+            {"Content-Type": "application/json"},
+            b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"zz"}]}]}]}',
+            400,
+            "not hex",
+            id="traces-json-bad-hex",
+        ),
+        pytest.param(
+            "/v1/traces",
+            {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
+            b"\x1f\x8b\x08\x00" + b"broken" * 5,
+            400,
+            "gzip|not a valid OTLP",
+            id="traces-truncated-gzip",
+        ),
+        pytest.param(
+            "/v1/traces",
+            {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"},
+            gzip.compress(b"x" * 1000)[:12] + b"\xff" * 20,
+            400,
+            "gzip|not a valid OTLP",
+            id="traces-corrupt-gzip",
+        ),
+        pytest.param(
+            "/push.v1.PusherService/Push",
+            {"Content-Type": "application/proto", "Content-Encoding": "gzip"},
+            b"\x1f\x8b\x08\x00broken-and-long-enough",
+            400,
+            "gzip|not a valid push",
+            id="push-truncated-gzip",
+        ),
+        pytest.param(
+            "/v1/traces", {"Content-Type": "text/plain"}, b"hello", 415, "Content-Type", id="traces-wrong-content-type"
+        ),
+        pytest.param(
+            "/push.v1.PusherService/Push",
+            {"Content-Type": "application/proto"},
+            b"\xff\xff\xff",
+            400,
+            "not a valid push.v1.PushRequest",
+            id="push-garbage",
+        ),
+        pytest.param(
+            "/push.v1.PusherService/Push",
+            {"Content-Type": "application/proto"},
+            two_series.SerializeToString(),
+            400,
+            "series #1 sample #0",
+            id="push-second-series-bad",
+        ),
+        pytest.param(
+            "/push.v1.PusherService/Push",
+            {"Content-Type": "application/proto"},
+            _push({"service_name": "x"}, [good]).SerializeToString(),
+            400,
+            "__name__",
+            id="push-no-name",
+        ),
+        pytest.param(
+            "/push.v1.PusherService/Push",
+            {"Content-Type": "text/xml"},
+            b"<x/>",
+            400,
+            "Content-Type",
+            id="push-wrong-content-type",
+        ),
         pytest.param("/ingest?format=folded", {}, b"a;b 1\n", 400, "'name' is required", id="ingest-no-name"),
         pytest.param("/ingest?name=app.cpu&format=jfr", {}, b"...", 400, "format='jfr'", id="ingest-jfr"),
-        pytest.param("/ingest?name=app.cpu&format=folded", {}, b"a;b 1\nc;d many\n", 400, "line 2",
-                     id="ingest-folded-bad-count"),
-        pytest.param("/ingest?name=app.cpu&format=pprof", {}, b"\x00\x01garbage", 400, "pprof",
-                     id="ingest-pprof-garbage"),
-        pytest.param("/ingest?name=app{bad-label=1}&format=folded", {}, b"a;b 1\n", 400, "not a valid label",
-                     id="ingest-bad-label"),
-        pytest.param("/ingest?name=app.cpu&format=folded&from=yesterday", {}, b"a;b 1\n", 400, "from=",
-                     id="ingest-bad-from"),
+        pytest.param(
+            "/ingest?name=app.cpu&format=folded", {}, b"a;b 1\nc;d many\n", 400, "line 2", id="ingest-folded-bad-count"
+        ),
+        pytest.param(
+            "/ingest?name=app.cpu&format=pprof", {}, b"\x00\x01garbage", 400, "pprof", id="ingest-pprof-garbage"
+        ),
+        pytest.param(
+            "/ingest?name=app{bad-label=1}&format=folded",
+            {},
+            b"a;b 1\n",
+            400,
+            "not a valid label",
+            id="ingest-bad-label",
+        ),
+        pytest.param(
+            "/ingest?name=app.cpu&format=folded&from=yesterday", {}, b"a;b 1\n", 400, "from=", id="ingest-bad-from"
+        ),
     ]
 
 
 @pytest.mark.parametrize(("path", "headers", "body", "status", "message"), _bad_cases())
 async def test_bad_bodies_are_rejected_whole(
-    tmp_path: Path, aiohttp_client: Client, path: str, headers: dict[str, str], body: bytes, status: int,
+    tmp_path: Path,
+    aiohttp_client: Client,
+    path: str,
+    headers: dict[str, str],
+    body: bytes,
+    status: int,
     message: str,
 ) -> None:
     client = await aiohttp_client(make_app(tmp_path))
@@ -222,23 +294,26 @@ async def test_bad_bodies_are_rejected_whole(
 async def test_body_over_the_limit(tmp_path: Path, aiohttp_client: Client) -> None:
     client = await aiohttp_client(make_app(tmp_path, max_body_bytes=1024))
     big = gzip.compress(b"\x00" * 100_000)
-    resp = await client.post("/v1/traces", data=big,
-                             headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"})
+    resp = await client.post(
+        "/v1/traces", data=big, headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
+    )
     assert resp.status == 413
     assert (await store_of(client).counts()).spans == 0
 
 
 async def _merge(client: TestClient[Any, Any], profile_type: str, selector: str) -> qpb.FlameGraph:
-    req = qpb.SelectMergeStacktracesRequest(profile_typeID=profile_type, label_selector=selector,
-                                            start=ALL_MS[0], end=ALL_MS[1])
+    req = qpb.SelectMergeStacktracesRequest(
+        profile_typeID=profile_type, label_selector=selector, start=ALL_MS[0], end=ALL_MS[1]
+    )
     return (await store_of(client).select_merge_stacktraces(req, ctx())).flamegraph
 
 
 async def test_legacy_ingest_multipart_pprof_as_the_go_sdk_sends_it(tmp_path: Path, aiohttp_client: Client) -> None:
     client = await aiohttp_client(make_app(tmp_path))
     form = aiohttp.FormData()
-    form.add_field("profile", GO_CPU_PPROF.read_bytes(), filename="profile.pprof",
-                   content_type="application/octet-stream")
+    form.add_field(
+        "profile", GO_CPU_PPROF.read_bytes(), filename="profile.pprof", content_type="application/octet-stream"
+    )
     url = "/ingest?name=go-app.cpu%7Benv%3Dstaging%7D&from=1795945290&until=1795945300&spyName=gospy&sampleRate=100"
     resp = await client.post(url, data=form)
     assert resp.status == 200, await resp.text()
@@ -268,8 +343,10 @@ async def test_legacy_ingest_raw_pprof_and_folded(tmp_path: Path, aiohttp_client
     resp = await client.post("/ingest?name=raw-app&format=pprof&from=1795945290", data=GO_CPU_PPROF.read_bytes())
     assert resp.status == 200
     folded = b"main;handler;render 3\nmain;handler;query 1\n\nmain;gc 2\n"
-    resp = await client.post("/ingest?name=folded-app.cpu%7Bregion%3Deu%7D&from=1795945290&until=1795945300"
-                             "&sampleRate=100&spyName=rbspy", data=folded)
+    resp = await client.post(
+        "/ingest?name=folded-app.cpu%7Bregion%3Deu%7D&from=1795945290&until=1795945300&sampleRate=100&spyName=rbspy",
+        data=folded,
+    )
     assert resp.status == 200
     fg = await _merge(client, CPU, '{service_name="folded-app", region="eu"}')
     from bridge.flamegraph import decode, iter_stacks
@@ -279,8 +356,9 @@ async def test_legacy_ingest_raw_pprof_and_folded(tmp_path: Path, aiohttp_client
         ("main", "handler", "query"): 10_000_000,
         ("main", "gc"): 20_000_000,
     }
-    resp = await client.post("/ingest?name=lines-app&format=lines&from=1795945290&sampleRate=50",
-                             data=b"main;a\nmain;a\nmain;b c\n")
+    resp = await client.post(
+        "/ingest?name=lines-app&format=lines&from=1795945290&sampleRate=50", data=b"main;a\nmain;a\nmain;b c\n"
+    )
     assert resp.status == 200
     fg = await _merge(client, CPU, '{service_name="lines-app"}')
     assert dict(iter_stacks(decode(fg))) == {("main", "a"): 40_000_000, ("main", "b c"): 20_000_000}
@@ -299,14 +377,21 @@ async def test_the_pyroscope_mount_answers_from_the_store(tmp_path: Path, aiohtt
     client = await aiohttp_client(make_app(tmp_path))
     await replay_capture(client)
     base = "/pyroscope/querier.v1.QuerierService/"
-    resp = await client.post(base + "LabelValues", json={"name": "service_name", "start": "0", "end": "4000000000000"},
-                             headers={"Connect-Protocol-Version": "1"})
+    resp = await client.post(
+        base + "LabelValues",
+        json={"name": "service_name", "start": "0", "end": "4000000000000"},
+        headers={"Connect-Protocol-Version": "1"},
+    )
     assert resp.status == 200
     assert await resp.json() == {"names": ["shop-backend", "shop-frontend"]}
-    req = qpb.SelectMergeStacktracesRequest(profile_typeID=CPU, label_selector='{env="capture"}',
-                                            start=ALL_MS[0], end=ALL_MS[1], max_nodes=16)
-    resp = await client.post(base + "SelectMergeStacktraces", data=req.SerializeToString(),
-                             headers={"Content-Type": "application/proto", "Accept-Encoding": "gzip"})
+    req = qpb.SelectMergeStacktracesRequest(
+        profile_typeID=CPU, label_selector='{env="capture"}', start=ALL_MS[0], end=ALL_MS[1], max_nodes=16
+    )
+    resp = await client.post(
+        base + "SelectMergeStacktraces",
+        data=req.SerializeToString(),
+        headers={"Content-Type": "application/proto", "Accept-Encoding": "gzip"},
+    )
     assert resp.status == 200
     fg = qpb.SelectMergeStacktracesResponse.FromString(await resp.read()).flamegraph
     assert fg.total == 3_590_000_000 and "other" in fg.names
@@ -369,21 +454,28 @@ async def test_nested_gzip_payloads_share_one_decompression_budget_per_request(
 
     # /ingest: the body's own gzip and the pprof's gzip inside it, charged to the same budget
     raw = _padded_pprof(5 * 1024**2)
-    resp = await client.post("/ingest?name=bomb.cpu&format=pprof", data=gzip.compress(raw),
-                             headers={"Content-Encoding": "gzip"})
+    resp = await client.post(
+        "/ingest?name=bomb.cpu&format=pprof", data=gzip.compress(raw), headers={"Content-Encoding": "gzip"}
+    )
     assert resp.status == 413 and "decompression budget" in await resp.text()
     assert await store_of(client).counts() == before
 
 
-async def test_a_gzipped_multipart_part_is_inflated_whole_within_the_budget(tmp_path: Path,
-                                                                            aiohttp_client: Client) -> None:
+async def test_a_gzipped_multipart_part_is_inflated_whole_within_the_budget(
+    tmp_path: Path, aiohttp_client: Client
+) -> None:
     client = await aiohttp_client(make_app(tmp_path, max_body_bytes=1024**2, retention_age=FIXTURES_AGE_S))
     boundary = "pb-boundary"
 
     def multipart(part: bytes) -> bytes:
-        return (f"--{boundary}\r\nContent-Disposition: form-data; name=\"profile\"; filename=\"p.pprof\"\r\n"
-                f"Content-Type: application/octet-stream\r\nContent-Encoding: gzip\r\n\r\n").encode() + part + \
-            f"\r\n--{boundary}--\r\n".encode()
+        return (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="profile"; filename="p.pprof"\r\n'
+                f"Content-Type: application/octet-stream\r\nContent-Encoding: gzip\r\n\r\n"
+            ).encode()
+            + part
+            + f"\r\n--{boundary}--\r\n".encode()
+        )
 
     headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
     fine = gzip.compress(gzip.decompress(_padded_pprof(200 * 1024)))  # 200 KB inflated: over 64 KiB, in budget
@@ -409,24 +501,34 @@ async def test_span_times_past_2200_are_rejected_with_partial_success_and_the_go
     far = req.resource_spans[0].scope_spans[0].spans.add()
     far.trace_id, far.span_id, far.name = bytes.fromhex("11" * 16), bytes.fromhex("33" * 8), "far"
     far.start_time_unix_nano = far.end_time_unix_nano = stamp
-    resp = await client.post("/v1/traces", data=req.SerializeToString(),
-                             headers={"Content-Type": "application/x-protobuf"})
+    resp = await client.post(
+        "/v1/traces", data=req.SerializeToString(), headers={"Content-Type": "application/x-protobuf"}
+    )
     assert resp.status == 200
     answer = otlp_trace_svc.ExportTraceServiceResponse.FromString(await resp.read())
     assert answer.partial_success.rejected_spans == 1
-    assert "'far'" in answer.partial_success.error_message and "between 1970 and 2200" in \
-        answer.partial_success.error_message
+    assert (
+        "'far'" in answer.partial_success.error_message
+        and "between 1970 and 2200" in answer.partial_success.error_message
+    )
     trace = await store_of(client).trace_by_id("11" * 16, ctx())
     assert trace is not None and set(trace.spans) == {"22" * 8}
 
 
-@pytest.mark.parametrize("query", [
-    "from=99999999999999999999999", "from=-99999999999999999999", "until=9223372036854775808",
-    "from=1795945290&until=99999999999999999999999999", "from=-5",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "from=99999999999999999999999",
+        "from=-99999999999999999999",
+        "until=9223372036854775808",
+        "from=1795945290&until=99999999999999999999999999",
+        "from=-5",
+    ],
+)
 @pytest.mark.parametrize("fmt", ["folded", "pprof"])
-async def test_ingest_times_outside_1970_to_2200_are_a_400(tmp_path: Path, aiohttp_client: Client, query: str,
-                                                          fmt: str) -> None:
+async def test_ingest_times_outside_1970_to_2200_are_a_400(
+    tmp_path: Path, aiohttp_client: Client, query: str, fmt: str
+) -> None:
     client = await aiohttp_client(make_app(tmp_path))
     body = b"a;b 5\n" if fmt == "folded" else GO_CPU_PPROF.read_bytes()
     resp = await client.post(f"/ingest?name=x.cpu&format={fmt}&{query}", data=body)
@@ -437,15 +539,26 @@ async def test_ingest_times_outside_1970_to_2200_are_a_400(tmp_path: Path, aioht
 
 
 @pytest.mark.parametrize(("start", "end"), [(0, 2**63 - 1), (-(2**63), 0), (-1, 1000), (5000, 1000)])
-async def test_span_queries_with_impossible_time_ranges_are_a_400(tmp_path: Path, aiohttp_client: Client,
-                                                                  start: int, end: int) -> None:
+async def test_span_queries_with_impossible_time_ranges_are_a_400(
+    tmp_path: Path, aiohttp_client: Client, start: int, end: int
+) -> None:
     client = await aiohttp_client(make_app(tmp_path))
-    for method, cls in (("SelectMergeSpanProfile", qpb.SelectMergeSpanProfileRequest),
-                        ("SelectMergeStacktraces", qpb.SelectMergeStacktracesRequest)):
-        msg = cls(profile_typeID=CPU, label_selector='{service_name="x"}', start=start, end=end,
-                  span_selector=["0123456789abcdef"])
-        resp = await client.post(f"/pyroscope/querier.v1.QuerierService/{method}", data=msg.SerializeToString(),
-                                 headers={"Content-Type": "application/proto"})
+    for method, cls in (
+        ("SelectMergeSpanProfile", qpb.SelectMergeSpanProfileRequest),
+        ("SelectMergeStacktraces", qpb.SelectMergeStacktracesRequest),
+    ):
+        msg = cls(
+            profile_typeID=CPU,
+            label_selector='{service_name="x"}',
+            start=start,
+            end=end,
+            span_selector=["0123456789abcdef"],
+        )
+        resp = await client.post(
+            f"/pyroscope/querier.v1.QuerierService/{method}",
+            data=msg.SerializeToString(),
+            headers={"Content-Type": "application/proto"},
+        )
         assert resp.status == 400
         doc = await resp.json()
         assert doc["code"] == "invalid_argument" and f"({start}, {end})" in doc["message"]
@@ -461,10 +574,14 @@ async def test_no_answer_header_repeats_a_long_label_selector_uncapped(tmp_path:
     span = load_shop().pick("frontend-io")  # known, no linked samples: the time window answers, or says why not
     long_value = "x" * 60_000
     for selector in (f'{{service_name="shop-frontend",pod="{long_value}"}}', f'{{service_name="{long_value}"}}'):
-        msg = qpb.SelectMergeSpanProfileRequest(profile_typeID=CPU, label_selector=selector, start=ALL_MS[0],
-                                                end=ALL_MS[1], span_selector=[span.span_id])
-        resp = await client.post("/pyroscope/querier.v1.QuerierService/SelectMergeSpanProfile",
-                                 data=msg.SerializeToString(), headers={"Content-Type": "application/proto"})
+        msg = qpb.SelectMergeSpanProfileRequest(
+            profile_typeID=CPU, label_selector=selector, start=ALL_MS[0], end=ALL_MS[1], span_selector=[span.span_id]
+        )
+        resp = await client.post(
+            "/pyroscope/querier.v1.QuerierService/SelectMergeSpanProfile",
+            data=msg.SerializeToString(),
+            headers={"Content-Type": "application/proto"},
+        )
         assert resp.status in (200, 400), await resp.text()
         for name, value in resp.headers.items():
             assert len(value) <= 400, (name, len(value))

@@ -28,8 +28,13 @@ class Builder:
         d.attribute_table.add()
         d.stack_table.add()
         d.stack_table.add(location_indices=[])
-        self.profile = self.req.resource_profiles.add().scope_profiles.add().profiles.add(
-            time_unix_nano=1_700_000_000_000_000_000, duration_nano=10_000_000_000,
+        self.profile = (
+            self.req.resource_profiles.add()
+            .scope_profiles.add()
+            .profiles.add(
+                time_unix_nano=1_700_000_000_000_000_000,
+                duration_nano=10_000_000_000,
+            )
         )
         self.profile.sample_type.type_strindex = self.string("cpu")
         self.profile.sample_type.unit_strindex = self.string("nanoseconds")
@@ -52,8 +57,9 @@ class Builder:
         return len(self.req.dictionary.attribute_table) - 1
 
     def sample(self, *attrs: int, link_index: int = 0, value: int = 10) -> ppb.Sample:
-        return self.profile.samples.add(stack_index=1, attribute_indices=list(attrs), link_index=link_index,
-                                        values=[value])
+        return self.profile.samples.add(
+            stack_index=1, attribute_indices=list(attrs), link_index=link_index, values=[value]
+        )
 
     def link(self, stats_expected: LinkStats | None = None) -> LinkStats:
         stats = link_request(self.req, KEYS)
@@ -221,8 +227,9 @@ def test_out_of_range_indices_are_found_even_without_link_keys_in_the_strings() 
 def test_everything_else_in_the_request_is_preserved() -> None:
     b = Builder()
     rp = b.req.resource_profiles[0]
-    rp.resource.attributes.append(common_pb2.KeyValue(key="service.name",
-                                                      value=common_pb2.AnyValue(string_value="shop")))
+    rp.resource.attributes.append(
+        common_pb2.KeyValue(key="service.name", value=common_pb2.AnyValue(string_value="shop"))
+    )
     rp.schema_url = "https://opentelemetry.io/schemas/1.30.0"
     rp.scope_profiles[0].scope.name = "pprof"
     b.profile.profile_id = bytes(range(16))
@@ -301,9 +308,12 @@ def reference_link(keys: tuple[tuple[str, str], ...], attrs: list[tuple[str, str
         span, trace = good[0].lower(), (good_traces[0].lower() if good_traces else "")
         span_keys = {s for _, s in keys}
         trace_keys = {t for t, _ in keys if t}
-        kept = [pos for pos, (k, v) in enumerate(attrs)
-                if not (k in span_keys and valid(v, 8) and v.lower() == span)
-                and not (trace and k in trace_keys and valid(v, 16) and v.lower() == trace)]
+        kept = [
+            pos
+            for pos, (k, v) in enumerate(attrs)
+            if not (k in span_keys and valid(v, 8) and v.lower() == span)
+            and not (trace and k in trace_keys and valid(v, 16) and v.lower() == trace)
+        ]
         return trace, span, kept
     return "invalid" if any_span_key else "none"
 

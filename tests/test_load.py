@@ -54,15 +54,26 @@ class Bridge:
 @pytest.fixture
 async def bridge(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Bridge]:
     port = closed_port()
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PROFILE_BRIDGE_LISTEN": f"127.0.0.1:{port}",
-           "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false", "PROFILE_BRIDGE_DATA_DIR": str(tmp_path / "data"),
-           "PROFILE_BRIDGE_LOG_LEVEL": "warning",
-           # the served process runs on the real clock: keep the recorded fixtures (2021–2026) whatever today's date
-           "PROFILE_BRIDGE_RETENTION_AGE": "3650d", **getattr(request, "param", {})}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PROFILE_BRIDGE_LISTEN": f"127.0.0.1:{port}",
+        "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false",
+        "PROFILE_BRIDGE_DATA_DIR": str(tmp_path / "data"),
+        "PROFILE_BRIDGE_LOG_LEVEL": "warning",
+        # the served process runs on the real clock: keep the recorded fixtures (2021–2026) whatever today's date
+        "PROFILE_BRIDGE_RETENTION_AGE": "3650d",
+        **getattr(request, "param", {}),
+    }
     log = tmp_path / "bridge.log"
     with log.open("w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "bridge", "serve"], env=env, cwd=tmp_path,
-                                stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bridge", "serve"],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            text=True,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
@@ -80,10 +91,11 @@ async def bridge(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterato
 async def _replay_capture(session: aiohttp.ClientSession, base: str) -> None:
     for path in sorted(SHOP_CAPTURE.glob("*.bin")):
         traces = "_v1_traces" in path.name
-        async with session.post(f"{base}/v1/traces" if traces else f"{base}/push.v1.PusherService/Push",
-                                data=path.read_bytes(),
-                                headers={"Content-Type": "application/x-protobuf" if traces else "application/proto"}
-                                ) as resp:
+        async with session.post(
+            f"{base}/v1/traces" if traces else f"{base}/push.v1.PusherService/Push",
+            data=path.read_bytes(),
+            headers={"Content-Type": "application/x-protobuf" if traces else "application/proto"},
+        ) as resp:
             assert resp.status == 200, await resp.text()
 
 
@@ -112,6 +124,7 @@ async def _round(base: str) -> list[str]:
     errors: list[str] = []
     connector = aiohttp.TCPConnector(limit=CONNECTIONS, force_close=True)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
+
         async def one(method: str, path: str, body: bytes, headers: dict[str, str]) -> None:
             try:
                 async with session.request(method, base + path, data=body or None, headers=headers) as resp:
@@ -164,17 +177,20 @@ async def test_three_gzip_bombs_at_once_cost_the_budget_not_their_size(bridge: B
         base_peak = bridge.peak()
 
         async def push() -> tuple[int, str]:
-            async with session.post(f"{bridge.base}/push.v1.PusherService/Push", data=body,
-                                    headers={"Content-Type": "application/proto"}) as resp:
+            async with session.post(
+                f"{bridge.base}/push.v1.PusherService/Push", data=body, headers={"Content-Type": "application/proto"}
+            ) as resp:
                 return resp.status, await resp.text()
 
         answers = await asyncio.gather(push(), push(), push())
         growth = bridge.peak() - base_peak
         for status, text in answers:
             assert status == 413 and "decompression budget of 16777216 bytes" in text, text
-        async with session.post(f"{bridge.base}/pyroscope/querier.v1.QuerierService/LabelValues",
-                                data=tpb.LabelValuesRequest(name="service_name", start=0, end=2**40)
-                                .SerializeToString(), headers={"Content-Type": "application/proto"}) as resp:
+        async with session.post(
+            f"{bridge.base}/pyroscope/querier.v1.QuerierService/LabelValues",
+            data=tpb.LabelValuesRequest(name="service_name", start=0, end=2**40).SerializeToString(),
+            headers={"Content-Type": "application/proto"},
+        ) as resp:
             assert resp.status == 200
             assert "bomb" not in tpb.LabelValuesResponse.FromString(await resp.read()).names
     assert growth < 96 * MiB, f"peak RSS grew by {growth / MiB:.0f} MiB"

@@ -75,10 +75,15 @@ async def click(stack: Stack, span: Span, tenant: str | None = None) -> tuple[st
         start=span.start_ns // 1_000_000 - 60_000,
         end=span.end_ns // 1_000_000 + 60_000,
     )
-    headers = {"Content-Type": "application/proto", "Connect-Protocol-Version": "1", "Accept-Encoding": "gzip",
-               **({"X-Scope-OrgID": tenant} if tenant else {})}
-    resp = await stack.client.post(QUERIER + "SelectMergeSpanProfile", data=req.SerializeToString(), headers=headers,
-                                   auto_decompress=False)
+    headers = {
+        "Content-Type": "application/proto",
+        "Connect-Protocol-Version": "1",
+        "Accept-Encoding": "gzip",
+        **({"X-Scope-OrgID": tenant} if tenant else {}),
+    }
+    resp = await stack.client.post(
+        QUERIER + "SelectMergeSpanProfile", data=req.SerializeToString(), headers=headers, auto_decompress=False
+    )
     raw = await resp.read()
     assert resp.status == 200, raw
     if resp.headers.get("Content-Encoding") == "gzip":
@@ -139,8 +144,12 @@ async def test_span_click_after_opening_the_trace_resolves_local_root_without_se
 
 @pytest.mark.parametrize(
     ("path", "accept"),
-    [("/tempo/api/v2/traces/{}", "application/protobuf"), ("/tempo/api/traces/{}", "application/protobuf"),
-     ("/tempo/api/v2/traces/{}", "application/json"), ("/tempo/api/traces/{}", "*/*")],
+    [
+        ("/tempo/api/v2/traces/{}", "application/protobuf"),
+        ("/tempo/api/traces/{}", "application/protobuf"),
+        ("/tempo/api/v2/traces/{}", "application/json"),
+        ("/tempo/api/traces/{}", "*/*"),
+    ],
     ids=["v2-protobuf", "v1-protobuf", "v2-json", "v1-json"],
 )
 async def test_any_trace_shape_fills_the_cache_the_resolver_reads(stack: Stack, path: str, accept: str) -> None:

@@ -25,8 +25,7 @@ from tests.test_api import linked_total, path
 NOON_NS = 1_795_950_000 * 1_000_000_000  # 2026-11-29 11:00:00 UTC
 FRONT = Span("a" * 32, "1111111111111111", "", "GET /health", 2, "shop-frontend", NOON_NS, NOON_NS + 120_000)
 ROOT = Span("a" * 32, "2222222222222222", "", "GET /checkout", 2, "shop-frontend", NOON_NS, NOON_NS + 10**9)
-BACK = Span("a" * 32, "3333333333333333", "4444444444444444", "GET /price", 2, "shop-backend", NOON_NS,
-            NOON_NS + 10**8)
+BACK = Span("a" * 32, "3333333333333333", "4444444444444444", "GET /price", 2, "shop-backend", NOON_NS, NOON_NS + 10**8)
 
 
 def fg_of(stacks: dict[tuple[str, ...], int]) -> Any:
@@ -41,8 +40,15 @@ def fg_of(stacks: dict[tuple[str, ...], int]) -> Any:
     return flamegraph.encode(root)
 
 
-def res(mode: Mode, span: Span | None, value: int, *, root: Span | None = None,
-        window: tuple[int, int] | None = None, ids: tuple[str, ...] = ()) -> Resolution:
+def res(
+    mode: Mode,
+    span: Span | None,
+    value: int,
+    *,
+    root: Span | None = None,
+    window: tuple[int, int] | None = None,
+    ids: tuple[str, ...] = (),
+) -> Resolution:
     fg = fg_of({("main", "work"): value}) if value else flamegraph.empty()
     return Resolution(mode, f"{mode.value} because", fg, span, root, window, "{}", ids)
 
@@ -54,12 +60,21 @@ def res(mode: Mode, span: Span | None, value: int, *, root: Span | None = None,
     ("resolution", "attribution", "text"),
     [
         (res(Mode.LINKED, None, 5, ids=("2222222222222222",)), Attribution.SPAN, "CPU linked to this span"),
-        (res(Mode.LINKED, None, 5, ids=("2222222222222222", "3333333333333333")), Attribution.SPAN,
-         "CPU linked to spans 2222222222222222, 3333333333333333"),
-        (res(Mode.LOCAL_ROOT, FRONT, 5, root=ROOT), Attribution.REQUEST,
-         "shop-frontend CPU of the whole request GET /checkout (its local root), not this span's own"),
-        (res(Mode.TIME_WINDOW, FRONT, 5, window=(1_795_949_983_000, 1_795_950_002_000)), Attribution.SERVICE,
-         "shop-frontend CPU during the 19 s window around this span (10:59:43–11:00:02 UTC), not this span's own"),
+        (
+            res(Mode.LINKED, None, 5, ids=("2222222222222222", "3333333333333333")),
+            Attribution.SPAN,
+            "CPU linked to spans 2222222222222222, 3333333333333333",
+        ),
+        (
+            res(Mode.LOCAL_ROOT, FRONT, 5, root=ROOT),
+            Attribution.REQUEST,
+            "shop-frontend CPU of the whole request GET /checkout (its local root), not this span's own",
+        ),
+        (
+            res(Mode.TIME_WINDOW, FRONT, 5, window=(1_795_949_983_000, 1_795_950_002_000)),
+            Attribution.SERVICE,
+            "shop-frontend CPU during the 19 s window around this span (10:59:43–11:00:02 UTC), not this span's own",
+        ),
         (res(Mode.NONE, FRONT, 0), Attribution.NOTHING, "no CPU samples"),
     ],
 )
@@ -105,8 +120,17 @@ def test_a_request_measure_adds_linked_parts_and_names_the_fallback() -> None:
     own = res(Mode.TIME_WINDOW, FRONT, 900, window=(0, 19_000))
     backend = res(Mode.LINKED, BACK, 100, ids=(BACK.span_id,))
     tree, parts, services = combine(FRONT, own, [(BACK, backend)])
-    ans = Answer("request", FRONT, Trace.from_spans([FRONT, BACK], FRONT.trace_id), CPU, own, tree,
-                 flamegraph.encode(tree), parts=parts, services=services)
+    ans = Answer(
+        "request",
+        FRONT,
+        Trace.from_spans([FRONT, BACK], FRONT.trace_id),
+        CPU,
+        own,
+        tree,
+        flamegraph.encode(tree),
+        parts=parts,
+        services=services,
+    )
     assert (ans.attributed_total, ans.fallback_total) == (100, 900)
     measure = ans.measure
     assert measure.attribution is Attribution.SERVICE and not measure.own
@@ -128,8 +152,11 @@ async def test_the_api_says_a_time_window_total_is_the_services_not_the_spans(st
     doc = await resp.json()
     assert resp.status == 200 and doc["mode"] == "time-window"
     assert doc["measure"]["attribution"] == "service" and doc["measure"]["own"] is False
-    assert re.fullmatch(r"shop-frontend CPU during the [\d.]+ s window around this span \(\S+–\S+ UTC\), not this "
-                        r"span's own", doc["measure"]["text"])
+    assert re.fullmatch(
+        r"shop-frontend CPU during the [\d.]+ s window around this span \(\S+–\S+ UTC\), not this "
+        r"span's own",
+        doc["measure"]["text"],
+    )
     assert doc["attributedTotal"] == 0 and doc["fallbackTotal"] == doc["total"] > 0
     assert resp.headers["X-Profile-Bridge-Attribution"] == "service"
     assert resp.headers["X-Profile-Bridge-Measure"].isascii()
@@ -146,8 +173,13 @@ async def test_the_api_says_a_linked_total_is_the_spans_own(stack: Stack) -> Non
 async def test_request_scope_shares_count_only_what_the_request_cost(stack: Stack) -> None:
     """A client span whose own answer is a fallback: its frontend part is drawn but has no share; the backend it
     called holds 100 % of what the request is known to have cost."""
-    linked = {span_id for p in load_push_profiles() if p.type_id == CPU
-              for _, _, labels in p.samples if (span_id := labels.get("span_id"))}
+    linked = {
+        span_id
+        for p in load_push_profiles()
+        if p.type_id == CPU
+        for _, _, labels in p.samples
+        if (span_id := labels.get("span_id"))
+    }
     for role in stack.shop.of_role("frontend-client"):
         trace = stack.shop.trace(role.trace_id)
         backend = [s for s in trace.descendant_local_roots(role.span_id) if s.span_id in linked]
@@ -171,8 +203,11 @@ async def test_the_span_page_headlines_what_the_number_is(stack: Stack) -> None:
     page = html.unescape(await (await stack.http.get(f"/spans/{io_span.trace_id}/{io_span.span_id}")).text())
     headline = re.search(r'<h2 id="headline">(.*?)</h2>', page, re.S)
     assert headline is not None
-    assert re.match(r"Flame graph — shop-frontend CPU during the [\d.]+ s window around this span .*, not this span's "
-                    r"own: <span id=\"total\">", headline.group(1))
+    assert re.match(
+        r"Flame graph — shop-frontend CPU during the [\d.]+ s window around this span .*, not this span's "
+        r"own: <span id=\"total\">",
+        headline.group(1),
+    )
     assert "not this span's own cost" in page
 
     root = stack.shop.pick("frontend-root", where=lambda r: linked_total(r.span_id) > 0)
@@ -184,11 +219,16 @@ async def test_the_span_page_headlines_what_the_number_is(stack: Stack) -> None:
 async def test_resolve_prints_what_the_number_is(stack: Stack) -> None:
     io_span = stack.shop.pick("frontend-io")
     out, err = io.StringIO(), io.StringIO()
-    code = await resolve_report(stack.settings, io_span.trace_id, io_span.span_id, scope="span", top=5,
-                                profile_type=CPU, out=out, err=err)
+    code = await resolve_report(
+        stack.settings, io_span.trace_id, io_span.span_id, scope="span", top=5, profile_type=CPU, out=out, err=err
+    )
     assert code == 0, err.getvalue()
-    assert re.search(r"^measure  shop-frontend CPU during the [\d.]+ s window around this span .*not this span's own"
-                     r"  \[not this span's own cost\]$", out.getvalue(), re.M)
+    assert re.search(
+        r"^measure  shop-frontend CPU during the [\d.]+ s window around this span .*not this span's own"
+        r"  \[not this span's own cost\]$",
+        out.getvalue(),
+        re.M,
+    )
 
 
 @pytest.mark.parametrize(
@@ -211,7 +251,17 @@ def test_covered_time_is_whole_capture_windows_table(
 
 
 def test_the_measure_states_the_time_the_samples_cover_not_the_query_range() -> None:
-    resolution = Resolution(Mode.TIME_WINDOW, "why", fg_of({("a",): 1}), FRONT, None, (1_795_949_999_000,
-                            1_795_950_001_000), "{}", (), covered_ms=(1_795_949_990_000, 1_795_950_010_000))
+    resolution = Resolution(
+        Mode.TIME_WINDOW,
+        "why",
+        fg_of({("a",): 1}),
+        FRONT,
+        None,
+        (1_795_949_999_000, 1_795_950_001_000),
+        "{}",
+        (),
+        covered_ms=(1_795_949_990_000, 1_795_950_010_000),
+    )
     assert measure_of(resolution, DEFAULT_PROFILE_TYPE).text == (
-        "shop-frontend CPU during the 20 s window around this span (10:59:50–11:00:10 UTC), not this span's own")
+        "shop-frontend CPU during the 20 s window around this span (10:59:50–11:00:10 UTC), not this span's own"
+    )

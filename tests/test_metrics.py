@@ -41,8 +41,11 @@ def series(text: str) -> list[str]:
 async def junk_round(client: TestClient[Any, Any], n: int) -> None:
     for i in range(n):
         name = secrets.token_hex(8)
-        await client.post(f"/pyroscope/querier.v1.QuerierService/{name}", data=b"",
-                          headers={"Content-Type": "application/proto", "X-Scope-OrgID": name})
+        await client.post(
+            f"/pyroscope/querier.v1.QuerierService/{name}",
+            data=b"",
+            headers={"Content-Type": "application/proto", "X-Scope-OrgID": name},
+        )
         await client.get(f"/no/such/{name}")
         await client.get(f"/tempo/api/echo/{200 + i % 400}", headers={"X-Scope-OrgID": name})
         await client.post(f"/pyroscope/anything/{200 + i % 400}")

@@ -48,7 +48,10 @@ async def test_connect_errors_on_rpc_paths(client: TestClient) -> None:
     assert resp.status == 400
     assert resp.headers["Content-Type"] == "application/json"
     assert await resp.json() == {
-        "code": "invalid_argument", "message": "span selector holds no 16-hex span id", "details": []}
+        "code": "invalid_argument",
+        "message": "span selector holds no 16-hex span id",
+        "details": [],
+    }
 
 
 async def test_plain_text_under_tempo(client: TestClient) -> None:

@@ -52,8 +52,9 @@ ANSWERED_FROM: Final = f"answered from {NODE_CPU}, the CPU type {SERVICE} upload
 
 async def span_answer(client: TestClient[Any, Any], span: dict[str, str]) -> tuple[str, str, dict[str, int]]:
     """The bridge's own API on the default profile type: (mode, reason header, collapsed stacks)."""
-    resp = await client.get(f"/api/v1/spans/{span['trace_id']}/{span['span_id']}/profile",
-                            params={"format": "collapsed"})
+    resp = await client.get(
+        f"/api/v1/spans/{span['trace_id']}/{span['span_id']}/profile", params={"format": "collapsed"}
+    )
     text = await resp.text()
     assert resp.status == 200, text[:500]
     stacks: dict[str, int] = {}
@@ -88,16 +89,18 @@ async def check_node_spans(client: TestClient[Any, Any], spans: dict[str, dict[s
 # --------------------------------------------------------------------------------------------- the two modes
 
 
-async def standalone(aiohttp_server: Server, aiohttp_client: Client, tmp_path: Path,
-                     clock: Callable[[], float] | None = None) -> TestClient[Any, Any]:
+async def standalone(
+    aiohttp_server: Server, aiohttp_client: Client, tmp_path: Path, clock: Callable[[], float] | None = None
+) -> TestClient[Any, Any]:
     settings = Settings.for_tests(mode="standalone", data_dir=str(tmp_path / "data"), clock_skew=SKEW_S)
     app = create_app(settings, wall_clock=clock) if clock else create_app(settings)
     # as `profile-bridge serve` runs it: bodies arrive as sent and handlers undo gzip themselves
     return await aiohttp_client(await aiohttp_server(app, auto_decompress=False))
 
 
-async def proxy_fed_with(capture: Capture, aiohttp_server: Server, aiohttp_client: Client,
-                         clock: Callable[[], float] | None = None) -> tuple[TestClient[Any, Any], PyroscopeDouble]:
+async def proxy_fed_with(
+    capture: Capture, aiohttp_server: Server, aiohttp_client: Client, clock: Callable[[], float] | None = None
+) -> tuple[TestClient[Any, Any], PyroscopeDouble]:
     """Pyroscope and Tempo doubles holding what the SDKs sent (profiles through the double's own /ingest), and a
     bridge in proxy mode in front of them."""
     pyro = PyroscopeDouble(profiles=[])
@@ -105,8 +108,9 @@ async def proxy_fed_with(capture: Capture, aiohttp_server: Server, aiohttp_clien
     pyro.url = str(pserver.make_url("")).rstrip("/")
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as session:
         for upload in capture.ingests():
-            async with session.post(f"{pyro.url}/ingest?{upload.query}", data=upload.body,
-                                    headers={"Content-Type": upload.content_type}) as resp:
+            async with session.post(
+                f"{pyro.url}/ingest?{upload.query}", data=upload.body, headers={"Content-Type": upload.content_type}
+            ) as resp:
                 assert resp.status == 200, await resp.text()
     tempo = TempoDouble()
     by_trace: dict[str, list[Any]] = {}
@@ -144,8 +148,9 @@ def capture_clock(capture: Capture) -> Callable[[], float]:
 # --------------------------------------------------------------------------------------------- live
 
 
-async def test_live_node_sdks_against_a_standalone_bridge(aiohttp_server: Server, aiohttp_client: Client,
-                                                          tmp_path: Path) -> None:
+async def test_live_node_sdks_against_a_standalone_bridge(
+    aiohttp_server: Server, aiohttp_client: Client, tmp_path: Path
+) -> None:
     node = require_node()
     client = await standalone(aiohttp_server, aiohttp_client, tmp_path)
     spans = await run_service(node, str(client.make_url("")).rstrip("/"), "proto")
@@ -157,12 +162,14 @@ async def test_live_node_sdks_against_a_standalone_bridge(aiohttp_server: Server
     await check_node_spans(client, spans, end_stamps=False)  # the store keeps true window starts
 
 
-async def test_live_node_sdks_through_the_pyroscope_double_in_proxy_mode(aiohttp_server: Server,
-                                                                         aiohttp_client: Client) -> None:
+async def test_live_node_sdks_through_the_pyroscope_double_in_proxy_mode(
+    aiohttp_server: Server, aiohttp_client: Client
+) -> None:
     node = require_node()
     capture = await record(node, "json")  # OTLP/HTTP JSON this time
     assert [u.content_type for u in capture.traces()] and all(
-        u.content_type == "application/json" for u in capture.traces())
+        u.content_type == "application/json" for u in capture.traces()
+    )
     client, pyro = await proxy_fed_with(capture, aiohttp_server, aiohttp_client)
     assert {p.type_id for p in pyro.profiles} >= {NODE_CPU}  # the double named them as Pyroscope does
     await check_node_spans(client, capture.spans, end_stamps=True)
@@ -173,8 +180,9 @@ async def test_live_node_sdks_through_the_pyroscope_double_in_proxy_mode(aiohttp
 # --------------------------------------------------------------------------------------------- the recording
 
 
-async def test_recorded_node_uploads_resolve_in_standalone(aiohttp_server: Server, aiohttp_client: Client,
-                                                           tmp_path: Path) -> None:
+async def test_recorded_node_uploads_resolve_in_standalone(
+    aiohttp_server: Server, aiohttp_client: Client, tmp_path: Path
+) -> None:
     capture = load_capture()
     client = await standalone(aiohttp_server, aiohttp_client, tmp_path, capture_clock(capture))
     await replay_into_standalone(client, capture)
@@ -187,8 +195,9 @@ async def test_recorded_node_uploads_resolve_in_proxy_mode(aiohttp_server: Serve
     await check_node_spans(client, capture.spans, end_stamps=True)
 
 
-async def test_without_series_every_type_is_tried_and_both_stamp_sides(aiohttp_server: Server,
-                                                                      aiohttp_client: Client) -> None:
+async def test_without_series_every_type_is_tried_and_both_stamp_sides(
+    aiohttp_server: Server, aiohttp_client: Client
+) -> None:
     """A Pyroscope that does not serve Series: the service's types are not known, so every CPU-equivalent type
     Pyroscope holds is tried, with stamps read on both sides; the CPU-heavy span still gets its hot function."""
     from bridge.errors import Code
@@ -202,14 +211,17 @@ async def test_without_series_every_type_is_tried_and_both_stamp_sides(aiohttp_s
     assert pyro.calls("ProfileTypes")
 
 
-async def test_asking_for_nodes_own_type_needs_no_fallback(aiohttp_server: Server, aiohttp_client: Client,
-                                                          tmp_path: Path) -> None:
+async def test_asking_for_nodes_own_type_needs_no_fallback(
+    aiohttp_server: Server, aiohttp_client: Client, tmp_path: Path
+) -> None:
     capture = load_capture()
     client = await standalone(aiohttp_server, aiohttp_client, tmp_path, capture_clock(capture))
     await replay_into_standalone(client, capture)
     span = capture.spans["cpu-heavy"]
-    resp = await client.get(f"/api/v1/spans/{span['trace_id']}/{span['span_id']}/profile",
-                            params={"format": "collapsed", "profile_type": NODE_CPU})
+    resp = await client.get(
+        f"/api/v1/spans/{span['trace_id']}/{span['span_id']}/profile",
+        params={"format": "collapsed", "profile_type": NODE_CPU},
+    )
     assert resp.status == 200
     assert "answered from" not in resp.headers["X-Profile-Bridge-Reason"]
     assert HOT in await resp.text()

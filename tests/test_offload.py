@@ -28,12 +28,17 @@ from tests.doubles.tempo import GARBAGE, TempoDouble
 Server = Callable[..., Awaitable[TestServer]]
 Client = Callable[..., Awaitable[TestClient[Any, Any]]]
 CAPTURE_NOW = 1795945340.0
-SHAPES = [("/api/v2/traces/{}", True), ("/api/traces/{}", True), ("/api/v2/traces/{}", False),
-          ("/api/traces/{}", False)]
+SHAPES = [
+    ("/api/v2/traces/{}", True),
+    ("/api/traces/{}", True),
+    ("/api/v2/traces/{}", False),
+    ("/api/traces/{}", False),
+]
 
 
-async def make(aiohttp_server: Server, aiohttp_client: Client, *, gzip_tempo: bool) -> tuple[
-        TempoDouble, TestClient[Any, Any], web.Application]:
+async def make(
+    aiohttp_server: Server, aiohttp_client: Client, *, gzip_tempo: bool
+) -> tuple[TempoDouble, TestClient[Any, Any], web.Application]:
     tempo = TempoDouble()
     tempo.add_shop()
     tempo.gzip = gzip_tempo
@@ -86,11 +91,17 @@ async def test_a_click_after_a_big_answer_parses_the_held_answer_instead_of_aski
     assert cache.pending(scope, child.trace_id) is not None and cache.get(scope, child.span_id) is None
     span = shop.trace(child.trace_id).spans[child.span_id]
     req = qpb.SelectMergeSpanProfileRequest(
-        profile_typeID=DEFAULT_PROFILE_TYPE, label_selector=f'{{service_name="{span.service}"}}',
-        span_selector=[f"{span.span_id}:{span.trace_id}"], start=span.start_ns // 1_000_000 - 60_000,
-        end=span.end_ns // 1_000_000 + 60_000)
-    resp = await client.post("/pyroscope/querier.v1.QuerierService/SelectMergeSpanProfile",
-                             data=req.SerializeToString(), headers={"Content-Type": "application/proto"})
+        profile_typeID=DEFAULT_PROFILE_TYPE,
+        label_selector=f'{{service_name="{span.service}"}}',
+        span_selector=[f"{span.span_id}:{span.trace_id}"],
+        start=span.start_ns // 1_000_000 - 60_000,
+        end=span.end_ns // 1_000_000 + 60_000,
+    )
+    resp = await client.post(
+        "/pyroscope/querier.v1.QuerierService/SelectMergeSpanProfile",
+        data=req.SerializeToString(),
+        headers={"Content-Type": "application/proto"},
+    )
     assert resp.status == 200, await resp.read()
     assert resp.headers["X-Profile-Bridge-Resolution"] in ("local-root", "time-window")
     assert "not found" not in resp.headers["X-Profile-Bridge-Reason"]
@@ -111,8 +122,9 @@ async def test_an_undecodable_big_answer_passes_through_unchanged(
 
 def test_an_unchanged_gzipped_answer_is_not_sent_back_across() -> None:
     answer = gzip.compress(b"")  # v2 "not found": an empty TraceByIDResponse
-    done = enrich_encoded(answer, "gzip", version=2, protobuf=True, policy=EnrichPolicy(), trace_id="1" * 32,
-                          gzip_level=1, max_bytes=1024)
+    done = enrich_encoded(
+        answer, "gzip", version=2, protobuf=True, policy=EnrichPolicy(), trace_id="1" * 32, gzip_level=1, max_bytes=1024
+    )
     assert done.body is None and done.encoding == "gzip" and not done.changed and not done.failure
 
 

@@ -108,11 +108,13 @@ def grpc_port(client: TestClient[web.Request, web.Application]) -> int:
     return int(client.server.app[RUNTIME].backends.grpc.port)
 
 
-async def grpc_export(port: int, req: svc.ExportProfilesServiceRequest, metadata: tuple[tuple[str, str], ...] = (),
-                      timeout: float = 10.0) -> svc.ExportProfilesServiceResponse:
+async def grpc_export(
+    port: int, req: svc.ExportProfilesServiceRequest, metadata: tuple[tuple[str, str], ...] = (), timeout: float = 10.0
+) -> svc.ExportProfilesServiceResponse:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         answer: svc.ExportProfilesServiceResponse = await svc_grpc.ProfilesServiceStub(channel).Export(
-            req, metadata=metadata, timeout=timeout)
+            req, metadata=metadata, timeout=timeout
+        )
         return answer
 
 
@@ -125,8 +127,9 @@ async def test_http_protobuf_is_linked_and_forwarded_with_tenant_headers(
     rec, url = recorder
     client = await bridge(url)
 
-    resp = await client.post("/v1development/profiles", data=sample_request().SerializeToString(),
-                             headers={**PROTO, **TENANT})
+    resp = await client.post(
+        "/v1development/profiles", data=sample_request().SerializeToString(), headers={**PROTO, **TENANT}
+    )
 
     assert resp.status == 200, await resp.text()
     assert resp.content_type == "application/x-protobuf"
@@ -135,7 +138,7 @@ async def test_http_protobuf_is_linked_and_forwarded_with_tenant_headers(
     [got] = rec.received
     assert (got.tenant, got.authorization) == ("team-a", "Bearer s3cret")
     assert_linked(got.request)
-    metrics = (await (await client.get("/metrics")).text())
+    metrics = await (await client.get("/metrics")).text()
     assert 'profile_bridge_link_samples_total{outcome="linked"} 2.0' in metrics
 
 
@@ -146,17 +149,25 @@ async def test_invalid_ids_give_partial_success_and_are_still_forwarded(
     rec.partial_message = "2 samples too old"
     client = await bridge(url)
 
-    resp = await client.post("/v1development/profiles", data=sample_request(bad_ids=3).SerializeToString(),
-                             headers=PROTO)
+    resp = await client.post(
+        "/v1development/profiles", data=sample_request(bad_ids=3).SerializeToString(), headers=PROTO
+    )
 
     assert resp.status == 200
     partial = svc.ExportProfilesServiceResponse.FromString(await resp.read()).partial_success
     assert partial.rejected_profiles == 0
-    assert partial.error_message == ("3 samples have invalid trace or span ids in their link attributes and were "
-                                     "left unlinked; pyroscope: 2 samples too old")
+    assert partial.error_message == (
+        "3 samples have invalid trace or span ids in their link attributes and were "
+        "left unlinked; pyroscope: 2 samples too old"
+    )
     [got] = rec.received
     assert [s.link_index for s in got.request.resource_profiles[0].scope_profiles[0].profiles[0].samples] == [
-        1, 1, 0, 0, 0]
+        1,
+        1,
+        0,
+        0,
+        0,
+    ]
 
 
 async def test_http_json_with_hex_ids_and_gzip(recorder: tuple[OtlpRecorder, str], bridge: BridgeFactory) -> None:
@@ -175,8 +186,9 @@ async def test_http_json_with_hex_ids_and_gzip(recorder: tuple[OtlpRecorder, str
                 link[key] = base64.b64decode(link[key]).hex()
     body = gzip.compress(json.dumps(doc).encode())
 
-    resp = await client.post("/v1development/profiles", data=body,
-                             headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    resp = await client.post(
+        "/v1development/profiles", data=body, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    )
 
     assert resp.status == 200, await resp.text()
     assert resp.content_type == "application/json"
@@ -199,7 +211,11 @@ async def test_http_json_with_hex_ids_and_gzip(recorder: tuple[OtlpRecorder, str
     ],
 )
 async def test_bad_http_input_is_an_otlp_error_and_nothing_is_forwarded(
-    recorder: tuple[OtlpRecorder, str], bridge: BridgeFactory, body: bytes, headers: dict[str, str], status: int,
+    recorder: tuple[OtlpRecorder, str],
+    bridge: BridgeFactory,
+    body: bytes,
+    headers: dict[str, str],
+    status: int,
     message: str,
 ) -> None:
     rec, url = recorder
@@ -285,8 +301,11 @@ async def test_grpc_receiver_links_and_forwards_over_http_with_the_tenant(
     rec, url = recorder
     client = await bridge(url, otlp_grpc_enabled=True, otlp_grpc_listen=("127.0.0.1", 0))
 
-    answer = await grpc_export(grpc_port(client), sample_request(bad_ids=1),
-                               metadata=(("x-scope-orgid", "team-b"), ("authorization", "Basic eDp5")))
+    answer = await grpc_export(
+        grpc_port(client),
+        sample_request(bad_ids=1),
+        metadata=(("x-scope-orgid", "team-b"), ("authorization", "Basic eDp5")),
+    )
 
     assert answer.partial_success.rejected_profiles == 0
     assert answer.partial_success.error_message.startswith("1 sample has invalid trace or span ids")
@@ -301,8 +320,9 @@ async def test_grpc_forwarding_mode_sends_over_grpc_with_metadata(
     rec, port = grpc_sink
     client = await bridge("http://127.0.0.1:9", profiles_forward="grpc", pyroscope_grpc_target=f"127.0.0.1:{port}")
 
-    resp = await client.post("/v1development/profiles", data=sample_request().SerializeToString(),
-                             headers={**PROTO, **TENANT})
+    resp = await client.post(
+        "/v1development/profiles", data=sample_request().SerializeToString(), headers={**PROTO, **TENANT}
+    )
 
     assert resp.status == 200, await resp.text()
     [got] = rec.received
@@ -319,8 +339,13 @@ async def test_grpc_upstream_errors_keep_their_code(
 ) -> None:
     rec, port = grpc_sink
     rec.grpc_fail = fail
-    client = await bridge("http://127.0.0.1:9", profiles_forward="grpc", pyroscope_grpc_target=f"127.0.0.1:{port}",
-                          otlp_grpc_enabled=True, otlp_grpc_listen=("127.0.0.1", 0))
+    client = await bridge(
+        "http://127.0.0.1:9",
+        profiles_forward="grpc",
+        pyroscope_grpc_target=f"127.0.0.1:{port}",
+        otlp_grpc_enabled=True,
+        otlp_grpc_listen=("127.0.0.1", 0),
+    )
 
     resp = await client.post("/v1development/profiles", data=sample_request().SerializeToString(), headers=PROTO)
     assert resp.status == http_status
@@ -337,8 +362,14 @@ async def test_grpc_slow_upstream_is_deadline_exceeded(
 ) -> None:
     rec, port = grpc_sink
     rec.delay = 5.0
-    client = await bridge("http://127.0.0.1:9", profiles_forward="grpc", pyroscope_grpc_target=f"127.0.0.1:{port}",
-                          upstream_timeout=0.2, otlp_grpc_enabled=True, otlp_grpc_listen=("127.0.0.1", 0))
+    client = await bridge(
+        "http://127.0.0.1:9",
+        profiles_forward="grpc",
+        pyroscope_grpc_target=f"127.0.0.1:{port}",
+        upstream_timeout=0.2,
+        otlp_grpc_enabled=True,
+        otlp_grpc_listen=("127.0.0.1", 0),
+    )
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await grpc_export(grpc_port(client), sample_request())
     assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
@@ -346,8 +377,13 @@ async def test_grpc_slow_upstream_is_deadline_exceeded(
 
 @pytest.mark.parametrize(
     ("body", "message"),
-    [(b"\x0a\xff\xff", "not a valid opentelemetry.proto.collector.profiles.v1development.ExportProfilesServiceRequest"),
-     (sample_request(out_of_range=True).SerializeToString(), "attribute_table index 77")],
+    [
+        (
+            b"\x0a\xff\xff",
+            "not a valid opentelemetry.proto.collector.profiles.v1development.ExportProfilesServiceRequest",
+        ),
+        (sample_request(out_of_range=True).SerializeToString(), "attribute_table index 77"),
+    ],
 )
 async def test_grpc_bad_input_is_invalid_argument_and_nothing_is_forwarded(
     recorder: tuple[OtlpRecorder, str], bridge: BridgeFactory, body: bytes, message: str
@@ -357,7 +393,9 @@ async def test_grpc_bad_input_is_invalid_argument_and_nothing_is_forwarded(
     async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port(client)}") as channel:
         export = channel.unary_unary(
             "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export",
-            request_serializer=None, response_deserializer=svc.ExportProfilesServiceResponse.FromString)
+            request_serializer=None,
+            response_deserializer=svc.ExportProfilesServiceResponse.FromString,
+        )
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await export(body, timeout=10)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -387,7 +425,8 @@ async def test_standalone_gateway_hands_linked_profiles_and_traces_to_the_sinks(
         trace_req.resource_spans.add().scope_spans.add().spans.add(name="GET /checkout")
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
             answer = await tsvc_grpc.TraceServiceStub(channel).Export(
-                trace_req, metadata=(("x-scope-orgid", "team-c"),), timeout=10)
+                trace_req, metadata=(("x-scope-orgid", "team-c"),), timeout=10
+            )
     finally:
         await server.stop()
     [(req, tenant)] = sink.received
@@ -436,8 +475,9 @@ async def test_pull_scrapes_converts_links_and_forwards_and_survives_a_failing_t
     target_server = await aiohttp_server(pprof_target_app(raw, asked))
     good = str(target_server.make_url("/debug/pprof/profile?seconds=1")) + "#shop-backend"
     bad = str(target_server.make_url("/gone/debug/pprof/profile?seconds=1"))
-    settings = Settings.for_tests(mode="proxy", pyroscope_url=url, tempo_url=url, pprof_targets=(good, bad),
-                                  pprof_interval=0.05)
+    settings = Settings.for_tests(
+        mode="proxy", pyroscope_url=url, tempo_url=url, pprof_targets=(good, bad), pprof_interval=0.05
+    )
     server = TestServer(create_app(settings))
     await server.start_server()
     try:
@@ -499,9 +539,7 @@ async def test_recorder_double_rejects_what_pyroscope_would(aiohttp_client: Any)
     assert client.server.app[OTLP_RECORDER].received == []
 
 
-async def test_standalone_bridge_stores_linked_samples_received_over_grpc(
-    aiohttp_client: Any, tmp_path: Any
-) -> None:
+async def test_standalone_bridge_stores_linked_samples_received_over_grpc(aiohttp_client: Any, tmp_path: Any) -> None:
     """OTLP over gRPC → the standalone bridge → its store: span profiles of the shop capture answer by span id."""
     from bridge._proto import querier_pb2 as qpb
     from bridge.connect import Deadline
@@ -519,21 +557,30 @@ async def test_standalone_bridge_stores_linked_samples_received_over_grpc(
             per_span[labels["span_id"]] = per_span.get(labels["span_id"], 0) + s.value[0]
     span, expected = max(per_span.items(), key=lambda kv: kv[1])
     now = profile.time_nanos / 1e9
-    settings = Settings.for_tests(mode="standalone", data_dir=str(tmp_path), otlp_grpc_enabled=True,
-                                  otlp_grpc_listen=("127.0.0.1", 0))
+    settings = Settings.for_tests(
+        mode="standalone", data_dir=str(tmp_path), otlp_grpc_enabled=True, otlp_grpc_listen=("127.0.0.1", 0)
+    )
     client = await aiohttp_client(create_app(settings, wall_clock=lambda: now))
 
-    answer = await grpc_export(grpc_port(client), pprof_to_otlp(profile, service),
-                               metadata=(("x-scope-orgid", "team-d"),))
+    answer = await grpc_export(
+        grpc_port(client), pprof_to_otlp(profile, service), metadata=(("x-scope-orgid", "team-d"),)
+    )
 
     assert not answer.HasField("partial_success")
     store = client.server.app[RUNTIME].backends.profiles
     ctx = CallContext(deadline=Deadline.start(None, 10.0), tenant="team-d")
     start_ms, end_ms = int(now * 1000) - 60_000, int(now * 1000) + 60_000
     [ptype] = (await store.profile_types(qpb.ProfileTypesRequest(start=start_ms, end=end_ms), ctx)).profile_types
-    got = await store.select_merge_span_profile(qpb.SelectMergeSpanProfileRequest(
-        profile_typeID=ptype.ID, label_selector=f'{{service_name="{service}"}}', span_selector=[span],
-        start=start_ms, end=end_ms), ctx)
+    got = await store.select_merge_span_profile(
+        qpb.SelectMergeSpanProfileRequest(
+            profile_typeID=ptype.ID,
+            label_selector=f'{{service_name="{service}"}}',
+            span_selector=[span],
+            start=start_ms,
+            end=end_ms,
+        ),
+        ctx,
+    )
     assert got.flamegraph.total == expected
 
 
@@ -558,11 +605,15 @@ async def test_gzip_bodies_work_whoever_undoes_the_gzip(
     server = await aiohttp_server(create_app(settings), auto_decompress=auto_decompress)
     body = gzip.compress(sample_request().SerializeToString())
     async with aiohttp.ClientSession() as session:
-        async with session.post(server.make_url("/v1development/profiles"), data=body,
-                                headers={**PROTO, "Content-Encoding": "gzip"}) as resp:
+        async with session.post(
+            server.make_url("/v1development/profiles"), data=body, headers={**PROTO, "Content-Encoding": "gzip"}
+        ) as resp:
             assert resp.status == 200, await resp.text()
-        async with session.post(server.make_url("/v1development/profiles"), data=body[: len(body) // 2],
-                                headers={**PROTO, "Content-Encoding": "gzip"}) as resp:
+        async with session.post(
+            server.make_url("/v1development/profiles"),
+            data=body[: len(body) // 2],
+            headers={**PROTO, "Content-Encoding": "gzip"},
+        ) as resp:
             assert resp.status == 400
     [got] = rec.received
     assert_linked(got.request)
@@ -574,7 +625,8 @@ async def test_a_profile_stamped_past_2200_is_a_400_in_standalone_mode(aiohttp_c
     client = await aiohttp_client(create_app(settings))
     req = sample_request()
     req.resource_profiles[0].scope_profiles[0].profiles[0].time_unix_nano = 2**64 - 1
-    resp = await client.post("/v1development/profiles", data=req.SerializeToString(),
-                             headers={"Content-Type": "application/x-protobuf"})
+    resp = await client.post(
+        "/v1development/profiles", data=req.SerializeToString(), headers={"Content-Type": "application/x-protobuf"}
+    )
     assert resp.status == 400
     assert "between 1970 and 2200" in status_pb2.Status.FromString(await resp.read()).message

@@ -29,8 +29,13 @@ async def stack(aiohttp_server: Any, aiohttp_client: Any) -> Stack:
 
 
 def linked_total(span_id: str) -> int:
-    return sum(v for p in load_push_profiles() if p.type_id == CPU
-               for _, v, labels in p.samples if labels.get("span_id") == span_id)
+    return sum(
+        v
+        for p in load_push_profiles()
+        if p.type_id == CPU
+        for _, v, labels in p.samples
+        if labels.get("span_id") == span_id
+    )
 
 
 def frames_of(page: str) -> list[str]:
@@ -80,8 +85,9 @@ async def test_hover_titles_give_self_total_and_share(stack: Stack) -> None:
 async def test_frames_are_width_proportional(stack: Stack) -> None:
     root = stack.shop.pick("frontend-root", where=lambda r: linked_total(r.span_id) > 0)
     _, page = await get_page(stack, f"/spans/{root.trace_id}/{root.span_id}")
-    widths = {html.unescape(n): float(w) for w, n in re.findall(r'data-w="([\d.]+)" data-d="\d+" data-n="([^"]*)"',
-                                                                page)}
+    widths = {
+        html.unescape(n): float(w) for w, n in re.findall(r'data-w="([\d.]+)" data-d="\d+" data-n="([^"]*)"', page)
+    }
     assert widths["total"] == views.SVG_WIDTH
     # this request spent 60 ms in render_json, 30 ms of them in json.dumps (see the capture)
     assert widths["render_json"] == views.SVG_WIDTH
@@ -96,9 +102,11 @@ async def test_a_child_span_page_badges_local_root_with_its_reason(stack: Stack)
 
 
 async def test_request_scope_page_shows_the_backend_and_its_share(stack: Stack) -> None:
-    client = next(r for r in stack.shop.of_role("frontend-client")
-                  if any(linked_total(s.span_id) for s in stack.shop.trace(r.trace_id)
-                         .descendant_local_roots(r.span_id)))
+    client = next(
+        r
+        for r in stack.shop.of_role("frontend-client")
+        if any(linked_total(s.span_id) for s in stack.shop.trace(r.trace_id).descendant_local_roots(r.span_id))
+    )
     _, page = await get_page(stack, f"/spans/{client.trace_id}/{client.span_id}", scope="request")
     assert "count_primes" in frames_of(page)
     assert {"shop-frontend", "shop-backend"} <= set(frames_of(page))
@@ -118,8 +126,13 @@ async def test_server_side_search_highlights_matching_frames(stack: Stack) -> No
 
 
 async def test_grafana_explore_links_when_a_grafana_url_is_set(aiohttp_server: Any, aiohttp_client: Any) -> None:
-    stack = await start_stack(aiohttp_server, aiohttp_client, grafana_url="https://grafana.example:3000",
-                              grafana_profiles_uid="pyro-uid", grafana_tempo_uid="tempo-uid")
+    stack = await start_stack(
+        aiohttp_server,
+        aiohttp_client,
+        grafana_url="https://grafana.example:3000",
+        grafana_profiles_uid="pyro-uid",
+        grafana_tempo_uid="tempo-uid",
+    )
     root = stack.shop.pick("frontend-root")
     _, page = await get_page(stack, f"/spans/{root.trace_id}/{root.span_id}")
     links = [html.unescape(h) for h in re.findall(r'<a href="([^"]*)" class="grafana">', page)]
@@ -152,8 +165,9 @@ async def test_no_grafana_links_without_a_grafana_url(stack: Stack) -> None:
         ("/?since=yesterday", 400, "since"),
     ],
 )
-async def test_page_errors_are_html_pages_with_the_right_status(stack: Stack, url: str, status: int,
-                                                                words: str) -> None:
+async def test_page_errors_are_html_pages_with_the_right_status(
+    stack: Stack, url: str, status: int, words: str
+) -> None:
     resp = await stack.http.get(url)
     text = await resp.text()
     assert resp.status == status and resp.content_type == "text/html"
@@ -193,8 +207,9 @@ async def test_user_controlled_strings_are_escaped(stack: Stack) -> None:
 
 def synthetic_answer(tree: flamegraph.Node, trace: Trace, span_id: str) -> Answer:
     span = trace.spans[span_id]
-    res = Resolution(Mode.LINKED, f"samples linked to span {span_id}", flamegraph.encode(tree), span, span, None,
-                     "{}", (span_id,))
+    res = Resolution(
+        Mode.LINKED, f"samples linked to span {span_id}", flamegraph.encode(tree), span, span, None, "{}", (span_id,)
+    )
     return Answer("span", span, trace, CPU, res, tree, res.flamegraph)
 
 
@@ -286,8 +301,9 @@ async def test_standalone_index_and_span_page_come_from_the_store(aiohttp_client
 
 async def test_a_span_without_samples_says_so_and_why(stack: Stack) -> None:
     root = stack.shop.pick("frontend-root")
-    _, page = await get_page(stack, f"/spans/{root.trace_id}/{root.span_id}",
-                             profile_type="memory:alloc_space:bytes:space:bytes")
+    _, page = await get_page(
+        stack, f"/spans/{root.trace_id}/{root.span_id}", profile_type="memory:alloc_space:bytes:space:bytes"
+    )
     assert re.search(r'class="badge mode-none"[^>]*>none</span>', page)
     assert '<p id="no-data" class="error">No samples for this span: ' in page
     # the scope toggle keeps the profile type
@@ -297,8 +313,9 @@ async def test_a_span_without_samples_says_so_and_why(stack: Stack) -> None:
 def test_the_span_tree_of_a_huge_trace_is_capped_and_keeps_the_current_span() -> None:
     from bridge.spans import Span
 
-    spans = [Span("ab" * 16, f"{i + 1:016x}", f"{i:016x}" if i else "", f"op{i}", 1, "svc", i, i + 10)
-             for i in range(3000)]
+    spans = [
+        Span("ab" * 16, f"{i + 1:016x}", f"{i:016x}" if i else "", f"op{i}", 1, "svc", i, i + 10) for i in range(3000)
+    ]
     trace = Trace.from_spans(spans, "ab" * 16)
     current = spans[2500].span_id
     rows, hidden = views.tree_rows(trace, current, {spans[0].span_id: 5_000_000}, "nanoseconds", "span")
@@ -313,8 +330,11 @@ async def test_a_time_window_answer_shows_the_window_in_utc(stack: Stack) -> Non
     _, page = await get_page(stack, f"/spans/{io_span.trace_id}/{io_span.span_id}")
     assert "mode-time-window" in page  # GET /slow-io burns no CPU of its own
     stamp = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC"
-    assert re.search(rf'<p class="muted" id="window">Time window queried: {stamp} … {stamp}\. The samples were taken '
-                     rf'between {stamp} and {stamp} \(whole capture windows\)\.</p>', page)
+    assert re.search(
+        rf'<p class="muted" id="window">Time window queried: {stamp} … {stamp}\. The samples were taken '
+        rf"between {stamp} and {stamp} \(whole capture windows\)\.</p>",
+        page,
+    )
     assert re.search(rf'<span id="started">{stamp}</span>', page)
 
 

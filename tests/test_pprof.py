@@ -83,8 +83,9 @@ def test_value_index_out_of_range() -> None:
 
 
 def test_pprof_layout_is_what_go_tool_pprof_expects() -> None:
-    prof = profile_pb2.Profile.FromString(encode_pprof(flamegraph.iter_stacks(small_tree()), CPU, period=10_000_000)
-                                          .SerializeToString())
+    prof = profile_pb2.Profile.FromString(
+        encode_pprof(flamegraph.iter_stacks(small_tree()), CPU, period=10_000_000).SerializeToString()
+    )
     strings = list(prof.string_table)
     assert strings[0] == ""
     assert len(set(strings)) == len(strings)
@@ -102,10 +103,14 @@ def test_pprof_layout_is_what_go_tool_pprof_expects() -> None:
     assert all(len(s.value) == 1 for s in prof.sample)
     leafs = {strings[next(f.name for f in prof.function if f.id == s.location_id[0])] for s in prof.sample}
     assert leafs == {"gc", "handle", "count_primes", "render_json"}
-    assert stacks_of_pprof(prof) == Counter({
-        ("main", "gc"): 5, ("main", "handle"): 5, ("main", "handle", "count_primes"): 70,
-        ("main", "handle", "render_json"): 20,
-    })
+    assert stacks_of_pprof(prof) == Counter(
+        {
+            ("main", "gc"): 5,
+            ("main", "handle"): 5,
+            ("main", "handle", "count_primes"): 70,
+            ("main", "handle", "render_json"): 20,
+        }
+    )
 
 
 @pytest.mark.parametrize(
@@ -151,9 +156,13 @@ def test_go_tool_pprof_reads_the_export(tmp_path: object) -> None:
     out = Path(str(tmp_path)) / "span.pb.gz"
     prof = encode_pprof(flamegraph.iter_stacks(small_tree()), CPU, period=10_000_000)
     out.write_bytes(gzip.compress(prof.SerializeToString()))
-    done = subprocess.run(["go", "tool", "pprof", "-top", "-nodecount=10", str(out)], capture_output=True,
-                          text=True, timeout=120, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
-                                                       "GOCACHE": str(Path(str(tmp_path)) / "gocache")})
+    done = subprocess.run(
+        ["go", "tool", "pprof", "-top", "-nodecount=10", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "GOCACHE": str(Path(str(tmp_path)) / "gocache")},
+    )
     assert done.returncode == 0, done.stderr
     assert "count_primes" in done.stdout and "render_json" in done.stdout
     assert "Type: cpu" in done.stdout
@@ -167,6 +176,8 @@ def test_pprof_keeps_the_stacks_order_times_and_leaves_out_zero_values() -> None
     strings = list(prof.string_table)
     names = {f.id: strings[f.name] for f in prof.function}
     assert [([names[i] for i in s.location_id], list(s.value)) for s in prof.sample] == [
-        (["b", "main"], [3]), (["a", "main"], [2]), (["b", "main"], [1]),
+        (["b", "main"], [3]),
+        (["a", "main"], [2]),
+        (["b", "main"], [1]),
     ]
     assert stacks_of_pprof(prof) == Counter({("main", "b"): 4, ("main", "a"): 2})

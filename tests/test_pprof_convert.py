@@ -37,8 +37,9 @@ def otlp_samples(req: svc.ExportProfilesServiceRequest, profile_no: int) -> Coun
     for sample in profile.samples:
         frames: list[str] = []
         for loc_index in d.stack_table[sample.stack_index].location_indices:
-            frames.extend(st[d.function_table[line.function_index].name_strindex]
-                          for line in d.location_table[loc_index].lines)
+            frames.extend(
+                st[d.function_table[line.function_index].name_strindex] for line in d.location_table[loc_index].lines
+            )
         labels = {}
         for ai in sample.attribute_indices:
             kv = d.attribute_table[ai]
@@ -52,8 +53,9 @@ def otlp_samples(req: svc.ExportProfilesServiceRequest, profile_no: int) -> Coun
 
 
 def pprof_samples(profile: profile_pb2.Profile, value_index: int) -> Counter[tuple[object, ...]]:
-    return Counter((frames, value, tuple(sorted(labels.items())))
-                   for frames, value, labels in iter_samples(profile, value_index))
+    return Counter(
+        (frames, value, tuple(sorted(labels.items()))) for frames, value, labels in iter_samples(profile, value_index)
+    )
 
 
 @pytest.mark.parametrize("n", range(len(shop_pprofs())))
@@ -70,9 +72,14 @@ def test_shop_profiles_convert_sample_for_sample_and_link(n: int) -> None:
     st = req.dictionary.string_table
     for k, (out, vt) in enumerate(zip(profiles, profile.sample_type, strict=True)):
         assert (st[out.sample_type.type_strindex], st[out.sample_type.unit_strindex]) == (
-            profile.string_table[vt.type], profile.string_table[vt.unit])
+            profile.string_table[vt.type],
+            profile.string_table[vt.unit],
+        )
         assert (out.time_unix_nano, out.duration_nano, out.period) == (
-            profile.time_nanos, profile.duration_nanos, profile.period)
+            profile.time_nanos,
+            profile.duration_nanos,
+            profile.period,
+        )
         # labels → attributes with their keys unchanged, every frame and value kept
         assert otlp_samples(req, k) == pprof_samples(profile, k)
     d = req.dictionary
@@ -83,11 +90,15 @@ def test_shop_profiles_convert_sample_for_sample_and_link(n: int) -> None:
     before = otlp_samples(req, 0)
     stats = link_request(req, Settings().link_keys)
     assert stats.invalid == 0 and stats.linked == sum(
-        1 for s in profile.sample if any(profile.string_table[lb.key] == "span_id" for lb in s.label))
+        1 for s in profile.sample if any(profile.string_table[lb.key] == "span_id" for lb in s.label)
+    )
     assert otlp_samples(req, 0) == before
-    keys_left = {st[d.attribute_table[ai].key_strindex]
-                 for p in req.resource_profiles[0].scope_profiles[0].profiles for s in p.samples
-                 for ai in s.attribute_indices}
+    keys_left = {
+        st[d.attribute_table[ai].key_strindex]
+        for p in req.resource_profiles[0].scope_profiles[0].profiles
+        for s in p.samples
+        for ai in s.attribute_indices
+    }
     assert not keys_left & {"span_id", "trace_id"}
 
 
@@ -110,7 +121,8 @@ def test_go_cpu_profile_gives_one_otlp_profile_per_sample_type() -> None:
     profiles = req.resource_profiles[0].scope_profiles[0].profiles
     st = req.dictionary.string_table
     assert [(st[p.sample_type.type_strindex], st[p.sample_type.unit_strindex]) for p in profiles] == [
-        (profile.string_table[vt.type], profile.string_table[vt.unit]) for vt in profile.sample_type]
+        (profile.string_table[vt.type], profile.string_table[vt.unit]) for vt in profile.sample_type
+    ]
     assert len(profile.sample_type) == 2
     for k in range(len(profiles)):
         assert otlp_samples(req, k) == pprof_samples(profile, k)
@@ -126,8 +138,9 @@ def test_numeric_labels_become_integer_attributes_with_their_unit() -> None:
     p.location.add(id=1).line.add(function_id=1, line=3)
     p.sample.add(location_id=[1], value=[7]).label.add(key=4, num=4096, num_unit=3)
     req = pprof_to_otlp(p, "x")
-    kv = req.dictionary.attribute_table[req.resource_profiles[0].scope_profiles[0].profiles[0].samples[0]
-                                        .attribute_indices[0]]
+    kv = req.dictionary.attribute_table[
+        req.resource_profiles[0].scope_profiles[0].profiles[0].samples[0].attribute_indices[0]
+    ]
     st = req.dictionary.string_table
     assert (st[kv.key_strindex], kv.value.int_value, st[kv.unit_strindex]) == ("alloc", 4096, "bytes")
 

@@ -38,7 +38,7 @@ CUSTOM_ENV = {
     "PROFILE_BRIDGE_PROVISION_BRIDGE_URL": "https://bridge.example.com:8443/",
     "PROFILE_BRIDGE_PROVISION_BROWSER_URL": "https://profiles.example.com/$team/",
     "PROFILE_BRIDGE_PROVISION_TEMPO_NAME": "Traces $team (bridge)",
-    "PROFILE_BRIDGE_PROVISION_PROFILES_NAME": "Profiles: \"bridge\" ${HOME}",
+    "PROFILE_BRIDGE_PROVISION_PROFILES_NAME": 'Profiles: "bridge" ${HOME}',
     "PROFILE_BRIDGE_GRAFANA_TEMPO_UID": "tempo-1",
     "PROFILE_BRIDGE_GRAFANA_PROFILES_UID": "prof_1",
     "PROFILE_BRIDGE_PROFILE_TYPE": "memory:alloc_space:bytes:space:bytes",
@@ -112,9 +112,7 @@ def _grafana_dashboards(tree: Path, provisioning_dir: str) -> dict[str, dict[str
     return found
 
 
-@pytest.mark.parametrize(
-    ("name", "environ"), [("default", {}), ("custom", CUSTOM_ENV)], ids=["default", "custom"]
-)
+@pytest.mark.parametrize(("name", "environ"), [("default", {}), ("custom", CUSTOM_ENV)], ids=["default", "custom"])
 def test_golden(name: str, environ: dict[str, str], update_golden: bool) -> None:
     files = _render_env(environ)
     golden_dir = GOLDEN / "provisioning" / name
@@ -135,8 +133,7 @@ def test_committed_provisioning_is_a_fresh_default_render() -> None:
 
 def test_default_render_wires_tempo_to_the_bridge_profiles() -> None:
     by_name = {ds["name"]: ds for ds in _datasources(_render_env({}))}
-    assert list(by_name) == ["Tempo", "Profiles", "Tempo (direct)", "Pyroscope (direct)",
-                             "Prometheus (profile-bridge)"]
+    assert list(by_name) == ["Tempo", "Profiles", "Tempo (direct)", "Pyroscope (direct)", "Prometheus (profile-bridge)"]
     tempo, profiles = by_name["Tempo"], by_name["Profiles"]
     assert tempo["type"] == "tempo"
     assert tempo["uid"] == Settings().grafana_tempo_uid == "profile-bridge-tempo"
@@ -149,8 +146,10 @@ def test_default_render_wires_tempo_to_the_bridge_profiles() -> None:
         "datasourceUid": "profile-bridge-pyroscope",
         "profileTypeId": "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
         "customQuery": False,
-        "tags": [{"key": "service.name", "value": "service_name"},
-                 {"key": "service.namespace", "value": "service_namespace"}],
+        "tags": [
+            {"key": "service.name", "value": "service_name"},
+            {"key": "service.namespace", "value": "service_namespace"},
+        ],
     }
     assert tempo["jsonData"]["streamingEnabled"] == {"search": False, "metrics": False}  # type: ignore[index]
     direct = by_name["Tempo (direct)"]
@@ -194,8 +193,15 @@ def test_custom_render_uses_every_setting_and_escapes_dollars() -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("plain", '"plain"'), ("a $b", '"a $$b"'), ("${X}", '"$${X}"'), ('q"uote', '"q\\"uote"'), (15, "15"),
-     ("ünï", '"ünï"'), ("line\nbreak", '"line\\nbreak"')],
+    [
+        ("plain", '"plain"'),
+        ("a $b", '"a $$b"'),
+        ("${X}", '"$${X}"'),
+        ('q"uote', '"q\\"uote"'),
+        (15, "15"),
+        ("ünï", '"ünï"'),
+        ("line\nbreak", '"line\\nbreak"'),
+    ],
 )
 def test_yaml_str(value: object, expected: str) -> None:
     assert yaml_str(value) == expected
@@ -227,8 +233,10 @@ def test_cli_render_is_deterministic_and_matches_render(tmp_path: Path, capsys: 
         ({"PROFILE_BRIDGE_PROVISION_TEMPO_DIRECT_UID": "has space"}, "PROFILE_BRIDGE_PROVISION_TEMPO_DIRECT_UID"),
         ({"PROFILE_BRIDGE_GRAFANA_TEMPO_UID": "x" * 41}, "PROFILE_BRIDGE_GRAFANA_TEMPO_UID"),
         ({"PROFILE_BRIDGE_PROVISION_PROFILES_NAME": "Tempo"}, "PROFILE_BRIDGE_PROVISION_PROFILES_NAME"),
-        ({"PROFILE_BRIDGE_PROVISION_PYROSCOPE_DIRECT_UID": "tempo-direct"},
-         "PROFILE_BRIDGE_PROVISION_PYROSCOPE_DIRECT_UID"),
+        (
+            {"PROFILE_BRIDGE_PROVISION_PYROSCOPE_DIRECT_UID": "tempo-direct"},
+            "PROFILE_BRIDGE_PROVISION_PYROSCOPE_DIRECT_UID",
+        ),
         ({"PROFILE_BRIDGE_PROVISION_DASHBOARDS_PATH": "relative/dir"}, "PROFILE_BRIDGE_PROVISION_DASHBOARDS_PATH"),
         ({"PROFILE_BRIDGE_PROVISION_PROMETHEUS_URL": "ftp://x"}, "PROFILE_BRIDGE_PROVISION_PROMETHEUS_URL"),
         ({"PROFILE_BRIDGE_PROVISION_BRIDGEURL": "http://x"}, "PROFILE_BRIDGE_PROVISION_BRIDGEURL"),
@@ -259,7 +267,7 @@ def test_run_provision_writes_to_the_given_stream(tmp_path: Path) -> None:
     lines = out.getvalue().splitlines()
     wrote = [f"wrote {tmp_path / rel}" for rel in _render_env({})]
     assert lines[: len(wrote)] == wrote
-    assert lines[len(wrote):] == [
+    assert lines[len(wrote) :] == [
         "rendered for the docker compose stack (--compose): unset URLs are its service names",
         "Tempo data source 'Tempo' → http://bridge:4041/tempo",
         "Profiles data source 'Profiles' → http://bridge:4041/pyroscope",
@@ -288,8 +296,12 @@ def test_a_render_for_your_own_grafana_has_no_compose_host_names(
 ) -> None:
     out_dir = tmp_path / "out"
     environ = {"PROFILE_BRIDGE_PROVISION_BRIDGE_URL": "http://from-env:4041"}
-    assert main(["provision", "--bridge-url", "http://profile-bridge.internal:4041", "--out", str(out_dir)],
-                environ=environ) == 0
+    assert (
+        main(
+            ["provision", "--bridge-url", "http://profile-bridge.internal:4041", "--out", str(out_dir)], environ=environ
+        )
+        == 0
+    )
     files = _read_tree(out_dir)
     datasources = _datasources(files)
     assert [(ds["name"], ds["url"]) for ds in datasources] == [
@@ -324,8 +336,13 @@ def test_templates_are_package_data() -> None:
 
     templates = Path(bridge.provisioning.__file__).parent / "templates"
     shipped = sorted(p.relative_to(templates).as_posix() for p in templates.rglob("*.j2"))
-    assert shipped == sorted(["datasources/profile-bridge.yaml.j2", "dashboards/profile-bridge.yaml.j2",
-                              "plugins/profile-bridge-app.yaml.j2"])
+    assert shipped == sorted(
+        [
+            "datasources/profile-bridge.yaml.j2",
+            "dashboards/profile-bridge.yaml.j2",
+            "plugins/profile-bridge-app.yaml.j2",
+        ]
+    )
 
 
 def test_default_render_ships_the_packaged_dashboards_byte_for_byte() -> None:
@@ -349,9 +366,15 @@ def test_custom_render_points_the_dashboards_at_its_own_data_sources() -> None:
     metrics = json.loads(files[f"{DASHBOARDS_OUT}/profile-bridge.json"])
     # names as Grafana shows them: the YAML's $$ is a single $ once provisioned, and the JSON is not expanded
     assert _datasource_variables(spans)["traces"]["current"] == {
-        "selected": False, "text": "Traces $team (bridge)", "value": "tempo-1"}
+        "selected": False,
+        "text": "Traces $team (bridge)",
+        "value": "tempo-1",
+    }
     assert _datasource_variables(spans)["profiles"]["current"] == {
-        "selected": False, "text": 'Profiles: "bridge" ${HOME}', "value": "prof_1"}
+        "selected": False,
+        "text": 'Profiles: "bridge" ${HOME}',
+        "value": "prof_1",
+    }
     # no Prometheus in this render: no default, Grafana picks the first Prometheus it has
     assert _datasource_variables(metrics)["prometheus"]["current"] == {}
     # nothing else changes
@@ -365,9 +388,13 @@ def test_custom_render_points_the_dashboards_at_its_own_data_sources() -> None:
 
 @pytest.mark.parametrize(
     ("environ", "provisioning_dir"),
-    [({}, "/etc/grafana/provisioning"),
-     (CUSTOM_ENV | {"PROFILE_BRIDGE_PROVISION_DASHBOARDS_PATH": "/srv/grafana/prov/dashboards/json"},
-      "/srv/grafana/prov")],
+    [
+        ({}, "/etc/grafana/provisioning"),
+        (
+            CUSTOM_ENV | {"PROFILE_BRIDGE_PROVISION_DASHBOARDS_PATH": "/srv/grafana/prov/dashboards/json"},
+            "/srv/grafana/prov",
+        ),
+    ],
     ids=["default", "custom"],
 )
 def test_rendered_tree_is_self_contained(environ: dict[str, str], provisioning_dir: str, tmp_path: Path) -> None:
@@ -406,9 +433,23 @@ def test_a_built_wheel_renders_the_dashboards_without_the_repository(tmp_path: P
     shutil.copytree(ROOT / "bridge", src / "bridge", ignore=shutil.ignore_patterns("__pycache__"))
     wheels = tmp_path / "wheels"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "--disable-pip-version-check", "--wheel-dir", str(wheels), str(src)],
-        check=True, capture_output=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--disable-pip-version-check",
+            "--wheel-dir",
+            str(wheels),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
     )
     (wheel,) = wheels.glob("profile_bridge-*.whl")
     site = tmp_path / "site"
@@ -419,9 +460,20 @@ def test_a_built_wheel_renders_the_dashboards_without_the_repository(tmp_path: P
     out, cwd = tmp_path / "out", tmp_path / "elsewhere"
     cwd.mkdir()
     done = subprocess.run(
-        [sys.executable, "-c", "import bridge, runpy; print(bridge.__file__); runpy.run_module('bridge', "
-         "run_name='__main__')", "provision", "--compose", "--out", str(out)],
-        cwd=cwd, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-c",
+            "import bridge, runpy; print(bridge.__file__); runpy.run_module('bridge', run_name='__main__')",
+            "provision",
+            "--compose",
+            "--out",
+            str(out),
+        ],
+        cwd=cwd,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == str(site / "bridge" / "__init__.py")
@@ -451,7 +503,7 @@ def _app(files: dict[str, str]) -> dict[str, Any]:
 def _plugin_settings_keys() -> set[str]:
     """The keys of the plugin's ``AppSettings`` (its jsonData), read from its TypeScript source."""
     source = (ROOT / "grafana" / "profile-bridge-app" / "src" / "types.ts").read_text(encoding="utf-8")
-    block = source[source.index("export type AppSettings = {"):]
+    block = source[source.index("export type AppSettings = {") :]
     block = block[: block.index("\n};")]
     return set(re.findall(r"^  (\w+)\?:", block, re.MULTILINE))
 
@@ -484,8 +536,12 @@ def test_without_compose_the_browser_reaches_the_bridge_where_grafana_does_unles
     settings = Settings.for_tests()
     own = ProvisionSettings.from_env({}, settings, compose=False, bridge_url="http://bridge.internal:4041")
     assert own.browser_url == "http://bridge.internal:4041"
-    told = ProvisionSettings.from_env({"PROFILE_BRIDGE_PROVISION_BROWSER_URL": "https://bridge.example.com"}, settings,
-                                      compose=False, bridge_url="http://bridge.internal:4041")
+    told = ProvisionSettings.from_env(
+        {"PROFILE_BRIDGE_PROVISION_BROWSER_URL": "https://bridge.example.com"},
+        settings,
+        compose=False,
+        bridge_url="http://bridge.internal:4041",
+    )
     assert told.browser_url == "https://bridge.example.com"
     assert ProvisionSettings.from_env({}, settings).browser_url == "http://localhost:4041"  # the compose stack
 
@@ -498,8 +554,10 @@ def test_an_empty_browser_url_leaves_the_app_plugin_out() -> None:
 
 
 def test_a_bad_browser_url_is_a_one_line_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code = main(["provision", "--compose", "--out", str(tmp_path)],
-                environ={"PROFILE_BRIDGE_PROVISION_BROWSER_URL": "localhost"})
+    code = main(
+        ["provision", "--compose", "--out", str(tmp_path)],
+        environ={"PROFILE_BRIDGE_PROVISION_BROWSER_URL": "localhost"},
+    )
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "PROFILE_BRIDGE_PROVISION_BROWSER_URL" in err and "'localhost'" in err

@@ -69,8 +69,9 @@ async def stack(aiohttp_server: Server, aiohttp_client: Client) -> Stack:
     return await make_stack(aiohttp_server, aiohttp_client)
 
 
-def span_request(span: Span, *, selector: list[str] | None = None, label_selector: str | None = None,
-                 max_nodes: int | None = None) -> qpb.SelectMergeSpanProfileRequest:
+def span_request(
+    span: Span, *, selector: list[str] | None = None, label_selector: str | None = None, max_nodes: int | None = None
+) -> qpb.SelectMergeSpanProfileRequest:
     """What Grafana's "Profiles for this span" sends: span ± 60 s, the span's service as label selector."""
     req = qpb.SelectMergeSpanProfileRequest(
         profile_typeID=DEFAULT_PROFILE_TYPE,
@@ -85,8 +86,14 @@ def span_request(span: Span, *, selector: list[str] | None = None, label_selecto
 
 
 async def call(
-    client: TestClient[Any, Any], method: str, msg: Message, *, codec: str = "proto", gzip_request: bool = False,
-    accept_gzip: bool = True, headers: dict[str, str] | None = None,
+    client: TestClient[Any, Any],
+    method: str,
+    msg: Message,
+    *,
+    codec: str = "proto",
+    gzip_request: bool = False,
+    accept_gzip: bool = True,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, str], bytes]:
     ctype = "application/proto" if codec == "proto" else "application/json"
     body = msg.SerializeToString() if codec == "proto" else json_format.MessageToJson(msg).encode()
@@ -97,8 +104,7 @@ async def call(
     skip = [] if accept_gzip else ["Accept-Encoding"]
     if accept_gzip:
         sent["Accept-Encoding"] = "gzip"
-    resp = await client.post(QUERIER + method, data=body, headers=sent, skip_auto_headers=skip,
-                             auto_decompress=False)
+    resp = await client.post(QUERIER + method, data=body, headers=sent, skip_auto_headers=skip, auto_decompress=False)
     raw = await resp.read()
     if resp.headers.get("Content-Encoding") == "gzip":
         raw = gzip.decompress(raw)
@@ -157,14 +163,17 @@ async def test_child_span_resolves_to_its_local_root(stack: Stack) -> None:
     assert root.name == "GET /checkout" and child.name == "renderCart"
     _, headers, fg = await resolve(stack, child)
     assert headers["X-Profile-Bridge-Resolution"] == "local-root"
-    expected = (f"total — shop-frontend CPU of the whole request GET /checkout (its local root), not this span's "
-                f"own — local root GET /checkout (renderCart's CPU is recorded under its local root span "
-                f"{root.span_id})")
+    expected = (
+        f"total — shop-frontend CPU of the whole request GET /checkout (its local root), not this span's "
+        f"own — local root GET /checkout (renderCart's CPU is recorded under its local root span "
+        f"{root.span_id})"
+    )
     assert root_name(fg) == expected
     assert headers["X-Profile-Bridge-Reason"].startswith("local root GET /checkout (renderCart's CPU")
     assert headers["X-Profile-Bridge-Attribution"] == "request"
-    assert headers["X-Profile-Bridge-Measure"] == ("shop-frontend CPU of the whole request GET /checkout (its local "
-                                                   "root), not this span's own")
+    assert headers["X-Profile-Bridge-Measure"] == (
+        "shop-frontend CPU of the whole request GET /checkout (its local root), not this span's own"
+    )
     root_only = stack.pyroscope.select_merge_span_profile(span_request(root)).flamegraph  # type: ignore[attr-defined]
     assert flamegraph.decode(fg).total == root_only.total
     selectors = [list(c.message.span_selector) for c in stack.pyroscope.calls("SelectMergeSpanProfile")]
@@ -174,8 +183,7 @@ async def test_child_span_resolves_to_its_local_root(stack: Stack) -> None:
 async def test_client_span_of_shop_frontend_resolves_to_its_local_root(stack: Stack) -> None:
     shop = load_shop()
     linked = stack.linked_ids()
-    client_span = shop_span("frontend-client",
-                            lambda s: shop.trace(s.trace_id).local_root(s.span_id).span_id in linked)
+    client_span = shop_span("frontend-client", lambda s: shop.trace(s.trace_id).local_root(s.span_id).span_id in linked)
     assert client_span.kind_name == "SPAN_KIND_CLIENT"
     _, headers, fg = await resolve(stack, client_span)
     assert headers["X-Profile-Bridge-Resolution"] == "local-root"
@@ -185,22 +193,29 @@ async def test_client_span_of_shop_frontend_resolves_to_its_local_root(stack: St
 async def test_child_span_whose_root_has_no_samples_falls_back_to_the_time_window(stack: Stack) -> None:
     shop = load_shop()
     linked = stack.linked_ids()
-    child = shop_span("frontend-child",
-                      lambda s: shop.trace(s.trace_id).local_root(s.span_id).span_id not in linked)
+    child = shop_span("frontend-child", lambda s: shop.trace(s.trace_id).local_root(s.span_id).span_id not in linked)
     _, headers, fg = await resolve(stack, child)
     assert headers["X-Profile-Bridge-Resolution"] == "time-window"
     label = root_name(fg)
     # the root bar says first what the total is (the service's CPU over whole capture windows), then why
-    assert re.match(r"total — shop-frontend CPU during the [\d.]+ s window around this span \(\S+–\S+ UTC\), not "
-                    r"this span's own — time-window fallback: no samples linked to span " + child.span_id, label)
+    assert re.match(
+        r"total — shop-frontend CPU during the [\d.]+ s window around this span \(\S+–\S+ UTC\), not "
+        r"this span's own — time-window fallback: no samples linked to span " + child.span_id,
+        label,
+    )
     assert "renderCart, shop-frontend" in label and "10 s capture windows" in label
     assert headers["X-Profile-Bridge-Attribution"] == "service"
     [window_call] = stack.pyroscope.calls("SelectMergeStacktraces")
     req: qpb.SelectMergeStacktracesRequest = window_call.message  # type: ignore[assignment]
     assert req.label_selector == '{service_name="shop-frontend"}'
     # exactly the capture window the span lies in (pyroscope-io stamps its start): not the one before it
-    stamps = sorted({p.time_ms for p in stack.pyroscope.profiles
-                     if p.labels.get("service_name") == "shop-frontend" and p.type_id == DEFAULT_PROFILE_TYPE})
+    stamps = sorted(
+        {
+            p.time_ms
+            for p in stack.pyroscope.profiles
+            if p.labels.get("service_name") == "shop-frontend" and p.type_id == DEFAULT_PROFILE_TYPE
+        }
+    )
     own = max(t for t in stamps if t <= child.start_ns // 1_000_000)
     assert req.start <= own <= req.end
     assert not any(req.start <= t <= req.end for t in stamps if t != own)
@@ -219,8 +234,13 @@ async def test_io_and_short_spans_fall_back_to_their_services_time_window(stack:
     # the window's flame graph is what the service burned then, relabelled only at the root
     decoded = flamegraph.decode(fg)
     direct = stack.pyroscope.flame(
-        stack.pyroscope.select(DEFAULT_PROFILE_TYPE, '{service_name="shop-frontend"}',
-                               span.start_ns // 1_000_000 - 12_000, -(-span.end_ns // 1_000_000) + 2_000, None),
+        stack.pyroscope.select(
+            DEFAULT_PROFILE_TYPE,
+            '{service_name="shop-frontend"}',
+            span.start_ns // 1_000_000 - 12_000,
+            -(-span.end_ns // 1_000_000) + 2_000,
+            None,
+        ),
         None,
     )
     assert direct is not None
@@ -259,8 +279,10 @@ async def test_span_cache_answers_before_tempo_search(stack: Stack) -> None:
 async def test_stacktraces_with_span_selector_are_resolved_and_without_are_passed_through(stack: Stack) -> None:
     span = shop_span("frontend-io")
     req = qpb.SelectMergeStacktracesRequest(
-        profile_typeID=DEFAULT_PROFILE_TYPE, label_selector='{service_name="shop-frontend"}',
-        start=span.start_ns // 1_000_000 - 60_000, end=span.end_ns // 1_000_000 + 60_000,
+        profile_typeID=DEFAULT_PROFILE_TYPE,
+        label_selector='{service_name="shop-frontend"}',
+        start=span.start_ns // 1_000_000 - 60_000,
+        end=span.end_ns // 1_000_000 + 60_000,
         span_selector=[span.span_id],
     )
     status, headers, raw = await call(stack.client, "SelectMergeStacktraces", req)
@@ -280,7 +302,11 @@ async def test_stacktraces_with_span_selector_are_resolved_and_without_are_passe
 @pytest.mark.parametrize("accept_gzip", [False, True])
 @pytest.mark.parametrize("auto_decompress", [False, True])
 async def test_codecs_and_gzip_both_ways(
-    aiohttp_server: Server, aiohttp_client: Client, codec: str, gzip_request: bool, accept_gzip: bool,
+    aiohttp_server: Server,
+    aiohttp_client: Client,
+    codec: str,
+    gzip_request: bool,
+    accept_gzip: bool,
     auto_decompress: bool,
 ) -> None:
     stack = await make_stack(aiohttp_server, aiohttp_client, auto_decompress=auto_decompress)
@@ -294,8 +320,13 @@ async def test_codecs_and_gzip_both_ways(
         headers["Content-Encoding"] = "gzip"
     if accept_gzip:
         headers["Accept-Encoding"] = "gzip"
-    resp = await stack.client.post(QUERIER + "SelectMergeSpanProfile", data=body, headers=headers,
-                                   skip_auto_headers=["Accept-Encoding"], auto_decompress=False)
+    resp = await stack.client.post(
+        QUERIER + "SelectMergeSpanProfile",
+        data=body,
+        headers=headers,
+        skip_auto_headers=["Accept-Encoding"],
+        auto_decompress=False,
+    )
     raw = await resp.read()
     assert resp.status == 200, raw
     assert resp.headers["Content-Type"] == ctype
@@ -312,8 +343,9 @@ async def test_codecs_and_gzip_both_ways(
 async def test_unresolved_grafana_variable_is_an_actionable_invalid_argument(stack: Stack) -> None:
     span = shop_span("frontend-child")
     literal = '${__span.tags["pyroscope.profile.id"]}'
-    status, headers, raw = await call(stack.client, "SelectMergeSpanProfile", span_request(span, selector=[literal]),
-                                      accept_gzip=False)
+    status, headers, raw = await call(
+        stack.client, "SelectMergeSpanProfile", span_request(span, selector=[literal]), accept_gzip=False
+    )
     assert status == 400
     doc = json.loads(raw)
     assert doc["code"] == "invalid_argument"
@@ -337,8 +369,9 @@ async def test_selector_is_cleaned_lower_cased_and_deduplicated(stack: Stack) ->
 )
 async def test_selectors_without_a_valid_id_are_refused(stack: Stack, selector: list[str], words: str) -> None:
     span = shop_span("frontend-root")
-    status, _, raw = await call(stack.client, "SelectMergeSpanProfile", span_request(span, selector=selector),
-                                accept_gzip=False)
+    status, _, raw = await call(
+        stack.client, "SelectMergeSpanProfile", span_request(span, selector=selector), accept_gzip=False
+    )
     assert status == 400 and words in raw.decode()
     assert stack.pyroscope.requests == []
 
@@ -362,8 +395,9 @@ async def test_other_formats_are_forwarded_with_the_selector_cleaned(
     span = shop_span("frontend-root", lambda s: s.span_id in linked)
     req = span_request(span, selector=['${__span.tags["pyroscope.profile.id"]}', span.span_id.upper()])
     req.format = qpb.PROFILE_FORMAT_TREE
-    status, headers, raw = await call(stack.client, "SelectMergeSpanProfile", req, codec=codec,
-                                      gzip_request=gzip_request)
+    status, headers, raw = await call(
+        stack.client, "SelectMergeSpanProfile", req, codec=codec, gzip_request=gzip_request
+    )
     assert status == 200 and "X-Profile-Bridge-Resolution" not in headers
     [seen] = stack.pyroscope.calls("SelectMergeSpanProfile")
     assert list(seen.message.span_selector) == [span.span_id]  # type: ignore[union-attr]
@@ -388,14 +422,19 @@ async def test_the_carried_trace_never_reaches_pyroscope(stack: Stack) -> None:
 
 
 async def test_malformed_bodies_are_invalid_argument(stack: Stack) -> None:
-    resp = await stack.client.post(QUERIER + "SelectMergeSpanProfile", data=b"\xff\xff\xff\xff",
-                                   headers={"Content-Type": "application/proto"})
+    resp = await stack.client.post(
+        QUERIER + "SelectMergeSpanProfile", data=b"\xff\xff\xff\xff", headers={"Content-Type": "application/proto"}
+    )
     assert resp.status == 400 and (await resp.json())["code"] == "invalid_argument"
-    resp = await stack.client.post(QUERIER + "SelectMergeSpanProfile", data=b"{not json",
-                                   headers={"Content-Type": "application/json"})
+    resp = await stack.client.post(
+        QUERIER + "SelectMergeSpanProfile", data=b"{not json", headers={"Content-Type": "application/json"}
+    )
     assert resp.status == 400 and (await resp.json())["code"] == "invalid_argument"
-    resp = await stack.client.post(QUERIER + "SelectMergeSpanProfile", data=b"\x1f\x8b\x08broken",
-                                   headers={"Content-Type": "application/proto", "Content-Encoding": "gzip"})
+    resp = await stack.client.post(
+        QUERIER + "SelectMergeSpanProfile",
+        data=b"\x1f\x8b\x08broken",
+        headers={"Content-Type": "application/proto", "Content-Encoding": "gzip"},
+    )
     assert resp.status == 400 and (await resp.json())["code"] == "invalid_argument"
 
 
@@ -440,8 +479,9 @@ async def test_tempo_down_during_fallback_is_unavailable_naming_tempo(
     aiohttp_server: Server, aiohttp_client: Client
 ) -> None:
     stack = await make_stack(aiohttp_server, aiohttp_client, tempo_url=refused_url())
-    status, _, raw = await call(stack.client, "SelectMergeSpanProfile", span_request(shop_span("frontend-io")),
-                                accept_gzip=False)
+    status, _, raw = await call(
+        stack.client, "SelectMergeSpanProfile", span_request(shop_span("frontend-io")), accept_gzip=False
+    )
     assert status == 503 and b"cannot connect to tempo" in raw
 
 
@@ -462,8 +502,16 @@ async def test_a_timeout_message_names_the_timeout_that_fired(aiohttp_server: Se
     0.3 s: the message says 0.3 s, the figure that fired, not 6 s (issue 11, item 11)."""
     stack = await make_stack(aiohttp_server, aiohttp_client, upstream_timeout=0.3)
     stack.pyroscope.faults.delay = 30.0
-    status, _, raw = await asyncio.wait_for(call(stack.client, "ProfileTypes", qpb.ProfileTypesRequest(),
-                                                 accept_gzip=False, headers={"Connect-Timeout-Ms": "6000"}), timeout=10)
+    status, _, raw = await asyncio.wait_for(
+        call(
+            stack.client,
+            "ProfileTypes",
+            qpb.ProfileTypesRequest(),
+            accept_gzip=False,
+            headers={"Connect-Timeout-Ms": "6000"},
+        ),
+        timeout=10,
+    )
     assert status == 504
     message = json.loads(raw)["message"]
     assert message == "pyroscope did not answer: nothing arrived for 0.3 s", message
@@ -472,8 +520,13 @@ async def test_a_timeout_message_names_the_timeout_that_fired(aiohttp_server: Se
 async def test_slow_tempo_within_budget_is_deadline_exceeded(stack: Stack) -> None:
     stack.tempo.faults.delay = 30.0
     status, _, raw = await asyncio.wait_for(
-        call(stack.client, "SelectMergeSpanProfile", span_request(shop_span("frontend-io")), accept_gzip=False,
-             headers={"Connect-Timeout-Ms": "400"}),
+        call(
+            stack.client,
+            "SelectMergeSpanProfile",
+            span_request(shop_span("frontend-io")),
+            accept_gzip=False,
+            headers={"Connect-Timeout-Ms": "400"},
+        ),
         timeout=10,
     )
     assert status == 504 and b"tempo" in raw
@@ -493,8 +546,9 @@ async def test_pyroscope_resetting_or_answering_garbage_or_errors(
     else:
         stack.pyroscope.faults.code = Code.RESOURCE_EXHAUSTED
         stack.pyroscope.faults.message = "too many queries"
-    got, _, raw = await call(stack.client, "SelectMergeSpanProfile", span_request(shop_span("frontend-root")),
-                             accept_gzip=False)
+    got, _, raw = await call(
+        stack.client, "SelectMergeSpanProfile", span_request(shop_span("frontend-root")), accept_gzip=False
+    )
     assert got == status
     doc = json.loads(raw)
     assert doc["code"] == code.value and "pyroscope" in doc["message"]
@@ -504,8 +558,9 @@ async def test_pyroscope_resetting_or_answering_garbage_or_errors(
 @pytest.mark.parametrize(("fault", "status", "code"), [("garbage", 500, "internal"), ("reset", 503, "unavailable")])
 async def test_tempo_answering_garbage_or_resetting(stack: Stack, fault: str, status: int, code: str) -> None:
     setattr(stack.tempo.faults, fault, True)
-    got, _, raw = await call(stack.client, "SelectMergeSpanProfile", span_request(shop_span("frontend-io")),
-                             accept_gzip=False)
+    got, _, raw = await call(
+        stack.client, "SelectMergeSpanProfile", span_request(shop_span("frontend-io")), accept_gzip=False
+    )
     doc = json.loads(raw)
     assert got == status and doc["code"] == code and "tempo" in doc["message"]
 
@@ -531,9 +586,17 @@ PASSTHROUGH: list[tuple[str, Message]] = [
     ("ProfileTypes", qpb.ProfileTypesRequest(start=1795945270000, end=1795945320000)),
     ("LabelNames", tpb.LabelNamesRequest(matchers=['{service_name="shop-backend"}'])),
     ("LabelValues", tpb.LabelValuesRequest(name="service_name")),
-    ("SelectSeries", qpb.SelectSeriesRequest(profile_typeID=DEFAULT_PROFILE_TYPE, label_selector="{}",
-                                             start=1795945270000, end=1795945320000, step=10.0,
-                                             group_by=["service_name"])),
+    (
+        "SelectSeries",
+        qpb.SelectSeriesRequest(
+            profile_typeID=DEFAULT_PROFILE_TYPE,
+            label_selector="{}",
+            start=1795945270000,
+            end=1795945320000,
+            step=10.0,
+            group_by=["service_name"],
+        ),
+    ),
 ]
 
 
@@ -544,11 +607,15 @@ async def test_passthrough_byte_for_byte(stack: Stack, method: str, msg: Message
     via_bridge = await call(stack.client, method, msg, codec=codec, accept_gzip=False, headers=headers)
     ctype = "application/proto" if codec == "proto" else "application/json"
     body = msg.SerializeToString() if codec == "proto" else json_format.MessageToJson(msg).encode()
-    async with aiohttp.ClientSession() as session, session.post(
-        stack.pyroscope.url + "/querier.v1.QuerierService/" + method, data=body,
-        headers={"Content-Type": ctype, "Connect-Protocol-Version": "1", **headers},
-        skip_auto_headers=["Accept-Encoding"],
-    ) as resp:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            stack.pyroscope.url + "/querier.v1.QuerierService/" + method,
+            data=body,
+            headers={"Content-Type": ctype, "Connect-Protocol-Version": "1", **headers},
+            skip_auto_headers=["Accept-Encoding"],
+        ) as resp,
+    ):
         direct = await resp.read()
     assert via_bridge[0] == resp.status == 200
     assert via_bridge[2] == direct and len(direct) > 2
@@ -562,8 +629,12 @@ async def test_passthrough_byte_for_byte(stack: Stack, method: str, msg: Message
 async def test_passthrough_keeps_gzip_untouched(aiohttp_server: Server, aiohttp_client: Client) -> None:
     stack = await make_stack(aiohttp_server, aiohttp_client, auto_decompress=False)
     body = gzip.compress(qpb.ProfileTypesRequest().SerializeToString())
-    resp = await stack.client.post(QUERIER + "ProfileTypes", data=body, auto_decompress=False, headers={
-        "Content-Type": "application/proto", "Content-Encoding": "gzip", "Accept-Encoding": "gzip"})
+    resp = await stack.client.post(
+        QUERIER + "ProfileTypes",
+        data=body,
+        auto_decompress=False,
+        headers={"Content-Type": "application/proto", "Content-Encoding": "gzip", "Accept-Encoding": "gzip"},
+    )
     assert resp.status == 200 and resp.headers["Content-Encoding"] == "gzip"
     answer = qpb.ProfileTypesResponse.FromString(gzip.decompress(await resp.read()))
     assert [t.ID for t in answer.profile_types] == [DEFAULT_PROFILE_TYPE]
@@ -598,19 +669,18 @@ def test_reason_header_is_ascii_safe() -> None:
     assert ascii_header("total — a–b “c” é\n") == 'total - a-b "c" ? '
 
 
-
 # --------------------------------------------------------------------------------------------- standalone mode
 
 
-async def test_standalone_mode_answers_from_the_store_and_resolves_spans(
-    aiohttp_client: Client, tmp_path: Any
-) -> None:
+async def test_standalone_mode_answers_from_the_store_and_resolves_spans(aiohttp_client: Client, tmp_path: Any) -> None:
     from tests.paths import SHOP_CAPTURE
     from tests.test_store import CAPTURE_END_S
 
     # the store refuses data older than its retention age: its clock is the capture's
-    app = create_app(Settings.for_tests(mode="standalone", data_dir=str(tmp_path / "data"), capture_window=10.0),
-                     wall_clock=lambda: CAPTURE_END_S)
+    app = create_app(
+        Settings.for_tests(mode="standalone", data_dir=str(tmp_path / "data"), capture_window=10.0),
+        wall_clock=lambda: CAPTURE_END_S,
+    )
     client = await aiohttp_client(app)
     for path in sorted(SHOP_CAPTURE.glob("*.bin")):
         route = "/v1/traces" if path.name.endswith("_v1_traces.bin") else "/push.v1.PusherService/Push"
@@ -642,8 +712,9 @@ async def test_cookies_set_by_the_upstream_never_reach_another_request(
 ) -> None:
     probe = await make_stack(aiohttp_server, aiohttp_client)
     # a host name, not an IP: a cookie jar would keep cookies for it
-    stack = await make_stack(aiohttp_server, aiohttp_client,
-                             pyroscope_url=probe.pyroscope.url.replace("127.0.0.1", "localhost"))
+    stack = await make_stack(
+        aiohttp_server, aiohttp_client, pyroscope_url=probe.pyroscope.url.replace("127.0.0.1", "localhost")
+    )
     stack.pyroscope = probe.pyroscope
     stack.pyroscope.cookie = "session=alice; Path=/"
     resp = await stack.client.get("/pyroscope/ready", headers={"Cookie": "mine=1"})
@@ -658,8 +729,10 @@ async def test_cookies_set_by_the_upstream_never_reach_another_request(
 
 async def test_a_zero_budget_fails_at_once_instead_of_waiting_forever(stack: Stack) -> None:
     stack.pyroscope.faults.delay = 30.0
-    for method, msg in (("ProfileTypes", qpb.ProfileTypesRequest()),
-                        ("SelectMergeSpanProfile", span_request(shop_span("frontend-root")))):
+    for method, msg in (
+        ("ProfileTypes", qpb.ProfileTypesRequest()),
+        ("SelectMergeSpanProfile", span_request(shop_span("frontend-root"))),
+    ):
         status, _, raw = await asyncio.wait_for(
             call(stack.client, method, msg, accept_gzip=False, headers={"Connect-Timeout-Ms": "0"}), timeout=10
         )
@@ -682,8 +755,9 @@ def test_the_pyroscope_double_follows_the_contract() -> None:
     assert double.select(DEFAULT_PROFILE_TYPE, same_service, first.time_ms + 1, first.time_ms + 5000, None) == []
     with pytest.raises(ValueError, match='invalid span id length: "abc"'):
         double.select_merge_span_profile(qpb.SelectMergeSpanProfileRequest(span_selector=["abc"]))
-    everything = double.select_merge_span_profile(qpb.SelectMergeSpanProfileRequest(
-        profile_typeID=DEFAULT_PROFILE_TYPE, label_selector="{}", start=0, end=2**62))
+    everything = double.select_merge_span_profile(
+        qpb.SelectMergeSpanProfileRequest(profile_typeID=DEFAULT_PROFILE_TYPE, label_selector="{}", start=0, end=2**62)
+    )
     assert everything.flamegraph.total == 3_590_000_000  # an empty selector filters nothing, as in Pyroscope v2
     labels = {"service_name": "shop-backend", "env": "capture"}
     assert matches_selector('{service_name="shop-backend", env!="prod"}', labels)
@@ -694,8 +768,9 @@ def test_the_pyroscope_double_follows_the_contract() -> None:
 
 async def test_grpc_web_span_queries_pass_through_undecoded(stack: Stack) -> None:
     body = b"\x00\x00\x00\x00\x05hello"  # a gRPC-Web frame: not for the bridge to decode
-    resp = await stack.client.post(QUERIER + "SelectMergeSpanProfile", data=body,
-                                   headers={"Content-Type": "application/grpc-web+proto"})
+    resp = await stack.client.post(
+        QUERIER + "SelectMergeSpanProfile", data=body, headers={"Content-Type": "application/grpc-web+proto"}
+    )
     await resp.read()
     [seen] = stack.pyroscope.requests
     assert seen.body == body and seen.headers["Content-Type"] == "application/grpc-web+proto"

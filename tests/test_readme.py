@@ -76,8 +76,11 @@ def _block_commands(text: str) -> list[list[str]]:
 def _inline_commands(text: str) -> list[list[str]]:
     """Every `profile-bridge …` code span in the prose (a command named, maybe with some of its flags)."""
     spans = re.findall(r"`((?:\.venv/bin/)?profile-bridge [^`\n]*)`", re.sub(r"```.*?```", "", text, flags=re.S))
-    return [words for words in map(_words, spans)
-            if _is_ours(words) and len(words) > 1 and not words[1].isupper() and "[" not in " ".join(words)]
+    return [
+        words
+        for words in map(_words, spans)
+        if _is_ours(words) and len(words) > 1 and not words[1].isupper() and "[" not in " ".join(words)
+    ]
 
 
 def _subcommand_options(command: str) -> set[str]:
@@ -161,8 +164,17 @@ def test_the_docs_are_linked_and_nothing_points_outside_the_repository() -> None
     readme_links = {urlsplit(link).path for link in _links(README)}
     assert "docs/README.md" in readme_links
     index = (DOCS / "README.md").read_text(encoding="utf-8")
-    for name in ("mounts.md", "standalone.md", "gateway.md", "api.md", "grafana.md", "demo.md", "operations.md",
-                 "benchmarks.md", "development.md"):
+    for name in (
+        "mounts.md",
+        "standalone.md",
+        "gateway.md",
+        "api.md",
+        "grafana.md",
+        "demo.md",
+        "operations.md",
+        "benchmarks.md",
+        "development.md",
+    ):
         assert f"({name})" in index and (DOCS / name).is_file(), name
     for path in _markdown_files():
         assert "../shared" not in path.read_text(encoding="utf-8"), f"{path}: a clone has no ../shared"

@@ -31,8 +31,14 @@ class RawUpstream:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
                 body = await reader.readexactly(length) if length else b""
                 self.requests.append(head + body)
                 for piece in self.answer(head):
@@ -62,8 +68,9 @@ async def serve() -> AsyncIterator[Callable[[RawUpstream], asyncio.Future[relay.
         await server.wait_closed()
 
 
-async def exchange(pool: relay.Pool, method: str = "GET", body: bytes = b"") -> tuple[int, list[tuple[str, str]],
-                                                                                     bytes]:
+async def exchange(
+    pool: relay.Pool, method: str = "GET", body: bytes = b""
+) -> tuple[int, list[tuple[str, str]], bytes]:
     ex = relay.Exchange(pool, "upstream")
     fields = [("Content-Length", str(len(body)))] if body else []
     head = relay.request_head(method, "/x?y=1", f"{pool.host}:{pool.port}", fields)
@@ -84,7 +91,7 @@ def chunked(*pieces: bytes) -> bytes:
 @pytest.mark.parametrize("split", [1, 3, 7, 1000])
 async def test_chunked_answers_are_decoded_wherever_the_bytes_are_split(serve: Any, split: int) -> None:
     raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(b"hello ", b"chunked " * 50, b"world")
-    upstream = RawUpstream(lambda _: [raw[i:i + split] for i in range(0, len(raw), split)])
+    upstream = RawUpstream(lambda _: [raw[i : i + split] for i in range(0, len(raw), split)])
     pool = await serve(upstream)
     for _ in range(2):  # and the connection is reused for the next one
         status, _, body = await exchange(pool)
@@ -132,8 +139,9 @@ async def test_the_request_goes_up_in_one_piece_with_its_body(serve: Any) -> Non
     pool = await serve(upstream)
     status, _, _ = await exchange(pool, "POST", b"\x00\x01binary")
     assert status == 201
-    assert upstream.requests == [b"POST /x?y=1 HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Length: 8\r\n\r\n"
-                                 b"\x00\x01binary" % pool.port]
+    assert upstream.requests == [
+        b"POST /x?y=1 HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Length: 8\r\n\r\n\x00\x01binary" % pool.port
+    ]
 
 
 @pytest.mark.parametrize(
@@ -153,8 +161,9 @@ async def test_garbage_is_not_valid_http(serve: Any, raw: bytes) -> None:
 
 
 async def test_a_body_cut_short_fails_the_read(serve: Any) -> None:
-    pool = await serve(RawUpstream(lambda _: [b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort"],
-                                   close_after=True))
+    pool = await serve(
+        RawUpstream(lambda _: [b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort"], close_after=True)
+    )
     with pytest.raises(relay._Closed):
         await exchange(pool)
 
@@ -169,6 +178,10 @@ async def test_nothing_listening_is_unavailable() -> None:
 
 
 def test_parse_head_table() -> None:
-    assert relay.parse_head(b"HTTP/1.1 404 Not Found\r\nA: b\r\nC:d ") == (404, "Not Found", [("A", "b"), ("C", "d")],
-                                                                             True)
+    assert relay.parse_head(b"HTTP/1.1 404 Not Found\r\nA: b\r\nC:d ") == (
+        404,
+        "Not Found",
+        [("A", "b"), ("C", "d")],
+        True,
+    )
     assert relay.parse_head(b"HTTP/1.0 200 ")[::3] == (200, False)

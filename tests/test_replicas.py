@@ -41,11 +41,13 @@ async def doubles(aiohttp_server: Any) -> AsyncIterator[tuple[TempoDouble, Pyros
     yield tempo, pyro
 
 
-async def open_trace(session: aiohttp.ClientSession, bridge: Bridge, trace_id: str) -> list[tuple[otlp_trace.Span,
-                                                                                                  str]]:
+async def open_trace(
+    session: aiohttp.ClientSession, bridge: Bridge, trace_id: str
+) -> list[tuple[otlp_trace.Span, str]]:
     """Grafana opening a trace: each span with its service, carrying the attribute the bridge gave it."""
-    async with session.get(f"{bridge.base}/tempo/api/v2/traces/{trace_id}",
-                           headers={"Accept": "application/protobuf"}) as resp:
+    async with session.get(
+        f"{bridge.base}/tempo/api/v2/traces/{trace_id}", headers={"Accept": "application/protobuf"}
+    ) as resp:
         assert resp.status == 200
         body = await resp.read()
     out = []
@@ -56,17 +58,22 @@ async def open_trace(session: aiohttp.ClientSession, bridge: Bridge, trace_id: s
     return out
 
 
-async def click(session: aiohttp.ClientSession, bridge: Bridge, span: otlp_trace.Span, service: str) -> tuple[str,
-                                                                                                             str]:
+async def click(session: aiohttp.ClientSession, bridge: Bridge, span: otlp_trace.Span, service: str) -> tuple[str, str]:
     """Grafana's "Profiles for this span": the span's pyroscope.profile.id, verbatim, as the span selector."""
     (value,) = [kv.value.string_value for kv in span.attributes if kv.key == PROFILE_ID_ATTR]
     req = qpb.SelectMergeSpanProfileRequest(
-        profile_typeID=DEFAULT_PROFILE_TYPE, label_selector=f'{{service_name="{service}"}}', span_selector=[value],
-        start=span.start_time_unix_nano // 1_000_000 - 60_000, end=span.end_time_unix_nano // 1_000_000 + 60_000,
+        profile_typeID=DEFAULT_PROFILE_TYPE,
+        label_selector=f'{{service_name="{service}"}}',
+        span_selector=[value],
+        start=span.start_time_unix_nano // 1_000_000 - 60_000,
+        end=span.end_time_unix_nano // 1_000_000 + 60_000,
     )
-    async with session.post(bridge.base + SPAN_PROFILE, data=req.SerializeToString(),
-                            headers={"Content-Type": "application/proto", "Accept-Encoding": "gzip"},
-                            auto_decompress=False) as resp:
+    async with session.post(
+        bridge.base + SPAN_PROFILE,
+        data=req.SerializeToString(),
+        headers={"Content-Type": "application/proto", "Accept-Encoding": "gzip"},
+        auto_decompress=False,
+    ) as resp:
         raw = await resp.read()
         assert resp.status == 200, raw
         if resp.headers.get("Content-Encoding") == "gzip":
@@ -103,6 +110,5 @@ async def test_a_click_on_a_process_that_never_saw_the_trace_is_answered_right(
     for trace_id in traces:  # the first process for the trace view, the second once for all its clicks
         assert len(tempo.calls(f"/api/v2/traces/{trace_id}")) == 2
     # Pyroscope never saw the trace part
-    selectors = [entry for r in pyro.calls("SelectMergeSpanProfile")
-                 for entry in r.message.span_selector]  # type: ignore[union-attr]
+    selectors = [entry for r in pyro.calls("SelectMergeSpanProfile") for entry in r.message.span_selector]  # type: ignore[union-attr]
     assert selectors and all(HEX16.fullmatch(entry) for entry in selectors)

@@ -77,10 +77,17 @@ def test_clean_span_ids_refuses_with_an_actionable_message(raw: list[str], words
 
 
 def test_carried_traces_map_each_span_to_the_trace_it_carries() -> None:
-    raw = ["5af75a6c3094ba71:E19E0353F421BFCE945F7D1514C6C9F1", "7f80395fd15dcdc9", "1c60f2b8cd2d96d1:abc",
-           "5af75a6c3094ba71:0123456789abcdef0123456789abcdef", "0000000000000000:e19e0353f421bfce945f7d1514c6c9f1"]
-    assert carried_traces(raw) == {"5af75a6c3094ba71": "e19e0353f421bfce945f7d1514c6c9f1",
-                                   "1c60f2b8cd2d96d1": "00000000000000000000000000000abc"}
+    raw = [
+        "5af75a6c3094ba71:E19E0353F421BFCE945F7D1514C6C9F1",
+        "7f80395fd15dcdc9",
+        "1c60f2b8cd2d96d1:abc",
+        "5af75a6c3094ba71:0123456789abcdef0123456789abcdef",
+        "0000000000000000:e19e0353f421bfce945f7d1514c6c9f1",
+    ]
+    assert carried_traces(raw) == {
+        "5af75a6c3094ba71": "e19e0353f421bfce945f7d1514c6c9f1",
+        "1c60f2b8cd2d96d1": "00000000000000000000000000000abc",
+    }
 
 
 @pytest.mark.parametrize(
@@ -88,12 +95,16 @@ def test_carried_traces_map_each_span_to_the_trace_it_carries() -> None:
     [
         ("", ()),
         ("{}", ()),
-        (' { } ', ()),
+        (" { } ", ()),
         ('{service_name="shop-backend"}', (Matcher("service_name", "=", "shop-backend"),)),
-        ('{a="x", b!="y", c=~"z.*", d!~"w"}',
-         (Matcher("a", "=", "x"), Matcher("b", "!=", "y"), Matcher("c", "=~", "z.*"), Matcher("d", "!~", "w"))),
-        ('{a="q\\"uote", b=\'single\', c=`raw\\d`,}',
-         (Matcher("a", "=", 'q"uote'), Matcher("b", "=", "single"), Matcher("c", "=", "raw\\d"))),
+        (
+            '{a="x", b!="y", c=~"z.*", d!~"w"}',
+            (Matcher("a", "=", "x"), Matcher("b", "!=", "y"), Matcher("c", "=~", "z.*"), Matcher("d", "!~", "w")),
+        ),
+        (
+            '{a="q\\"uote", b=\'single\', c=`raw\\d`,}',
+            (Matcher("a", "=", 'q"uote'), Matcher("b", "=", "single"), Matcher("c", "=", "raw\\d")),
+        ),
         ('{service.name="dotted", x="ünï"}', (Matcher("service.name", "=", "dotted"), Matcher("x", "=", "ünï"))),
     ],
 )
@@ -102,7 +113,7 @@ def test_parse_selector_table(text: str, matchers: tuple[Matcher, ...]) -> None:
     assert parse_selector(format_selector(matchers)) == matchers  # round trip
 
 
-@pytest.mark.parametrize("text", ["service_name=x", '{a="x"', '{a=x}', '{="x"}', '{a="x" b="y"}', '{a=="x"}'])
+@pytest.mark.parametrize("text", ["service_name=x", '{a="x"', "{a=x}", '{="x"}', '{a="x" b="y"}', '{a=="x"}'])
 def test_parse_selector_refuses_malformed(text: str) -> None:
     with pytest.raises(InvalidArgument):
         parse_selector(text)
@@ -128,8 +139,14 @@ def test_merge_selector_table(selector: str, labels: list[tuple[str, str]], merg
 
 NOON_NS = int(datetime(2026, 11, 29, 12, 0, 1, tzinfo=UTC).timestamp()) * 1_000_000_000
 SPAN = Span(
-    trace_id="0" * 31 + "1", span_id="7f80395fd15dcdc9", parent_span_id="", name="GET /price", kind=2,
-    service="shop-backend", start_ns=NOON_NS + 120_000_000, end_ns=NOON_NS + 450_000_001,
+    trace_id="0" * 31 + "1",
+    span_id="7f80395fd15dcdc9",
+    parent_span_id="",
+    name="GET /price",
+    kind=2,
+    service="shop-backend",
+    start_ns=NOON_NS + 120_000_000,
+    end_ns=NOON_NS + 450_000_001,
     resource=(("service.name", "shop-backend"), ("k8s.pod.name", "backend-7d9"), ("host.name", "h1")),
 )
 
@@ -174,8 +191,12 @@ async def env(aiohttp_server: Server) -> Any:
     tempo = TempoDouble()
     tempo.add_shop()
     tserver = await aiohttp_server(tempo.app)
-    settings = Settings.for_tests(mode="proxy", pyroscope_url=str(pserver.make_url("")).rstrip("/"),
-                                  tempo_url=str(tserver.make_url("")).rstrip("/"), capture_window=10.0)
+    settings = Settings.for_tests(
+        mode="proxy",
+        pyroscope_url=str(pserver.make_url("")).rstrip("/"),
+        tempo_url=str(tserver.make_url("")).rstrip("/"),
+        capture_window=10.0,
+    )
     cache = SpanCache(1000, 1024**2, 60)
     async with open_clients(settings, Metrics()) as (traces, profiles):
         resolver = Resolver(traces, profiles, cache, settings, Metrics(), clock=capture_now)
@@ -188,9 +209,11 @@ def ctx(tenant: str | None = None, budget: float = 10.0) -> CallContext:
 
 def query_for(span: Span, **changes: Any) -> SpanQuery:
     fields: dict[str, Any] = {
-        "span_ids": (span.span_id,), "profile_type": DEFAULT_PROFILE_TYPE,
+        "span_ids": (span.span_id,),
+        "profile_type": DEFAULT_PROFILE_TYPE,
         "label_selector": f'{{service_name="{span.service}"}}',
-        "start_ms": span.start_ns // 1_000_000 - 60_000, "end_ms": span.end_ns // 1_000_000 + 60_000,
+        "start_ms": span.start_ns // 1_000_000 - 60_000,
+        "end_ms": span.end_ns // 1_000_000 + 60_000,
     }
     fields.update(changes)
     return SpanQuery(**fields)
@@ -218,8 +241,7 @@ async def test_known_trace_id_skips_the_search(env: Env) -> None:
 async def test_backend_child_resolves_to_its_backend_local_root(env: Env) -> None:
     shop = load_shop()
     linked = linked_ids(env.pyro)
-    role = shop.pick("backend-child",
-                     lambda r: shop.trace(r.trace_id).local_root(r.span_id).span_id in linked)  # type: ignore[union-attr]
+    role = shop.pick("backend-child", lambda r: shop.trace(r.trace_id).local_root(r.span_id).span_id in linked)  # type: ignore[union-attr]
     child = shop.span(role.span_id)
     res = await env.resolver.resolve(query_for(child), ctx())
     assert res.mode is Mode.LOCAL_ROOT
@@ -241,8 +263,7 @@ async def test_several_ids_are_or_ed_in_one_linked_query(env: Env) -> None:
 async def test_nothing_in_the_window_either_is_none_with_the_reason(env: Env) -> None:
     shop = load_shop()
     io = shop.span(shop.pick("frontend-io").span_id)
-    res = await env.resolver.resolve(query_for(io, label_selector='{service_name="shop-frontend", env="nope"}'),
-                                     ctx())
+    res = await env.resolver.resolve(query_for(io, label_selector='{service_name="shop-frontend", env="nope"}'), ctx())
     assert res.mode is Mode.NONE and flamegraph.is_empty(res.flamegraph)
     assert res.flamegraph.names[0].startswith("total — no samples linked to span")
     assert 'env="nope"' in res.reason
@@ -304,8 +325,9 @@ async def test_span_cache_is_per_tenant(env: Env) -> None:
     env.cache.put_trace(scope_key("team-a"), shop.trace(child.trace_id))
     found = await env.resolver.lookup_span(child.span_id, ctx("team-a"))
     assert found is not None and env.tempo.requests == []
-    found = await env.resolver.lookup_span(child.span_id, ctx("team-b"),
-                                           start_ms=child.start_ns // 10**6 - 1000, end_ms=child.end_ns // 10**6 + 1000)
+    found = await env.resolver.lookup_span(
+        child.span_id, ctx("team-b"), start_ms=child.start_ns // 10**6 - 1000, end_ms=child.end_ns // 10**6 + 1000
+    )
     assert found is not None
     assert [r.headers.get("X-Scope-OrgID") for r in env.tempo.search_calls] == ["team-b"]
 
@@ -313,8 +335,7 @@ async def test_span_cache_is_per_tenant(env: Env) -> None:
 async def test_a_cached_span_whose_root_was_evicted_is_completed_from_its_trace_without_search(env: Env) -> None:
     shop = load_shop()
     linked = linked_ids(env.pyro)
-    role = shop.pick("frontend-child",
-                     lambda r: shop.trace(r.trace_id).local_root(r.span_id).span_id in linked)  # type: ignore[union-attr]
+    role = shop.pick("frontend-child", lambda r: shop.trace(r.trace_id).local_root(r.span_id).span_id in linked)  # type: ignore[union-attr]
     child = shop.span(role.span_id)
     root_id = shop.trace(child.trace_id).local_root(child.span_id).span_id  # type: ignore[union-attr]
 

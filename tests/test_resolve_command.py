@@ -35,8 +35,13 @@ async def stack(aiohttp_server: Any) -> Stack:
 
 
 def linked_total(span_id: str) -> int:
-    return sum(v for p in load_push_profiles() if p.type_id == CPU
-               for _, v, labels in p.samples if labels.get("span_id") == span_id)
+    return sum(
+        v
+        for p in load_push_profiles()
+        if p.type_id == CPU
+        for _, v, labels in p.samples
+        if labels.get("span_id") == span_id
+    )
 
 
 async def run(settings: Settings, trace_id: str, span_id: str, **kwargs: Any) -> tuple[int, str, str]:
@@ -51,11 +56,13 @@ async def run(settings: Settings, trace_id: str, span_id: str, **kwargs: Any) ->
 
 
 def test_function_costs_count_a_recursive_total_once_per_stack() -> None:
-    tree = flamegraph.build_tree([
-        (("main", "walk", "walk", "walk"), 30),
-        (("main", "walk"), 10),
-        (("main", "io"), 60),
-    ])
+    tree = flamegraph.build_tree(
+        [
+            (("main", "walk", "walk", "walk"), 30),
+            (("main", "walk"), 10),
+            (("main", "io"), 60),
+        ]
+    )
     costs = {c.name: (c.self, c.total) for c in function_costs(tree)}
     assert costs == {"main": (0, 100), "walk": (40, 40), "io": (60, 60)}
 
@@ -66,8 +73,10 @@ def test_top_table_is_aligned_and_ranked() -> None:
     assert lines[0].split() == ["self", "self%", "total", "total%", "function"]
     assert lines[1].split() == ["7.00", "ms", "70.0%", "7.00", "ms", "70.0%", "b"]
     assert lines[2].split()[-1] == "a"
-    assert len({line.index("function") if i == 0 else len(line) - len(line.split()[-1]) for i, line in
-                enumerate(lines)}) == 1  # the function column starts at the same place on every row
+    assert (
+        len({line.index("function") if i == 0 else len(line) - len(line.split()[-1]) for i, line in enumerate(lines)})
+        == 1
+    )  # the function column starts at the same place on every row
 
 
 # --------------------------------------------------------------------------------------------- against the doubles
@@ -89,9 +98,11 @@ async def test_resolve_prints_mode_reason_and_top_frames(stack: Stack) -> None:
 
 
 async def test_resolve_request_scope_lists_parts_and_services(stack: Stack) -> None:
-    client = next(r for r in stack.shop.of_role("frontend-client")
-                  if any(linked_total(s.span_id) for s in stack.shop.trace(r.trace_id)
-                         .descendant_local_roots(r.span_id)))
+    client = next(
+        r
+        for r in stack.shop.of_role("frontend-client")
+        if any(linked_total(s.span_id) for s in stack.shop.trace(r.trace_id).descendant_local_roots(r.span_id))
+    )
     code, out, _ = await run(stack.settings, client.trace_id, client.span_id, scope="request", top=40)
     assert code == 0
     assert re.search(r"^scope\s+request$", out, re.M)
@@ -103,8 +114,9 @@ async def test_resolve_request_scope_lists_parts_and_services(stack: Stack) -> N
 
 async def test_resolve_of_a_span_without_samples_exits_1(stack: Stack) -> None:
     root = stack.shop.pick("frontend-root")
-    code, out, _ = await run(stack.settings, root.trace_id, root.span_id,
-                             profile_type="memory:alloc_space:bytes:space:bytes")
+    code, out, _ = await run(
+        stack.settings, root.trace_id, root.span_id, profile_type="memory:alloc_space:bytes:space:bytes"
+    )
     assert code == 1 and re.search(r"^mode\s+none$", out, re.M) and "no samples" in out
 
 
@@ -117,8 +129,9 @@ async def test_resolve_of_a_span_without_samples_exits_1(stack: Stack) -> None:
         ("e19e0353f421bfce945f7d1514c6c9f1", "1c60f2b8cd2d96d1", {"profile_type": "x"}, "profile type 'x'"),
     ],
 )
-async def test_bad_arguments_are_one_line_and_exit_2(stack: Stack, trace_id: str, span_id: str,
-                                                     kwargs: dict[str, Any], words: str) -> None:
+async def test_bad_arguments_are_one_line_and_exit_2(
+    stack: Stack, trace_id: str, span_id: str, kwargs: dict[str, Any], words: str
+) -> None:
     code, out, err = await run(stack.settings, trace_id, span_id, **kwargs)
     assert code == 2 and out == "" and err.count("\n") == 1 and words in err
     assert not stack.tempo.requests and not stack.pyroscope.requests
@@ -159,13 +172,16 @@ async def test_commands_send_the_token_to_every_bridge_api(aiohttp_server: Any) 
     app = web.Application()
     app.router.add_get("/api/v1/spans/{trace}/{span}/{what}", api)
     server = await aiohttp_server(app)
-    settings = Settings.for_tests(mode="standalone", listen_host="127.0.0.1", listen_port=server.port,
-                                  client_token="s3cret")
+    settings = Settings.for_tests(
+        mode="standalone", listen_host="127.0.0.1", listen_port=server.port, client_token="s3cret"
+    )
     trace, span = "e19e0353f421bfce945f7d1514c6c9f1", "1c60f2b8cd2d96d1"
     assert await fetch_from_bridge(settings, trace, span, scope="span", profile_type=CPU)
     assert await fetch_compare_from_bridge(settings, trace, span, window="1h", profile_type=CPU)
-    assert seen == [(f"/api/v1/spans/{trace}/{span}/profile", "s3cret"), (f"/api/v1/spans/{trace}/{span}/compare",
-                                                                         "s3cret")]
+    assert seen == [
+        (f"/api/v1/spans/{trace}/{span}/profile", "s3cret"),
+        (f"/api/v1/spans/{trace}/{span}/compare", "s3cret"),
+    ]
 
 
 async def test_standalone_mode_without_a_bridge_says_to_start_one() -> None:
@@ -180,8 +196,14 @@ async def test_standalone_mode_without_a_bridge_says_to_start_one() -> None:
 
 async def cli(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge", *argv, cwd=str(ROOT), env={"PATH": os.environ.get("PATH", ""), **env},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "bridge",
+        *argv,
+        cwd=str(ROOT),
+        env={"PATH": os.environ.get("PATH", ""), **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
     assert proc.returncode is not None
@@ -190,13 +212,17 @@ async def cli(*argv: str, env: dict[str, str]) -> tuple[int, str, str]:
 
 async def test_the_cli_resolves_and_doctors_against_the_doubles(stack: Stack) -> None:
     root = stack.shop.pick("frontend-root", where=lambda r: linked_total(r.span_id) > 0)
-    env = {"PROFILE_BRIDGE_TEMPO_URL": stack.tempo.url, "PROFILE_BRIDGE_PYROSCOPE_URL": stack.pyroscope.url,
-           "PROFILE_BRIDGE_LOG_LEVEL": "warning"}
+    env = {
+        "PROFILE_BRIDGE_TEMPO_URL": stack.tempo.url,
+        "PROFILE_BRIDGE_PYROSCOPE_URL": stack.pyroscope.url,
+        "PROFILE_BRIDGE_LOG_LEVEL": "warning",
+    }
     code, out, err = await cli("resolve", root.trace_id, root.span_id, "--top", "3", env=env)
     assert code == 0, err
     assert re.search(r"^mode\s+linked$", out, re.M) and "top 3 functions by self" in out
-    code, out, err = await cli("doctor", "--trace-id", root.trace_id, "--span-id", root.span_id,
-                               "--expect-function", "render_json", env=env)
+    code, out, err = await cli(
+        "doctor", "--trace-id", root.trace_id, "--span-id", root.span_id, "--expect-function", "render_json", env=env
+    )
     assert code == 0, out + err
     assert out.rstrip().endswith("all 8 checks passed")
     code, out, err = await cli("doctor", "--trace-id", "not-a-trace", env=env)

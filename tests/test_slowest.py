@@ -36,8 +36,13 @@ async def stack(aiohttp_server: Any, aiohttp_client: Any) -> Stack:
 
 def linked_total(span_id: str) -> int:
     """Ground truth: the CPU the capture's pprof samples carry under ``span_id``."""
-    return sum(v for p in load_push_profiles() if p.type_id == CPU
-               for _, v, labels in p.samples if labels.get("span_id") == span_id)
+    return sum(
+        v
+        for p in load_push_profiles()
+        if p.type_id == CPU
+        for _, v, labels in p.samples
+        if labels.get("span_id") == span_id
+    )
 
 
 def requests_of(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -63,8 +68,10 @@ async def test_lists_the_index_pages_requests_with_their_resolution_mode(stack: 
             span = stack.shop.span(req["spanId"])
             assert (req["traceId"], req["service"], req["name"]) == (span.trace_id, span.service, span.name)
             assert req["service"] == service["service"]
-            assert req["links"] == {"span": f"/spans/{span.trace_id}/{span.span_id}",
-                                    "request": f"/spans/{span.trace_id}/{span.span_id}?scope=request"}
+            assert req["links"] == {
+                "span": f"/spans/{span.trace_id}/{span.span_id}",
+                "request": f"/spans/{span.trace_id}/{span.span_id}?scope=request",
+            }
             res = req["resolution"]
             modes.add(res["mode"])
             # each row is a local root: linked exactly when the capture's samples carry its id, with their total
@@ -109,8 +116,9 @@ async def test_the_window_and_the_profile_type_are_honoured(stack: Stack) -> Non
         ({"profile_type": "cpu"}, "cpu"),
     ],
 )
-async def test_bad_parameters_are_a_clear_400_and_ask_nothing_upstream(stack: Stack, params: dict[str, str],
-                                                                       needle: str) -> None:
+async def test_bad_parameters_are_a_clear_400_and_ask_nothing_upstream(
+    stack: Stack, params: dict[str, str], needle: str
+) -> None:
     resp = await stack.http.get(URL, params=params)
     doc = await resp.json()
     assert resp.status == 400 and doc["error"]["code"] == Code.INVALID_ARGUMENT.value
@@ -190,8 +198,16 @@ async def test_rows_are_resolved_a_few_at_a_time() -> None:
     assert len(roots) > 3 * RESOLVE_CONCURRENCY
     resolver = GatedResolver()
     ctx = CallContext(deadline=Deadline.start(None, 30.0))
-    task = asyncio.ensure_future(resolve_rows(resolver, traces, roots, profile_type=CPU,  # type: ignore[arg-type]
-                                              settings=Settings.for_tests(), ctx=ctx))
+    task = asyncio.ensure_future(
+        resolve_rows(
+            resolver,
+            traces,
+            roots,
+            profile_type=CPU,  # type: ignore[arg-type]
+            settings=Settings.for_tests(),
+            ctx=ctx,
+        )
+    )
     while resolver.running < RESOLVE_CONCURRENCY:
         await asyncio.sleep(0)
     for _ in range(20):
@@ -215,8 +231,9 @@ PLUGIN_FIXTURES = ROOT / "grafana" / "profile-bridge-app" / "tests" / "fixtures"
 
 
 @pytest.mark.parametrize("name", ["slowest.json", "readyz.json"])
-async def test_the_plugins_fixtures_are_what_the_bridge_serves(aiohttp_client: Any, tmp_path: Any, name: str,
-                                                               update_golden: bool) -> None:
+async def test_the_plugins_fixtures_are_what_the_bridge_serves(
+    aiohttp_client: Any, tmp_path: Any, name: str, update_golden: bool
+) -> None:
     """The Grafana app plugin's jsdom tests render the bridge's answers from ``tests/fixtures``: they are this
     bridge's own answers (standalone mode, the shop capture, the capture's clock), so the plugin is tested against
     what the bridge really sends. ``--update-golden`` rewrites them."""

@@ -8,16 +8,48 @@ T = "1" * 32
 
 
 def _trace(n_children: int = 2, trace_id: str = T) -> Trace:
-    root = Span(trace_id, "a" * 16, "", "GET /checkout", SPAN_KIND_SERVER, "shop-frontend", 0, 100,
-                (("service.name", "shop-frontend"),))
+    root = Span(
+        trace_id,
+        "a" * 16,
+        "",
+        "GET /checkout",
+        SPAN_KIND_SERVER,
+        "shop-frontend",
+        0,
+        100,
+        (("service.name", "shop-frontend"),),
+    )
     spans = [root]
     for i in range(n_children):
-        spans.append(Span(trace_id, f"{i + 1:016x}", root.span_id, f"child{i}", SPAN_KIND_INTERNAL, "shop-frontend",
-                          1, 50, root.resource))
-    spans.append(Span(trace_id, "c" * 16, root.span_id, "HTTP GET", SPAN_KIND_CLIENT, "shop-frontend", 2, 40,
-                      root.resource))
-    spans.append(Span(trace_id, "d" * 16, "c" * 16, "GET /price", SPAN_KIND_SERVER, "shop-backend", 3, 30,
-                      (("service.name", "shop-backend"),)))
+        spans.append(
+            Span(
+                trace_id,
+                f"{i + 1:016x}",
+                root.span_id,
+                f"child{i}",
+                SPAN_KIND_INTERNAL,
+                "shop-frontend",
+                1,
+                50,
+                root.resource,
+            )
+        )
+    spans.append(
+        Span(trace_id, "c" * 16, root.span_id, "HTTP GET", SPAN_KIND_CLIENT, "shop-frontend", 2, 40, root.resource)
+    )
+    spans.append(
+        Span(
+            trace_id,
+            "d" * 16,
+            "c" * 16,
+            "GET /price",
+            SPAN_KIND_SERVER,
+            "shop-backend",
+            3,
+            30,
+            (("service.name", "shop-backend"),),
+        )
+    )
     return Trace.from_spans(spans)
 
 
@@ -51,8 +83,21 @@ def test_no_tenant_header_is_not_the_anonymous_tenant_nor_anyone_elses_credentia
     assert cache.get(scope_key(None), "a" * 16) is None
     assert cache.get(scope_key(None, "Bearer bob"), "a" * 16) is None
     assert cache.get(scope_key(None, "Bearer alice"), "a" * 16) is not None
-    assert len({scope_key(None), scope_key(""), scope_key("-"), scope_key("anonymous"), scope_key("t:x"),
-                scope_key("x"), scope_key(None, "x"), scope_key("x", "y")}) == 8
+    assert (
+        len(
+            {
+                scope_key(None),
+                scope_key(""),
+                scope_key("-"),
+                scope_key("anonymous"),
+                scope_key("t:x"),
+                scope_key("x"),
+                scope_key(None, "x"),
+                scope_key("x", "y"),
+            }
+        )
+        == 8
+    )
 
 
 def test_bounded_by_entries() -> None:

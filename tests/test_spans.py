@@ -55,8 +55,15 @@ def test_local_roots_follow_the_sdk_rule_on_real_data() -> None:
                 below = trace.descendant_local_roots(s.span_id)
                 assert [roles[b.span_id]["kind"] for b in below] == ["backend-root"]
             checked.add(role)
-    assert checked == {"frontend-root", "frontend-child", "frontend-client", "frontend-short", "frontend-io",
-                       "backend-root", "backend-child"}
+    assert checked == {
+        "frontend-root",
+        "frontend-child",
+        "frontend-client",
+        "frontend-short",
+        "frontend-io",
+        "backend-root",
+        "backend-child",
+    }
 
 
 def test_sdk_tags_only_local_roots_with_pyroscope_profile_id() -> None:
@@ -83,12 +90,32 @@ def test_tempo_json_with_base64_ids_string_ints_and_omitted_defaults() -> None:
 
 
 def test_tempo_docs_example() -> None:
-    doc = {"trace": {"resourceSpans": [{"resource": {"attributes": [{"key": "service.name", "value": {
-        "stringValue": "my.service"}}]}, "scopeSpans": [{"scope": {"name": "my.library", "version": "1.0.0"},
-        "spans": [{"traceId": "W47/95gDgQPSabYzgT/HAA==", "spanId": "7uGbfsPBsQA=", "name": "I am a span!",
-                   "kind": "SPAN_KIND_SERVER", "startTimeUnixNano": "1689969302000000000",
-                   "endTimeUnixNano": "1689970000000000000", "attributes": [{"key": "my.span.attr", "value": {
-                       "stringValue": "some value"}}], "status": {}}]}]}]}}
+    doc = {
+        "trace": {
+            "resourceSpans": [
+                {
+                    "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "my.service"}}]},
+                    "scopeSpans": [
+                        {
+                            "scope": {"name": "my.library", "version": "1.0.0"},
+                            "spans": [
+                                {
+                                    "traceId": "W47/95gDgQPSabYzgT/HAA==",
+                                    "spanId": "7uGbfsPBsQA=",
+                                    "name": "I am a span!",
+                                    "kind": "SPAN_KIND_SERVER",
+                                    "startTimeUnixNano": "1689969302000000000",
+                                    "endTimeUnixNano": "1689970000000000000",
+                                    "attributes": [{"key": "my.span.attr", "value": {"stringValue": "some value"}}],
+                                    "status": {},
+                                }
+                            ],
+                        }
+                    ],
+                }
+            ]
+        }
+    }
     (span,) = sp.spans_from_json(tempo_wire.json_resource_spans(doc))
     assert span.trace_id == "5b8efff798038103d269b633813fc700"
     assert span.span_id == "eee19b7ec3c1b100"
@@ -98,8 +125,12 @@ def test_tempo_docs_example() -> None:
 
 
 def test_v1_batches_and_otlp_json_hex_ids() -> None:
-    batch = {"resource": {"attributes": []}, "scopeSpans": [{"spans": [
-        {"traceId": "5B8EFFF798038103D269B633813FC700", "spanId": "EEE19B7EC3C1B100", "name": "x"}]}]}
+    batch = {
+        "resource": {"attributes": []},
+        "scopeSpans": [
+            {"spans": [{"traceId": "5B8EFFF798038103D269B633813FC700", "spanId": "EEE19B7EC3C1B100", "name": "x"}]}
+        ],
+    }
     (span,) = sp.spans_from_json(tempo_wire.json_resource_spans({"batches": [batch]}), ids="hex")
     assert span.span_id == "eee19b7ec3c1b100"
     assert tempo_wire.json_resource_spans({"trace": {}}) == []
@@ -109,12 +140,31 @@ def test_v1_batches_and_otlp_json_hex_ids() -> None:
 
 
 def test_search_response_from_tempo_docs() -> None:
-    doc = {"traces": [{"traceID": "5b8efff798038103d269b633813fc7", "rootServiceName": "my.service",
-                       "rootTraceName": "I am a span!", "startTimeUnixNano": "1694718625557000000",
-                       "durationMs": 10000, "spanSets": [{"spans": [{"spanID": "eee19b7ec3c1b100",
-                       "startTimeUnixNano": "1694718625557000000", "durationNanos": "10000000000",
-                       "attributes": [{"key": "service.name", "value": {"stringValue": "my.service"}}]}],
-                       "matched": 1}]}], "metrics": {"inspectedBytes": "292781"}}
+    doc = {
+        "traces": [
+            {
+                "traceID": "5b8efff798038103d269b633813fc7",
+                "rootServiceName": "my.service",
+                "rootTraceName": "I am a span!",
+                "startTimeUnixNano": "1694718625557000000",
+                "durationMs": 10000,
+                "spanSets": [
+                    {
+                        "spans": [
+                            {
+                                "spanID": "eee19b7ec3c1b100",
+                                "startTimeUnixNano": "1694718625557000000",
+                                "durationNanos": "10000000000",
+                                "attributes": [{"key": "service.name", "value": {"stringValue": "my.service"}}],
+                            }
+                        ],
+                        "matched": 1,
+                    }
+                ],
+            }
+        ],
+        "metrics": {"inspectedBytes": "292781"},
+    }
     (hit,) = tempo_wire.parse_search_response(doc)
     assert hit.trace_id == "005b8efff798038103d269b633813fc7"
     assert hit.service == "my.service"
@@ -124,11 +174,19 @@ def test_search_response_from_tempo_docs() -> None:
 
 def test_remote_parent_flag_decides_when_present() -> None:
     parent = sp.Span("t" * 32, "a" * 16, "", "p", sp.SPAN_KIND_INTERNAL, "svc", 0, 10)
-    child = sp.Span("t" * 32, "b" * 16, "a" * 16, "c", sp.SPAN_KIND_SERVER, "svc", 1, 5,
-                    flags=sp.FLAG_HAS_IS_REMOTE)
+    child = sp.Span("t" * 32, "b" * 16, "a" * 16, "c", sp.SPAN_KIND_SERVER, "svc", 1, 5, flags=sp.FLAG_HAS_IS_REMOTE)
     assert not sp.starts_local_root(child, parent)
-    remote = sp.Span("t" * 32, "b" * 16, "a" * 16, "c", sp.SPAN_KIND_INTERNAL, "svc", 1, 5,
-                     flags=sp.FLAG_HAS_IS_REMOTE | sp.FLAG_IS_REMOTE)
+    remote = sp.Span(
+        "t" * 32,
+        "b" * 16,
+        "a" * 16,
+        "c",
+        sp.SPAN_KIND_INTERNAL,
+        "svc",
+        1,
+        5,
+        flags=sp.FLAG_HAS_IS_REMOTE | sp.FLAG_IS_REMOTE,
+    )
     assert sp.starts_local_root(remote, parent)
 
 

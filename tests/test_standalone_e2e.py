@@ -83,8 +83,13 @@ async def run_program(url: str, tmp_path: Path) -> list[dict[str, str]]:
     script.write_text(PROGRAM)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYROSCOPE_"))}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(script), url, str(PROGRAM_SECONDS),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+        sys.executable,
+        str(script),
+        url,
+        str(PROGRAM_SECONDS),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), PROGRAM_TIMEOUT)
@@ -108,14 +113,18 @@ async def start(settings: Settings) -> tuple[web.AppRunner, str]:
 
 async def span_profile(url: str, span_id: str, start_ms: int, end_ms: int) -> tuple[str, qpb.FlameGraph]:
     req = qpb.SelectMergeSpanProfileRequest(
-        profile_typeID=CPU, label_selector='{service_name="e2e-shop"}', span_selector=[span_id],
-        start=start_ms, end=end_ms,
+        profile_typeID=CPU,
+        label_selector='{service_name="e2e-shop"}',
+        span_selector=[span_id],
+        start=start_ms,
+        end=end_ms,
     )
     headers = {"Content-Type": "application/proto", "Connect-Protocol-Version": "1", "Accept-Encoding": "gzip"}
     async with aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as session:
         async with session.post(
             f"{url}/pyroscope/querier.v1.QuerierService/SelectMergeSpanProfile",
-            data=req.SerializeToString(), headers=headers,
+            data=req.SerializeToString(),
+            headers=headers,
         ) as resp:
             body = await resp.read()
             assert resp.status == 200, body[:500]
@@ -140,8 +149,9 @@ async def test_real_sdks_to_span_flame_graph_and_back_after_restart(tmp_path: Pa
         # the root span with the most CPU is the one to ask about
         by_root: dict[str, int] = {}
         for s in spans:
-            req = qpb.SelectMergeStacktracesRequest(profile_typeID=CPU, label_selector="{}", span_selector=[s["root"]],
-                                                    start=0, end=2**50)
+            req = qpb.SelectMergeStacktracesRequest(
+                profile_typeID=CPU, label_selector="{}", span_selector=[s["root"]], start=0, end=2**50
+            )
             by_root[s["root"]] = (await store.select_merge_stacktraces(req, _ctx())).flamegraph.total
         best = max(spans, key=lambda s: by_root[s["root"]])
         assert by_root[best["root"]] > 0, "pyroscope-io sent no samples labelled with a root span id"
@@ -164,17 +174,19 @@ async def test_real_sdks_to_span_flame_graph_and_back_after_restart(tmp_path: Pa
         # Grafana's Tempo data source, through the /tempo mount: the trace from the store, every span enriched so
         # the "Profiles for this span" button shows on the child too; search finds the child by id
         async with aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as session:
-            async with session.get(f"{url}/tempo/api/v2/traces/{best['trace_id']}",
-                                   headers={"Accept": "application/protobuf"}) as resp:
+            async with session.get(
+                f"{url}/tempo/api/v2/traces/{best['trace_id']}", headers={"Accept": "application/protobuf"}
+            ) as resp:
                 assert resp.status == 200
                 answer = tempo_pb2.TraceByIDResponse.FromString(await resp.read())
             q = f'{{ span:id = "{best["child"]}" }} | select(span:name, resource.service.name)'
             async with session.get(f"{url}/tempo/api/search", params={"q": q}) as resp:
                 assert resp.status == 200
                 hits = parse_search_response(await resp.json())
-        spans = {s.span_id: s for s in spans_from_otlp(
-            otlp_trace.ResourceSpans.FromString(raw) for raw in answer.trace.resource_spans
-        )}
+        spans = {
+            s.span_id: s
+            for s in spans_from_otlp(otlp_trace.ResourceSpans.FromString(raw) for raw in answer.trace.resource_spans)
+        }
         assert spans[best["child"]].name == "compute" and spans[best["child"]].profile_id
         assert [(h.span_id, h.name, h.service) for h in hits] == [(best["child"], "compute", "e2e-shop")]
     finally:
@@ -210,15 +222,26 @@ async def test_acknowledged_ingest_survives_a_killed_bridge(tmp_path: Path) -> N
     # the child runs on the real clock, and the store refuses data older than its retention age: keep the capture's
     env["PROFILE_BRIDGE_RETENTION_AGE"] = "36500d"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bridge", "serve", "--standalone", "--listen", f"127.0.0.1:{port}",
-        "--data-dir", str(data_dir), cwd=str(ROOT), env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "bridge",
+        "serve",
+        "--standalone",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--data-dir",
+        str(data_dir),
+        cwd=str(ROOT),
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
     )
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as session:
-            await wait_healthy(session, url, lambda: f"exit code {proc.returncode}" if proc.returncode is not None
-                               else None, 10)
+            await wait_healthy(
+                session, url, lambda: f"exit code {proc.returncode}" if proc.returncode is not None else None, 10
+            )
             for line in (SHOP_CAPTURE / "index.jsonl").read_text().splitlines():
                 entry = json.loads(line)
                 body = (SHOP_CAPTURE / entry["file"]).read_bytes()

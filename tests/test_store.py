@@ -78,8 +78,9 @@ def stacks_of(fg: qpb.FlameGraph) -> dict[tuple[str, ...], int]:
     return dict(flamegraph.iter_stacks(flamegraph.decode(fg)))
 
 
-async def merge(store: Store, selector: str = "{}", start: int = ALL_MS[0], end: int = ALL_MS[1],
-                **kw: object) -> qpb.FlameGraph:
+async def merge(
+    store: Store, selector: str = "{}", start: int = ALL_MS[0], end: int = ALL_MS[1], **kw: object
+) -> qpb.FlameGraph:
     req = qpb.SelectMergeStacktracesRequest(profile_typeID=CPU, label_selector=selector, start=start, end=end, **kw)
     return (await store.select_merge_stacktraces(req, ctx())).flamegraph
 
@@ -170,8 +171,10 @@ async def test_span_selector_selects_exactly_that_spans_samples(store: Store) ->
 
 async def test_one_bad_span_selector_entry_fails_the_request(store: Store) -> None:
     req = qpb.SelectMergeSpanProfileRequest(
-        profile_typeID=CPU, span_selector=["619b43385a5e27a8", '${__span.tags["pyroscope.profile.id"]}'],
-        start=ALL_MS[0], end=ALL_MS[1],
+        profile_typeID=CPU,
+        span_selector=["619b43385a5e27a8", '${__span.tags["pyroscope.profile.id"]}'],
+        start=ALL_MS[0],
+        end=ALL_MS[1],
     )
     with pytest.raises(InvalidArgument, match="invalid span id length"):
         await store.select_merge_span_profile(req, ctx())
@@ -200,8 +203,9 @@ async def test_empty_answer_is_pyroscope_no_data(store: Store) -> None:
 
 
 async def test_select_merge_profile_is_a_parseable_pprof(store: Store) -> None:
-    req = qpb.SelectMergeProfileRequest(profile_typeID=CPU, label_selector='{service_name="shop-backend"}',
-                                        start=ALL_MS[0], end=ALL_MS[1])
+    req = qpb.SelectMergeProfileRequest(
+        profile_typeID=CPU, label_selector='{service_name="shop-backend"}', start=ALL_MS[0], end=ALL_MS[1]
+    )
     profile = await store.select_merge_profile(req, ctx())
     reparsed = decode_pprof(gzip.compress(profile.SerializeToString()))
     assert isinstance(reparsed, profile_pb2.Profile)
@@ -236,8 +240,9 @@ async def test_labels_series_and_profile_types(store: Store) -> None:
 
 async def test_select_series_sums_per_step(store: Store) -> None:
     samples = capture_samples()
-    req = qpb.SelectSeriesRequest(profile_typeID=CPU, label_selector="{}", start=ALL_MS[0], end=ALL_MS[1],
-                                  group_by=["service_name"], step=3600.0)
+    req = qpb.SelectSeriesRequest(
+        profile_typeID=CPU, label_selector="{}", start=ALL_MS[0], end=ALL_MS[1], group_by=["service_name"], step=3600.0
+    )
     resp = await store.select_series(req, ctx())
     totals = {s.labels[0].value: sum(p.value for p in s.points) for s in resp.series}
     expected: Counter[str] = Counter()
@@ -249,13 +254,19 @@ async def test_select_series_sums_per_step(store: Store) -> None:
 async def test_restart_loses_nothing_acknowledged(tmp_path: Path) -> None:
     first = await Store.open(tmp_path, clock=lambda: CAPTURE_END_S)
     await ingest_capture(first)
-    before = (await first.counts(), await merge(first), await first.trace_resource_spans(
-        "e19e0353f421bfce945f7d1514c6c9f1", None))
+    before = (
+        await first.counts(),
+        await merge(first),
+        await first.trace_resource_spans("e19e0353f421bfce945f7d1514c6c9f1", None),
+    )
     await first.close()
     second = await Store.open(tmp_path, clock=lambda: CAPTURE_END_S)
     try:
-        after = (await second.counts(), await merge(second), await second.trace_resource_spans(
-            "e19e0353f421bfce945f7d1514c6c9f1", None))
+        after = (
+            await second.counts(),
+            await merge(second),
+            await second.trace_resource_spans("e19e0353f421bfce945f7d1514c6c9f1", None),
+        )
     finally:
         await second.close()
     assert after == before
@@ -268,8 +279,10 @@ async def test_migrates_a_version_1_database(tmp_path: Path) -> None:
     conn.execute("INSERT INTO functions (name) VALUES ('main')")
     conn.execute("INSERT INTO stacks (frames) VALUES (?)", ((1).to_bytes(4, "little"),))
     labels = {"__name__": "process_cpu", "__profile_type__": CPU, "service_name": "old"}
-    conn.execute("INSERT INTO series (tenant, labels, service, profile_type) VALUES ('anonymous', ?, 'old', ?)",
-                 (json.dumps(labels, sort_keys=True, separators=(",", ":")), CPU))
+    conn.execute(
+        "INSERT INTO series (tenant, labels, service, profile_type) VALUES ('anonymous', ?, 'old', ?)",
+        (json.dumps(labels, sort_keys=True, separators=(",", ":")), CPU),
+    )
     conn.execute("INSERT INTO profiles (series_id, time_ns, duration_ns, total) VALUES (1, 5000000000, 10, 7)")
     conn.execute("INSERT INTO samples VALUES (1, 1, 1, 7, 5, NULL)")
     conn.execute("INSERT INTO samples VALUES (1, 1, 1, 3, NULL, NULL)")
@@ -342,9 +355,12 @@ async def test_retention_by_size_drops_oldest_first(tmp_path: Path) -> None:
         )
         conn.close()
         starts = [
-            span.start_time_unix_nano for path, body in capture_requests() if path == "/v1/traces"
+            span.start_time_unix_nano
+            for path, body in capture_requests()
+            if path == "/v1/traces"
             for rs in otlp_trace_svc.ExportTraceServiceRequest.FromString(body).resource_spans
-            for ss in rs.scope_spans for span in ss.spans
+            for ss in rs.scope_spans
+            for span in ss.spans
         ]
         assert c.spans == sum(1 for t in starts if t >= oldest_kept) < len(starts)
         kept = (await merge(store)).total
@@ -369,7 +385,6 @@ async def test_tenants_are_kept_apart(tmp_path: Path) -> None:
 async def test_huge_and_negative_windows_do_not_overflow(store: Store) -> None:
     assert (await merge(store, start=-5, end=2**62)).total == 3_590_000_000
     assert await store.search("{}", -1, 2**40, 1, ctx()) != []
-
 
 
 async def test_group_commit_isolates_a_failing_job(tmp_path: Path) -> None:
@@ -435,9 +450,16 @@ async def test_select_series_average_limit_and_profile_type_window(store: Store)
     for _, value, _labels, service, t in samples:
         key = (service, t)
         by_profile[key] = by_profile.get(key, 0) + value
-    req = qpb.SelectSeriesRequest(profile_typeID=CPU, label_selector="{}", start=ALL_MS[0], end=ALL_MS[1],
-                                  group_by=["service_name"], step=3600.0, limit=1,
-                                  aggregation=tpb.TIME_SERIES_AGGREGATION_TYPE_AVERAGE)
+    req = qpb.SelectSeriesRequest(
+        profile_typeID=CPU,
+        label_selector="{}",
+        start=ALL_MS[0],
+        end=ALL_MS[1],
+        group_by=["service_name"],
+        step=3600.0,
+        limit=1,
+        aggregation=tpb.TIME_SERIES_AGGREGATION_TYPE_AVERAGE,
+    )
     resp = await store.select_series(req, ctx())
     totals: dict[str, int] = {}
     for (service, _), value in by_profile.items():
@@ -458,12 +480,19 @@ async def test_go_tool_pprof_reads_select_merge_profile(store: Store, tmp_path: 
     from tests.tools import require_tool
 
     require_tool("go", package="golang-go", purpose="read SelectMergeProfile's pprof with go tool pprof")
-    req = qpb.SelectMergeProfileRequest(profile_typeID=CPU, label_selector='{service_name="shop-backend"}',
-                                        start=ALL_MS[0], end=ALL_MS[1])
+    req = qpb.SelectMergeProfileRequest(
+        profile_typeID=CPU, label_selector='{service_name="shop-backend"}', start=ALL_MS[0], end=ALL_MS[1]
+    )
     out = tmp_path / "merged.pb.gz"
     out.write_bytes(gzip.compress((await store.select_merge_profile(req, ctx())).SerializeToString()))
     proc = await asyncio.create_subprocess_exec(
-        "go", "tool", "pprof", "-top", str(out), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        "go",
+        "tool",
+        "pprof",
+        "-top",
+        str(out),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         env={"HOME": str(tmp_path), "PATH": os.environ.get("PATH", ""), "GOCACHE": str(tmp_path / "gocache")},
     )
     stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout=120)

@@ -25,16 +25,28 @@ def ctx() -> CallContext:
 
 
 def record(samples: list[tuple[tuple[str, ...], int, int | None]], at_s: int = T0_S) -> decode.ProfileRecord:
-    labels = tuple(sorted({**decode.ProfileType("process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds").labels(),
-                           "service_name": "svc"}.items()))
-    return decode.ProfileRecord(labels=labels, profile_type=CPU, service="svc", time_ns=at_s * 1_000_000_000,
-                                duration_ns=10_000_000_000,
-                                samples=[(frames, value, span, None) for frames, value, span in samples])
+    labels = tuple(
+        sorted(
+            {
+                **decode.ProfileType("process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds").labels(),
+                "service_name": "svc",
+            }.items()
+        )
+    )
+    return decode.ProfileRecord(
+        labels=labels,
+        profile_type=CPU,
+        service="svc",
+        time_ns=at_s * 1_000_000_000,
+        duration_ns=10_000_000_000,
+        samples=[(frames, value, span, None) for frames, value, span in samples],
+    )
 
 
 def query(function: str, kind: str = "exact") -> FunctionQuery:
-    return FunctionQuery("svc", FunctionMatch.parse(function, kind), CPU, T0_S * 1000 - 1000, T0_S * 1000 + 60_000,
-                         limit=10)
+    return FunctionQuery(
+        "svc", FunctionMatch.parse(function, kind), CPU, T0_S * 1000 - 1000, T0_S * 1000 + 60_000, limit=10
+    )
 
 
 def index_rows(db: Path) -> set[tuple[str, tuple[str, ...]]]:
@@ -42,10 +54,14 @@ def index_rows(db: Path) -> set[tuple[str, tuple[str, ...]]]:
     conn = sqlite3.connect(db)
     try:
         names = dict(conn.execute("SELECT id, name FROM functions").fetchall())
-        frames = {sid: struct.unpack(f"<{len(blob) // 4}i", blob) for sid, blob in
-                  conn.execute("SELECT id, frames FROM stacks")}
-        return {(names[f], tuple(names[i] for i in frames[s])) for f, s in
-                conn.execute("SELECT function_id, stack_id FROM stack_functions")}
+        frames = {
+            sid: struct.unpack(f"<{len(blob) // 4}i", blob)
+            for sid, blob in conn.execute("SELECT id, frames FROM stacks")
+        }
+        return {
+            (names[f], tuple(names[i] for i in frames[s]))
+            for f, s in conn.execute("SELECT function_id, stack_id FROM stack_functions")
+        }
     finally:
         conn.close()
 
@@ -58,26 +74,34 @@ async def test_ingest_indexes_every_function_of_every_new_stack(tmp_path: Path) 
     finally:
         await store.close()
     assert index_rows(tmp_path / DB_FILE) == {
-        ("main", ("main", "work", "work")), ("work", ("main", "work", "work")),
-        ("main", ("main", "io")), ("io", ("main", "io")),
+        ("main", ("main", "work", "work")),
+        ("work", ("main", "work", "work")),
+        ("main", ("main", "io")),
+        ("io", ("main", "io")),
     }
 
 
 async def test_the_migration_indexes_the_stacks_an_older_store_holds(tmp_path: Path) -> None:
     conn = sqlite3.connect(tmp_path / DB_FILE, isolation_level=None)
     schema.migrate(conn, target=4)
-    conn.executemany("INSERT INTO functions (id, name) VALUES (?, ?)",
-                     [(1, "main"), (2, "handle"), (3, "count_primes"), (70_000, "deep")])
+    conn.executemany(
+        "INSERT INTO functions (id, name) VALUES (?, ?)",
+        [(1, "main"), (2, "handle"), (3, "count_primes"), (70_000, "deep")],
+    )
     stacks = {1: [1, 2, 3], 2: [1, 2], 3: [1, 70_000, 3, 3]}
     for sid, ids in stacks.items():
         conn.execute("INSERT INTO stacks (id, frames) VALUES (?, ?)", (sid, struct.pack(f"<{len(ids)}i", *ids)))
     labels = {"__name__": "process_cpu", "__profile_type__": CPU, "service_name": "svc"}
-    conn.execute("INSERT INTO series (tenant, labels, service, profile_type) VALUES ('anonymous', ?, 'svc', ?)",
-                 (json.dumps(labels, sort_keys=True, separators=(",", ":")), CPU))
-    conn.execute("INSERT INTO profiles (series_id, time_ns, duration_ns, total) VALUES (1, ?, 10, 0)",
-                 (T0_S * 1_000_000_000,))
-    conn.executemany("INSERT INTO samples VALUES (1, 1, ?, ?, ?, NULL)",
-                     [(1, 40, 11), (2, 5, 11), (3, 25, 12), (1, 7, None)])
+    conn.execute(
+        "INSERT INTO series (tenant, labels, service, profile_type) VALUES ('anonymous', ?, 'svc', ?)",
+        (json.dumps(labels, sort_keys=True, separators=(",", ":")), CPU),
+    )
+    conn.execute(
+        "INSERT INTO profiles (series_id, time_ns, duration_ns, total) VALUES (1, ?, 10, 0)", (T0_S * 1_000_000_000,)
+    )
+    conn.executemany(
+        "INSERT INTO samples VALUES (1, 1, ?, ?, ?, NULL)", [(1, 40, 11), (2, 5, 11), (3, 25, 12), (1, 7, None)]
+    )
     conn.close()
     store = await Store.open(tmp_path)
     try:
@@ -85,15 +109,19 @@ async def test_the_migration_indexes_the_stacks_an_older_store_holds(tmp_path: P
     finally:
         await store.close()
     assert index_rows(tmp_path / DB_FILE) == {
-        ("main", ("main", "handle", "count_primes")), ("handle", ("main", "handle", "count_primes")),
+        ("main", ("main", "handle", "count_primes")),
+        ("handle", ("main", "handle", "count_primes")),
         ("count_primes", ("main", "handle", "count_primes")),
-        ("main", ("main", "handle")), ("handle", ("main", "handle")),
+        ("main", ("main", "handle")),
+        ("handle", ("main", "handle")),
         ("main", ("main", "deep", "count_primes", "count_primes")),
         ("deep", ("main", "deep", "count_primes", "count_primes")),
         ("count_primes", ("main", "deep", "count_primes", "count_primes")),
     }
     assert [(v.span_id, v.total, v.self, v.span_total) for v in hits.spans] == [
-        (decode.int_to_span_id(11), 40, 40, 45), (decode.int_to_span_id(12), 25, 25, 25)]
+        (decode.int_to_span_id(11), 40, 40, 45),
+        (decode.int_to_span_id(12), 25, 25, 25),
+    ]
     assert (hits.total, hits.linked) == (72, 65)
 
 
@@ -104,8 +132,9 @@ async def test_a_stale_index_row_never_counts(tmp_path: Path) -> None:
 
         def stale(conn: sqlite3.Connection) -> None:
             work = conn.execute("SELECT id FROM functions WHERE name = 'work'").fetchone()[0]
-            io_stack = conn.execute("SELECT stack_id FROM stack_functions JOIN functions f ON f.id = function_id "
-                                    "WHERE f.name = 'io'").fetchone()[0]
+            io_stack = conn.execute(
+                "SELECT stack_id FROM stack_functions JOIN functions f ON f.id = function_id WHERE f.name = 'io'"
+            ).fetchone()[0]
             conn.execute("INSERT INTO stack_functions VALUES (?, ?)", (work, io_stack))
 
         await store.db.commit(stale)

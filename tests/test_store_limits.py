@@ -48,13 +48,17 @@ def store_of(client: TestClient[Any, Any]) -> Store:
 
 
 async def query(client: TestClient[Any, Any], method: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    resp = await client.post(QUERIER + method, data=json.dumps(body),
-                             headers={"Content-Type": "application/json", "Connect-Protocol-Version": "1"})
+    resp = await client.post(
+        QUERIER + method,
+        data=json.dumps(body),
+        headers={"Content-Type": "application/json", "Connect-Protocol-Version": "1"},
+    )
     return resp.status, await resp.json()
 
 
-async def post_folded(client: TestClient[Any, Any], name: str, body: bytes, from_s: int = FRESH_S,
-                      rate: int = 0) -> Any:
+async def post_folded(
+    client: TestClient[Any, Any], name: str, body: bytes, from_s: int = FRESH_S, rate: int = 0
+) -> Any:
     return await client.post(f"/ingest?name={name}&format=folded&from={from_s}&sampleRate={rate}", data=body)
 
 
@@ -77,9 +81,16 @@ async def test_huge_sample_values_are_refused_at_ingest_and_flame_graphs_keep_an
     resp = await post_folded(client, "victim.cpu", b"main;a 9007199254740992\nmain;b 9007199254740992\n")
     assert resp.status == 400 and "totals 18014398509481984" in await resp.text()
     profile_type = "process_cpu:samples:count::"
-    status, doc = await query(client, "SelectMergeStacktraces", {
-        "profile_typeID": profile_type, "label_selector": '{service_name="victim"}', "start": ALL_MS[0],
-        "end": ALL_MS[1]})
+    status, doc = await query(
+        client,
+        "SelectMergeStacktraces",
+        {
+            "profile_typeID": profile_type,
+            "label_selector": '{service_name="victim"}',
+            "start": ALL_MS[0],
+            "end": ALL_MS[1],
+        },
+    )
     assert status == 200 and int(doc["flamegraph"]["total"]) == 5
 
 
@@ -88,8 +99,9 @@ async def huge_store(tmp_path: Path) -> Store:
     store = await Store.open(tmp_path, clock=lambda: CAPTURE_END_S + DAY)
     ptype = decode.ProfileType("process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds")
     for offset in (0, 10, 20):
-        records = decode.records_from_samples({"service_name": "old"}, ptype, (FRESH_S + offset) * 10**9, 10**10,
-                                              [(("main", "hot"), 7, {})])
+        records = decode.records_from_samples(
+            {"service_name": "old"}, ptype, (FRESH_S + offset) * 10**9, 10**10, [(("main", "hot"), 7, {})]
+        )
         await store.ingest_profiles(records, None)
     await store.db.commit(lambda c: c.execute("UPDATE profile_stacks SET value = 4611686018427387904"))
     return store
@@ -105,15 +117,17 @@ async def test_sums_past_int64_are_a_clear_error_not_a_500(tmp_path: Path, compa
             assert await store.compact() > 0
             rows = await store.db.read(lambda c: c.execute("SELECT value FROM rollups WHERE level = 60").fetchall())
             assert rows and all(v == 2**63 - 1 for (v,) in rows)  # saturated, not wrapped or turned into a float
-        req = qpb.SelectMergeStacktracesRequest(profile_typeID=CPU, label_selector='{service_name="old"}',
-                                                start=ALL_MS[0], end=ALL_MS[1])
+        req = qpb.SelectMergeStacktracesRequest(
+            profile_typeID=CPU, label_selector='{service_name="old"}', start=ALL_MS[0], end=ALL_MS[1]
+        )
         with pytest.raises(BridgeError) as caught:
             await store.select_merge_stacktraces(req, ctx())
         assert caught.value.code == Code.OUT_OF_RANGE and caught.value.http_status == 400
         assert "2^63 - 1" in caught.value.message and "narrow" in caught.value.message
         # one profile alone still answers
-        one = qpb.SelectMergeStacktracesRequest(profile_typeID=CPU, label_selector='{service_name="old"}',
-                                                start=FRESH_S * 1000, end=FRESH_S * 1000)
+        one = qpb.SelectMergeStacktracesRequest(
+            profile_typeID=CPU, label_selector='{service_name="old"}', start=FRESH_S * 1000, end=FRESH_S * 1000
+        )
         assert (await store.select_merge_stacktraces(one, ctx())).flamegraph.total == 2**62
     finally:
         await store.close()
@@ -125,9 +139,16 @@ async def test_an_overflowing_merge_answers_400_over_http(tmp_path: Path, aiohtt
         assert (await post_folded(client, "old.cpu", b"main;hot 7\n", from_s=FRESH_S + offset)).status == 200
     store = store_of(client)
     await store.db.commit(lambda c: c.execute("UPDATE profile_stacks SET value = 4611686018427387904"))
-    status, doc = await query(client, "SelectMergeStacktraces", {
-        "profile_typeID": "process_cpu:samples:count::", "label_selector": '{service_name="old"}',
-        "start": ALL_MS[0], "end": ALL_MS[1]})
+    status, doc = await query(
+        client,
+        "SelectMergeStacktraces",
+        {
+            "profile_typeID": "process_cpu:samples:count::",
+            "label_selector": '{service_name="old"}',
+            "start": ALL_MS[0],
+            "end": ALL_MS[1],
+        },
+    )
     assert status == 400, doc
     assert doc["code"] == "out_of_range" and "2^63 - 1" in doc["message"]
 
@@ -141,10 +162,13 @@ async def test_select_series_with_an_impossible_step_is_a_400(
 ) -> None:
     client = await aiohttp_client(make_app(tmp_path))
     msg = qpb.SelectSeriesRequest(profile_typeID=CPU, label_selector="{}", start=0, end=10**12, step=step)
-    for body, ctype in ((msg.SerializeToString(), "application/proto"),
-                        (json_format.MessageToJson(msg).encode(), "application/json")):
-        resp = await client.post(QUERIER + "SelectSeries", data=body,
-                                 headers={"Content-Type": ctype, "Connect-Protocol-Version": "1"})
+    for body, ctype in (
+        (msg.SerializeToString(), "application/proto"),
+        (json_format.MessageToJson(msg).encode(), "application/json"),
+    ):
+        resp = await client.post(
+            QUERIER + "SelectSeries", data=body, headers={"Content-Type": ctype, "Connect-Protocol-Version": "1"}
+        )
         assert resp.status == 400, await resp.text()
         doc = json.loads(await resp.read())
         assert doc["code"] == "invalid_argument" and "step" in doc["message"]
@@ -154,17 +178,34 @@ async def test_select_series_with_huge_start_and_end_answers(tmp_path: Path, aio
     client = await aiohttp_client(make_app(tmp_path))
     assert (await post_folded(client, "edge.cpu", b"main 3\n")).status == 200
     for start, end in ((-(2**63), 2**63 - 1), (2**62, 2**63 - 1), (-(2**63), -(2**62))):
-        status, doc = await query(client, "SelectSeries", {
-            "profile_typeID": "process_cpu:samples:count::", "label_selector": "{}", "start": str(start),
-            "end": str(end), "step": 60})
+        status, doc = await query(
+            client,
+            "SelectSeries",
+            {
+                "profile_typeID": "process_cpu:samples:count::",
+                "label_selector": "{}",
+                "start": str(start),
+                "end": str(end),
+                "step": 60,
+            },
+        )
         assert status == 200, doc
         for method in ("SelectMergeStacktraces", "SelectMergeProfile", "SelectMergeSpanProfile"):
-            status, doc = await query(client, method, {
-                "profile_typeID": "process_cpu:samples:count::", "label_selector": "{}", "start": str(start),
-                "end": str(end), "span_selector": ["0000000000000001"]})
+            status, doc = await query(
+                client,
+                method,
+                {
+                    "profile_typeID": "process_cpu:samples:count::",
+                    "label_selector": "{}",
+                    "start": str(start),
+                    "end": str(end),
+                    "span_selector": ["0000000000000001"],
+                },
+            )
             # answered (an empty or clipped window) or refused with a message; never a 500
-            assert status == 200 or (status == 400 and doc["code"] == "invalid_argument"
-                                     and "between 1970 and 2200" in doc["message"]), (method, doc)
+            assert status == 200 or (
+                status == 400 and doc["code"] == "invalid_argument" and "between 1970 and 2200" in doc["message"]
+            ), (method, doc)
 
 
 @pytest.mark.parametrize("from_s", ["99999999999999999999", "9223372036854775807", "-5000000000"])
@@ -207,9 +248,16 @@ async def set_max_pages(store: Store, pages: int | None) -> None:
 
 def filler(n: int) -> list[decode.ProfileRecord]:
     stacks = [tuple(f"fill{n}_{i}_{j}" for j in range(30)) for i in range(200)]
-    return [decode.ProfileRecord(labels=(("__name__", "process_cpu"), ("service_name", "filler")), profile_type=CPU,
-                                 service="filler", time_ns=FRESH_S * 10**9, duration_ns=10**10,
-                                 samples=[(stack, 1, 77, None) for stack in stacks])]
+    return [
+        decode.ProfileRecord(
+            labels=(("__name__", "process_cpu"), ("service_name", "filler")),
+            profile_type=CPU,
+            service="filler",
+            time_ns=FRESH_S * 10**9,
+            duration_ns=10**10,
+            samples=[(stack, 1, 77, None) for stack in stacks],
+        )
+    ]
 
 
 def capture_traces() -> otlp_trace_svc.ExportTraceServiceRequest:
@@ -237,8 +285,11 @@ async def test_a_full_disk_is_storage_full_on_every_write_path_and_the_store_rec
         assert full.code == Code.UNAVAILABLE and full.http_status == 503 and "disk is full" in full.message
         before = await store.counts()
         # concurrent writers share one transaction: every one of them hears it, none is half-stored
-        results = await asyncio.gather(store.ingest_otlp_traces(capture_traces(), None),
-                                       store.ingest_profiles(filler(5000), None), return_exceptions=True)
+        results = await asyncio.gather(
+            store.ingest_otlp_traces(capture_traces(), None),
+            store.ingest_profiles(filler(5000), None),
+            return_exceptions=True,
+        )
         assert all(isinstance(r, StorageFull) for r in results), results
         with pytest.raises(StorageFull):
             await store.compact()  # background work hears it the same way (and is retried by its loop)
@@ -276,8 +327,9 @@ async def test_data_older_than_retention_is_refused_not_acknowledged_then_droppe
     span.span_id = bytes.fromhex("abcdef0123456789")
     span.start_time_unix_nano = int(now[0] - 60) * 10**9
     span.end_time_unix_nano = span.start_time_unix_nano + 10**9
-    resp = await client.post("/v1/traces", data=traces.SerializeToString(),
-                             headers={"Content-Type": "application/x-protobuf"})
+    resp = await client.post(
+        "/v1/traces", data=traces.SerializeToString(), headers={"Content-Type": "application/x-protobuf"}
+    )
     assert resp.status == 200
     answer = otlp_trace_svc.ExportTraceServiceResponse.FromString(await resp.read())
     assert answer.partial_success.rejected_spans == 434
@@ -286,8 +338,9 @@ async def test_data_older_than_retention_is_refused_not_acknowledged_then_droppe
     assert "2026-11-29T09:4" in message
     assert (await store.counts()).spans == 1  # the fresh one
 
-    resp = await client.post("/push.v1.PusherService/Push", data=capture_push(),
-                             headers={"Content-Type": "application/proto"})
+    resp = await client.post(
+        "/push.v1.PusherService/Push", data=capture_push(), headers={"Content-Type": "application/proto"}
+    )
     assert resp.status == 400
     doc = await resp.json()
     assert doc["code"] == "invalid_argument" and "older than the store's retention of 1d" in doc["message"]
@@ -301,8 +354,9 @@ async def test_data_older_than_retention_is_refused_not_acknowledged_then_droppe
     young = otlp.resource_profiles[0].scope_profiles[0].profiles.add()
     young.CopyFrom(otlp.resource_profiles[0].scope_profiles[0].profiles[0])
     young.time_unix_nano = int(now[0] - 60) * 10**9
-    resp = await client.post("/v1development/profiles", data=otlp.SerializeToString(),
-                             headers={"Content-Type": "application/x-protobuf"})
+    resp = await client.post(
+        "/v1development/profiles", data=otlp.SerializeToString(), headers={"Content-Type": "application/x-protobuf"}
+    )
     assert resp.status == 200, await resp.text()
     from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as psvc
 

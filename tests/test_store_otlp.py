@@ -65,11 +65,13 @@ async def test_otlp_profiles_links_become_span_and_trace_ids(tmp_path: Path) -> 
     try:
         await store.ingest_otlp_profiles(build_request(), None)
         window = (T0_NS // 1_000_000, T0_NS // 1_000_000)
-        req = qpb.SelectMergeStacktracesRequest(profile_typeID=CPU, label_selector='{service_name="otlp-app"}',
-                                                start=window[0], end=window[1])
+        req = qpb.SelectMergeStacktracesRequest(
+            profile_typeID=CPU, label_selector='{service_name="otlp-app"}', start=window[0], end=window[1]
+        )
         whole = (await store.select_merge_stacktraces(req, ctx())).flamegraph
         assert dict(flamegraph.iter_stacks(flamegraph.decode(whole))) == {
-            ("main", "handler", "hash"): 30_000_000, ("main", "gc"): 15_000_000,
+            ("main", "handler", "hash"): 30_000_000,
+            ("main", "gc"): 15_000_000,
         }
         req.span_selector.append(SPAN.hex())
         linked = (await store.select_merge_stacktraces(req, ctx())).flamegraph
@@ -89,10 +91,14 @@ async def test_otlp_profiles_links_become_span_and_trace_ids(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
-        (lambda r: setattr(r.resource_profiles[0].scope_profiles[0].profiles[0].samples[0], "stack_index", 99),
-         "stack index 99"),
-        (lambda r: setattr(r.resource_profiles[0].scope_profiles[0].profiles[0].samples[1], "link_index", 7),
-         "link index 7"),
+        (
+            lambda r: setattr(r.resource_profiles[0].scope_profiles[0].profiles[0].samples[0], "stack_index", 99),
+            "stack index 99",
+        ),
+        (
+            lambda r: setattr(r.resource_profiles[0].scope_profiles[0].profiles[0].samples[1], "link_index", 7),
+            "link index 7",
+        ),
         (lambda r: setattr(r.dictionary.function_table[2], "name_strindex", 500), "string index 500"),
     ],
 )

@@ -52,15 +52,27 @@ def generate(rng: random.Random, hours: int = HOURS) -> tuple[list[decode.Profil
                 frames = rng.choice(FRAMES)
                 value = rng.randint(1, 50) * 10_000_000
                 span = rng.choice(spans + [None])
-                samples.append((frames, value, {} if span is None else {
-                    "span_id": decode.int_to_span_id(span), "trace_id": trace.hex()}))
+                samples.append(
+                    (
+                        frames,
+                        value,
+                        {} if span is None else {"span_id": decode.int_to_span_id(span), "trace_id": trace.hex()},
+                    )
+                )
                 truth.append((svc, time_ns, frames, value, span, None if span is None else trace))
             records.extend(decode.records_from_samples({"service_name": svc}, PTYPE, time_ns, 10 * NS, samples))
     return records, truth
 
 
-def expected(truth: list[Sample], services: set[str], lo_ns: int, hi_ns: int, span_ids: set[int] | None = None,
-             traces: set[bytes] | None = None, retained_from: int = 0) -> dict[tuple[str, ...], int]:
+def expected(
+    truth: list[Sample],
+    services: set[str],
+    lo_ns: int,
+    hi_ns: int,
+    span_ids: set[int] | None = None,
+    traces: set[bytes] | None = None,
+    retained_from: int = 0,
+) -> dict[tuple[str, ...], int]:
     out: Counter[tuple[str, ...]] = Counter()
     for svc, t, frames, value, span, trace in truth:
         if svc not in services or not lo_ns <= t < hi_ns or t < retained_from:
@@ -74,8 +86,9 @@ def expected(truth: list[Sample], services: set[str], lo_ns: int, hi_ns: int, sp
 
 
 async def merged(store: Store, selector: str, start_ms: int, end_ms: int, **kw: object) -> dict[tuple[str, ...], int]:
-    req = qpb.SelectMergeStacktracesRequest(profile_typeID=CPU, label_selector=selector, start=start_ms, end=end_ms,
-                                            max_nodes=100_000, **kw)
+    req = qpb.SelectMergeStacktracesRequest(
+        profile_typeID=CPU, label_selector=selector, start=start_ms, end=end_ms, max_nodes=100_000, **kw
+    )
     fg = (await store.select_merge_stacktraces(req, ctx())).flamegraph
     return dict(flamegraph.iter_stacks(flamegraph.decode(fg)))
 
@@ -90,7 +103,7 @@ async def store(tmp_path: Path, data: tuple[list[decode.ProfileRecord], list[Sam
     s = await Store.open(tmp_path, clock=lambda: T0_S + HOURS * 3600 + 600)
     records, _ = data
     for i in range(0, len(records), 50):
-        await s.ingest_profiles(records[i:i + 50], None)
+        await s.ingest_profiles(records[i : i + 50], None)
     yield s
     await s.close()
 
@@ -99,8 +112,15 @@ def random_windows(rng: random.Random, n: int) -> list[tuple[int, int]]:
     out = [(T0_S * 1000, (T0_S + HOURS * 3600) * 1000), (0, 4_000_000_000_000)]
     for _ in range(n):
         a = T0_S * 1000 + rng.randrange(0, HOURS * 3600 * 1000)
-        out.append((a, min(a + rng.choice([1, 60, 3600, 5 * 3600, 9 * 3600]) * 1000 + rng.randrange(0, 99_999),
-                           (T0_S + HOURS * 3600) * 1000)))
+        out.append(
+            (
+                a,
+                min(
+                    a + rng.choice([1, 60, 3600, 5 * 3600, 9 * 3600]) * 1000 + rng.randrange(0, 99_999),
+                    (T0_S + HOURS * 3600) * 1000,
+                ),
+            )
+        )
     return out
 
 
@@ -114,10 +134,16 @@ async def test_rollup_merges_equal_a_plain_sum_for_any_window(
     rng = random.Random(1)
     for start_ms, end_ms in random_windows(rng, 40):
         lo, hi = window_ns(start_ms, end_ms)
-        for selector, services in (('{service_name="api"}', {"api"}), ("{}", {"api", "db", "cache"}),
-                                   ('{service_name=~"api|cache"}', {"api", "cache"})):
+        for selector, services in (
+            ('{service_name="api"}', {"api"}),
+            ("{}", {"api", "db", "cache"}),
+            ('{service_name=~"api|cache"}', {"api", "cache"}),
+        ):
             assert await merged(store, selector, start_ms, end_ms) == expected(truth, services, lo, hi), (
-                selector, start_ms, end_ms)
+                selector,
+                start_ms,
+                end_ms,
+            )
 
 
 async def test_late_arrivals_land_in_compacted_buckets(
@@ -126,15 +152,19 @@ async def test_late_arrivals_land_in_compacted_buckets(
     _, truth = data
     await store.compact()
     late_ns = (T0_S + 3 * 3600 + 125) * NS  # long compacted at every level
-    late = decode.records_from_samples({"service_name": "api"}, PTYPE, late_ns, 10 * NS,
-                                       [(("main", "late"), 123, {}), (FRAMES[0], 7, {})])
+    late = decode.records_from_samples(
+        {"service_name": "api"}, PTYPE, late_ns, 10 * NS, [(("main", "late"), 123, {}), (FRAMES[0], 7, {})]
+    )
     await store.ingest_profiles(late, None)
     truth = truth + [("api", late_ns, ("main", "late"), 123, None, None), ("api", late_ns, FRAMES[0], 7, None, None)]
     whole = (T0_S * 1000, (T0_S + HOURS * 3600) * 1000)
     assert await merged(store, '{service_name="api"}', *whole) == expected(truth, {"api"}, *window_ns(*whole))
-    level = await store.db.read(lambda c: c.execute(
-        "SELECT value FROM rollups WHERE level = 21600 AND stack_id = (SELECT st.id FROM stacks st "
-        "JOIN profile_stacks ps ON ps.stack_id = st.id WHERE ps.value = 123)").fetchall())
+    level = await store.db.read(
+        lambda c: c.execute(
+            "SELECT value FROM rollups WHERE level = 21600 AND stack_id = (SELECT st.id FROM stacks st "
+            "JOIN profile_stacks ps ON ps.stack_id = st.id WHERE ps.value = 123)"
+        ).fetchall()
+    )
     assert level == [(123,)]  # added to the 6-hour bucket as well
 
 
@@ -151,7 +181,8 @@ async def test_retention_inside_a_bucket_keeps_merges_exact(
     for start_ms, end_ms in random_windows(rng, 15):
         lo, hi = window_ns(start_ms, end_ms)
         assert await merged(store, "{}", start_ms, end_ms) == expected(
-            truth, {"api", "db", "cache"}, lo, hi, retained_from=cutoff_ns), (start_ms, end_ms)
+            truth, {"api", "db", "cache"}, lo, hi, retained_from=cutoff_ns
+        ), (start_ms, end_ms)
     pages = await store.db.read(lambda c: c.execute("PRAGMA freelist_count").fetchone()[0])
     assert pages == 0  # freed pages went back to the file system (the PRAGMA used to free one page a pass)
     buckets = await store.db.read(lambda c: c.execute("SELECT min(bucket) FROM rollups").fetchone()[0])
@@ -159,7 +190,8 @@ async def test_retention_inside_a_bucket_keeps_merges_exact(
     await store.compact()  # compaction picks up where it was, retention's cut notwithstanding
     whole = (T0_S * 1000, (T0_S + HOURS * 3600) * 1000)
     assert await merged(store, "{}", *whole) == expected(
-        truth, {"api", "db", "cache"}, *window_ns(*whole), retained_from=cutoff_ns)
+        truth, {"api", "db", "cache"}, *window_ns(*whole), retained_from=cutoff_ns
+    )
 
 
 async def test_span_and_trace_selectors_find_every_sample_whatever_the_window(
@@ -176,8 +208,9 @@ async def test_span_and_trace_selectors_find_every_sample_whatever_the_window(
             lo, hi = window_ns(start_ms, end_ms)
             got = await merged(store, "{}", start_ms, end_ms, span_selector=[decode.int_to_span_id(s) for s in spans])
             assert got == expected(truth, {"api", "db", "cache"}, lo, hi, span_ids=spans)
-            got = await merged(store, '{service_name="api"}', start_ms, end_ms,
-                               trace_id_selector=[t.hex() for t in traces])
+            got = await merged(
+                store, '{service_name="api"}', start_ms, end_ms, trace_id_selector=[t.hex() for t in traces]
+            )
             assert got == expected(truth, {"api"}, lo, hi, traces=traces)
 
 
@@ -211,8 +244,7 @@ async def test_compaction_waits_for_grace_and_jumps_over_gaps(tmp_path: Path) ->
     now = [float(T0_S)]
     store = await Store.open(tmp_path, clock=lambda: now[0])
     try:
-        records = decode.records_from_samples({"service_name": "api"}, PTYPE, T0_S * NS, 10 * NS,
-                                              [(("main",), 5, {})])
+        records = decode.records_from_samples({"service_name": "api"}, PTYPE, T0_S * NS, 10 * NS, [(("main",), 5, {})])
         await store.ingest_profiles(records, None)
         await store.compact()
         rows = await store.db.read(lambda c: c.execute("SELECT count(*) FROM rollups").fetchone()[0])
@@ -220,8 +252,7 @@ async def test_compaction_waits_for_grace_and_jumps_over_gaps(tmp_path: Path) ->
         now[0] = T0_S + 60 * 86_400.0  # two months later, nothing else stored: a handful of slices, not thousands
         slices = await store.compact()
         assert 0 < slices <= 3 * len(rollup.LEVELS)
-        rows = await store.db.read(lambda c: c.execute(
-            "SELECT level, value FROM rollups ORDER BY level").fetchall())
+        rows = await store.db.read(lambda c: c.execute("SELECT level, value FROM rollups ORDER BY level").fetchall())
         assert rows == [(60, 5), (600, 5), (3600, 5), (21600, 5)]
     finally:
         await store.close()
@@ -277,7 +308,7 @@ def matching(spans: list[tuple[bytes, bytes, str, int, int, int]], lo: int, hi: 
 
 
 async def test_search_in_a_window_examines_the_window_and_counts_every_match(
-    span_store: tuple[Store, list[tuple[bytes, bytes, str, int, int, int]]]
+    span_store: tuple[Store, list[tuple[bytes, bytes, str, int, int, int]]],
 ) -> None:
     store, spans = span_store
     query = traceql.parse("{ span.http.status_code = 500 }")
@@ -299,10 +330,10 @@ async def test_search_in_a_window_examines_the_window_and_counts_every_match(
 
 
 async def test_search_that_runs_out_of_budget_says_it_is_partial(
-    span_store: tuple[Store, list[tuple[bytes, bytes, str, int, int, int]]]
+    span_store: tuple[Store, list[tuple[bytes, bytes, str, int, int, int]]],
 ) -> None:
     store, _ = span_store
-    query = traceql.parse('{ span.http.status_code = 404 }')  # matches nothing: the whole window is walked
+    query = traceql.parse("{ span.http.status_code = 404 }")  # matches nothing: the whole window is walked
     result = await store.search_traces(query, T0_S, T0_S + 6 * 3600, 20, 3, None, budget=1000)
     assert result.traces == [] and result.inspected_spans == 1000
     assert result.partial is not None and "1,000 spans" in result.partial and "narrow the time range" in result.partial
@@ -311,7 +342,7 @@ async def test_search_that_runs_out_of_budget_says_it_is_partial(
 
 
 async def test_search_by_service_uses_the_window_too(
-    span_store: tuple[Store, list[tuple[bytes, bytes, str, int, int, int]]]
+    span_store: tuple[Store, list[tuple[bytes, bytes, str, int, int, int]]],
 ) -> None:
     store, spans = span_store
     query = traceql.parse('{ resource.service.name = "db" && span.http.status_code = 500 }')
@@ -341,7 +372,7 @@ async def test_tempo_search_answer_says_partial(
 
 
 async def test_analyze_gives_the_planner_statistics(
-    span_store: tuple[Store, list[tuple[bytes, bytes, str, int, int, int]]]
+    span_store: tuple[Store, list[tuple[bytes, bytes, str, int, int, int]]],
 ) -> None:
     store, _ = span_store
     await store.analyze()
@@ -363,9 +394,9 @@ async def test_two_processes_writing_one_store_stay_exact(
         half = len(records) // 2
         await b.ingest_profiles(records[:10], None)  # b caches ids and watermarks now
         for i in range(10, half, 50):
-            await a.ingest_profiles(records[i:min(i + 50, half)], None)
+            await a.ingest_profiles(records[i : min(i + 50, half)], None)
         for i in range(half, len(records), 50):
-            await b.ingest_profiles(records[i:i + 50], None)
+            await b.ingest_profiles(records[i : i + 50], None)
         assert await a.compact() > 0  # a compacts everything; b's watermarks are stale
         late_ns = (T0_S + 3600 + 7) * NS
         late = decode.records_from_samples({"service_name": "db"}, PTYPE, late_ns, 10 * NS, [(("main", "late"), 9, {})])
@@ -376,8 +407,13 @@ async def test_two_processes_writing_one_store_stay_exact(
             assert await merged(store, "{}", *whole) == expected(truth, {"api", "db", "cache"}, *window_ns(*whole))
         # a drops everything (its retention frees every id); b, with ids cached, stores anew
         assert (await a.enforce_retention(max_age_s=1, max_bytes=2**40)).profiles > 0
-        fresh = decode.records_from_samples({"service_name": "api"}, PTYPE, (T0_S + HOURS * 3600) * NS, 10 * NS,
-                                            [(FRAMES[3], 11, {}), (("brand", "new"), 4, {})])
+        fresh = decode.records_from_samples(
+            {"service_name": "api"},
+            PTYPE,
+            (T0_S + HOURS * 3600) * NS,
+            10 * NS,
+            [(FRAMES[3], 11, {}), (("brand", "new"), 4, {})],
+        )
         await b.ingest_profiles(fresh, None)
         start = (T0_S + HOURS * 3600) * 1000
         for store in (a, b):
@@ -391,16 +427,20 @@ async def test_search_summary_finds_a_root_far_outside_the_window(tmp_path: Path
     """A trace's spans are looked up near the window first; when its root is not there, everywhere."""
     trace = bytes.fromhex("ab" * 16)
     req = span_request([(trace, bytes.fromhex("01" * 8), "batch", T0_S, 3 * 3600, 200)])
-    child = req.resource_spans[0].scope_spans[0].spans.add(trace_id=trace, span_id=bytes.fromhex("02" * 8),
-                                                           parent_span_id=bytes.fromhex("01" * 8), name="step")
+    child = (
+        req.resource_spans[0]
+        .scope_spans[0]
+        .spans.add(trace_id=trace, span_id=bytes.fromhex("02" * 8), parent_span_id=bytes.fromhex("01" * 8), name="step")
+    )
     child.start_time_unix_nano, child.end_time_unix_nano = (T0_S + 2 * 3600) * NS, (T0_S + 2 * 3600 + 5) * NS
     child.attributes.add(key="http.status_code").value.int_value = 500
     req.resource_spans[0].scope_spans[0].spans[0].name = "nightly job"
     store = await Store.open(tmp_path, clock=lambda: T0_S + 4 * 3600)
     try:
         await store.ingest_otlp_traces(req, None)
-        result = await store.search_traces(traceql.parse("{ span.http.status_code = 500 }"),
-                                           T0_S + 2 * 3600 - 60, T0_S + 2 * 3600 + 60, 20, 3, None)
+        result = await store.search_traces(
+            traceql.parse("{ span.http.status_code = 500 }"), T0_S + 2 * 3600 - 60, T0_S + 2 * 3600 + 60, 20, 3, None
+        )
         [match] = result.traces
         assert (match.root_service, match.root_name, match.matched) == ("batch", "nightly job", 1)
         assert (match.start_ns, match.end_ns) == (T0_S * NS, (T0_S + 3 * 3600) * NS)
@@ -423,7 +463,9 @@ async def test_lookups_probe_only_buckets_that_hold_data_whatever_the_gaps(tmp_p
         far = [(("main", "far"), 10_000_000, {"span_id": (b"\x0d" * 8).hex(), "trace_id": (b"\x0c" * 16).hex()})]
         await store.ingest_profiles(
             decode.records_from_samples({"service_name": "api"}, PTYPE, T0_S * NS, 10 * NS, samples)
-            + decode.records_from_samples({"service_name": "api"}, PTYPE, far_s * NS, 10 * NS, far), None)
+            + decode.records_from_samples({"service_name": "api"}, PTYPE, far_s * NS, 10 * NS, far),
+            None,
+        )
 
         def probes(conn: sqlite3.Connection) -> tuple[int, int]:
             return len(json.loads(span_buckets(conn))), len(json.loads(rollup.link_buckets(conn, 0, 2**63 - 1)))
@@ -449,8 +491,10 @@ async def test_the_size_cap_drops_tenths_of_the_stored_time_up_to_now_not_up_to_
     in 2199 made that tenth decades long: the first step dropped every span of today. Now a tenth ends at the
     store's clock: the oldest minutes go, the rest of today stays."""
     rng = random.Random(3)
-    spans = [(rng.getrandbits(127).to_bytes(16, "big"), rng.getrandbits(62).to_bytes(8, "big"), "api",
-              T0_S + i * 3, 1, 200) for i in range(1200)]  # an hour
+    spans = [
+        (rng.getrandbits(127).to_bytes(16, "big"), rng.getrandbits(62).to_bytes(8, "big"), "api", T0_S + i * 3, 1, 200)
+        for i in range(1200)
+    ]  # an hour
     spans.append((b"\x0c" * 16, b"\x0d" * 8, "api", 7_258_000_000, 1, 200))
     store = await Store.open(tmp_path, clock=lambda: T0_S + 3600.0)
     try:

@@ -43,8 +43,13 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
     await s.close()
 
 
-async def call(store: Store, subpath: str, query: dict[str, str] | None = None,
-               headers: dict[str, str] | None = None, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+async def call(
+    store: Store,
+    subpath: str,
+    query: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+    method: str = "GET",
+) -> tuple[int, dict[str, str], bytes]:
     handler = functools.partial(tempo_api.answer, store)
     result: tuple[int, dict[str, str], bytes] = await handler(method, subpath, query or {}, headers or {}, ctx())
     return result
@@ -130,13 +135,22 @@ async def test_search_span_by_id_as_the_resolver_asks(store: Store) -> None:
         ('{ name = "GET /health" }', lambda rs, s: s.name == "GET /health"),
         ('{ span:name =~ "GET /(price|slow-io)" }', lambda rs, s: s.name in ("GET /price", "GET /slow-io")),
         ("{ duration > 100ms }", lambda rs, s: s.end_time_unix_nano - s.start_time_unix_nano > 100_000_000),
-        ('{ .service.name = "shop-frontend" && kind = server && duration < 5ms }',
-         lambda rs, s: _svc(rs) == "shop-frontend" and s.kind == 2
-         and s.end_time_unix_nano - s.start_time_unix_nano < 5_000_000),
-        ('{ span.pyroscope.profile.id =~ "[0-9a-f]{16}" }',
-         lambda rs, s: any(kv.key == "pyroscope.profile.id" for kv in s.attributes)),
-        ('{ resource.host.name = "capture-host" && span.pyroscope.profile.id != "x" }',
-         lambda rs, s: any(kv.key == "pyroscope.profile.id" for kv in s.attributes)),
+        (
+            '{ .service.name = "shop-frontend" && kind = server && duration < 5ms }',
+            lambda rs, s: (
+                _svc(rs) == "shop-frontend"
+                and s.kind == 2
+                and s.end_time_unix_nano - s.start_time_unix_nano < 5_000_000
+            ),
+        ),
+        (
+            '{ span.pyroscope.profile.id =~ "[0-9a-f]{16}" }',
+            lambda rs, s: any(kv.key == "pyroscope.profile.id" for kv in s.attributes),
+        ),
+        (
+            '{ resource.host.name = "capture-host" && span.pyroscope.profile.id != "x" }',
+            lambda rs, s: any(kv.key == "pyroscope.profile.id" for kv in s.attributes),
+        ),
         ("{}", lambda rs, s: True),
     ],
 )
@@ -161,8 +175,10 @@ async def test_search_limits_and_time_window(store: Store) -> None:
     assert status == 200 and "traces" not in json.loads(body)
 
 
-@pytest.mark.parametrize("query", ['{ a = "b" || c = "d" }', "{ span.x = }", '{ name = "x" } | count() > 2',
-                                   "{ event:name = \"x\" }", "not traceql"])
+@pytest.mark.parametrize(
+    "query",
+    ['{ a = "b" || c = "d" }', "{ span.x = }", '{ name = "x" } | count() > 2', '{ event:name = "x" }', "not traceql"],
+)
 async def test_unsupported_traceql_is_a_400_naming_the_subset(store: Store, query: str) -> None:
     status, _, body = await call(store, "api/search", {"q": query})
     assert status == 400
@@ -177,8 +193,9 @@ async def test_tags_and_values(store: Store) -> None:
     scopes = {s["name"]: s["tags"] for s in json.loads(body)["scopes"]}
     assert "service.name" in scopes["resource"] and "span:id" in scopes["intrinsic"]
     _, _, body = await call(store, "api/v2/search/tag/resource.service.name/values")
-    assert json.loads(body) == {"tagValues": [{"type": "string", "value": "shop-backend"},
-                                              {"type": "string", "value": "shop-frontend"}]}
+    assert json.loads(body) == {
+        "tagValues": [{"type": "string", "value": "shop-backend"}, {"type": "string", "value": "shop-frontend"}]
+    }
     _, _, body = await call(store, "api/v2/search/tag/name/values")
     assert {"GET /checkout", "renderCart", "countPrimes"} <= {v["value"] for v in json.loads(body)["tagValues"]}
     _, _, body = await call(store, "api/search/tag/service.name/values")
@@ -197,7 +214,8 @@ async def test_ready_echo_and_the_rest(store: Store) -> None:
 def test_traceql_parse() -> None:
     q = traceql.parse('{ span:id = "00f067aa0ba902b7" && duration >= 1.5s } | select(span:name, resource.service.name)')
     assert [(c.attr.text, c.op, c.value) for c in q.conds] == [
-        ("span:id", "=", "00f067aa0ba902b7"), ("duration", ">=", 1_500_000_000),
+        ("span:id", "=", "00f067aa0ba902b7"),
+        ("duration", ">=", 1_500_000_000),
     ]
     assert [a.text for a in q.select] == ["span:name", "resource.service.name"]
     assert traceql.parse("{}").conds == ()
@@ -206,7 +224,10 @@ def test_traceql_parse() -> None:
 def test_selector_parse_and_match() -> None:
     matchers = parse_selector('{service_name="a\\"b", env=~"prod|stage", zone!="", k!~`x.*`}')
     assert [(m.name, m.op, m.value) for m in matchers] == [
-        ("service_name", "=", 'a"b'), ("env", "=~", "prod|stage"), ("zone", "!=", ""), ("k", "!~", "x.*"),
+        ("service_name", "=", 'a"b'),
+        ("env", "=~", "prod|stage"),
+        ("zone", "!=", ""),
+        ("k", "!~", "x.*"),
     ]
     labels = {"service_name": 'a"b', "env": "stage", "zone": "z1", "k": "y"}
     assert all(m.matches(labels) for m in matchers)

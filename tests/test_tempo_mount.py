@@ -84,8 +84,9 @@ def spans_of(body: bytes, version: int, protobuf: bool) -> list[otlp_trace.Span]
     for rs in batches:
         for ss in rs["scopeSpans"]:
             for raw in ss["spans"]:
-                span = otlp_trace.Span(span_id=base64.b64decode(raw["spanId"]),
-                                       trace_id=base64.b64decode(raw["traceId"]))
+                span = otlp_trace.Span(
+                    span_id=base64.b64decode(raw["spanId"]), trace_id=base64.b64decode(raw["traceId"])
+                )
                 for kv in raw.get("attributes", []):
                     if "stringValue" in kv["value"]:
                         span.attributes.add(key=kv["key"]).value.string_value = kv["value"]["stringValue"]
@@ -139,9 +140,14 @@ async def test_vulture_json_is_tempos_json_plus_the_attribute(stack: Stack) -> N
         for ss in rs["scopeSpans"]:
             for span in ss["spans"]:
                 added = span["attributes"].pop()
-                assert added == {"key": PROFILE_ID_ATTR,
-                                 "value": {"stringValue": base64.b64decode(span["spanId"]).hex() + ":"
-                                           + base64.b64decode(span["traceId"]).hex()}}
+                assert added == {
+                    "key": PROFILE_ID_ATTR,
+                    "value": {
+                        "stringValue": base64.b64decode(span["spanId"]).hex()
+                        + ":"
+                        + base64.b64decode(span["traceId"]).hex()
+                    },
+                }
     assert through == direct
 
 
@@ -149,8 +155,14 @@ async def test_trace_request_carries_query_tenant_and_auth_and_asks_for_gzip(sta
     trace_id = load_shop().trace_ids()[0]
     resp = await stack.client.get(
         f"/tempo/api/v2/traces/{trace_id.upper()}?start=1795945200&end=1795945400",
-        headers={**PB, "X-Scope-OrgID": "team-a", "Authorization": "Bearer t0k3n", "Connection": "keep-alive, X-Hop",
-                 "X-Hop": "dropped", "X-Grafana-Org-Id": "1"},
+        headers={
+            **PB,
+            "X-Scope-OrgID": "team-a",
+            "Authorization": "Bearer t0k3n",
+            "Connection": "keep-alive, X-Hop",
+            "X-Hop": "dropped",
+            "X-Grafana-Org-Id": "1",
+        },
     )
     assert resp.status == 200
     (seen,) = stack.tempo.calls("/api/v2/traces/")
@@ -219,13 +231,15 @@ async def test_gzip_from_tempo_and_to_the_client(stack: Stack, client_gzip: bool
     assert (gzip.decompress(body) if resp.headers.get("Content-Encoding") == "gzip" else body) == b"trace not found\n"
 
 
-async def test_unchanged_gzip_answer_is_relayed_without_recompression(aiohttp_server: Server,
-                                                                      aiohttp_client: Client) -> None:
+async def test_unchanged_gzip_answer_is_relayed_without_recompression(
+    aiohttp_server: Server, aiohttp_client: Client
+) -> None:
     stack = await make_stack(aiohttp_server, aiohttp_client, enrich="off")
     stack.tempo.gzip = True
     trace_id = load_shop().pick("frontend-child").trace_id
-    resp = await stack.client.get(f"/tempo/api/v2/traces/{trace_id}", headers={**PB, "Accept-Encoding": "gzip"},
-                                  auto_decompress=False)
+    resp = await stack.client.get(
+        f"/tempo/api/v2/traces/{trace_id}", headers={**PB, "Accept-Encoding": "gzip"}, auto_decompress=False
+    )
     body = await resp.read()
     assert resp.headers["Content-Encoding"] == "gzip"
     assert gzip.decompress(body) == stack.tempo.trace_answer_for(trace_id, version=2, protobuf=True)
@@ -251,10 +265,14 @@ async def test_undecodable_answer_passes_through_with_a_warning_and_a_metric(
 async def test_corrupt_gzip_passes_through_with_encoding_failure(stack: Stack) -> None:
     # a body that claims gzip and is not: a Tempo behind a broken proxy
     trace_id = load_shop().trace_ids()[0]
-    stack.tempo.raw_answers[trace_id] = (200, {"Content-Type": "application/protobuf", "Content-Encoding": "gzip"},
-                                         b"\x1f\x8b not really gzip")
-    resp = await stack.client.get(f"/tempo/api/v2/traces/{trace_id}", headers={**PB, "Accept-Encoding": "gzip"},
-                                  auto_decompress=False)
+    stack.tempo.raw_answers[trace_id] = (
+        200,
+        {"Content-Type": "application/protobuf", "Content-Encoding": "gzip"},
+        b"\x1f\x8b not really gzip",
+    )
+    resp = await stack.client.get(
+        f"/tempo/api/v2/traces/{trace_id}", headers={**PB, "Accept-Encoding": "gzip"}, auto_decompress=False
+    )
     assert resp.status == 200
     assert await resp.read() == b"\x1f\x8b not really gzip"
     assert resp.headers["Content-Encoding"] == "gzip"
@@ -288,8 +306,9 @@ async def test_grafana_flow_against_a_tempo_without_v2(stack: Stack) -> None:
     ],
 )
 @pytest.mark.parametrize("path", ["/tempo/api/v2/traces/", "/tempo/api/traces/"])
-async def test_bad_trace_id_is_tempos_400_and_never_forwarded(stack: Stack, path: str, raw_id: str,
-                                                               message: str) -> None:
+async def test_bad_trace_id_is_tempos_400_and_never_forwarded(
+    stack: Stack, path: str, raw_id: str, message: str
+) -> None:
     resp = await stack.client.get(path + raw_id, headers=PB)
     assert resp.status == 400
     assert resp.headers["Content-Type"].startswith("text/plain")
@@ -310,15 +329,15 @@ async def test_short_and_upper_case_ids_are_tempos_own(stack: Stack) -> None:
 # --------------------------------------------------------------------------------------------- policies
 
 
-async def test_policy_profiled_services_asks_pyroscope_once_per_tenant(aiohttp_server: Server,
-                                                                      aiohttp_client: Client) -> None:
+async def test_policy_profiled_services_asks_pyroscope_once_per_tenant(
+    aiohttp_server: Server, aiohttp_client: Client
+) -> None:
     stack = await make_stack(aiohttp_server, aiohttp_client, enrich="profiled-services")
     shop = load_shop()
     child = shop.pick("backend-child")
     for tenant in ("team-a", "team-a", "team-b"):
         for trace_id, profiled in ((child.trace_id, True), (stack.vulture_id, False)):
-            resp = await stack.client.get(f"/tempo/api/v2/traces/{trace_id}",
-                                          headers={**PB, "X-Scope-OrgID": tenant})
+            resp = await stack.client.get(f"/tempo/api/v2/traces/{trace_id}", headers={**PB, "X-Scope-OrgID": tenant})
             spans = spans_of(await resp.read(), 2, True)
             if profiled:  # shop-frontend and shop-backend have profiles
                 assert all(profile_ids(s) == [carried(s)] for s in spans)
@@ -330,8 +349,12 @@ async def test_policy_profiled_services_asks_pyroscope_once_per_tenant(aiohttp_s
 
 
 async def test_policy_profiled_services_follows_the_label_map(aiohttp_server: Server, aiohttp_client: Client) -> None:
-    stack = await make_stack(aiohttp_server, aiohttp_client, enrich="profiled-services",
-                             label_map=(("service.name", "env"), ("host.name", "host")))
+    stack = await make_stack(
+        aiohttp_server,
+        aiohttp_client,
+        enrich="profiled-services",
+        label_map=(("service.name", "env"), ("host.name", "host")),
+    )
     resp = await stack.client.get(f"/tempo/api/v2/traces/{load_shop().trace_ids()[0]}", headers=PB)
     assert resp.status == 200
     (asked,) = stack.pyroscope.calls("LabelValues")
@@ -342,8 +365,9 @@ async def test_policy_profiled_services_follows_the_label_map(aiohttp_server: Se
     assert stack.metric("profile_bridge_enriched_spans_total") == 0
 
 
-async def test_policy_profiled_services_without_pyroscope_enriches_everything(aiohttp_server: Server,
-                                                                             aiohttp_client: Client) -> None:
+async def test_policy_profiled_services_without_pyroscope_enriches_everything(
+    aiohttp_server: Server, aiohttp_client: Client
+) -> None:
     stack = await make_stack(aiohttp_server, aiohttp_client, enrich="profiled-services", pyroscope_url=refused_url())
     resp = await stack.client.get(f"/tempo/api/v2/traces/{stack.vulture_id}", headers=PB)
     assert resp.status == 200
@@ -371,8 +395,7 @@ async def test_policy_off_relays_tempos_bytes(aiohttp_server: Server, aiohttp_cl
     stack = await make_stack(aiohttp_server, aiohttp_client, enrich="off")
     for headers in (PB, {}):
         resp = await stack.client.get(f"/tempo/api/v2/traces/{stack.vulture_id}", headers=headers)
-        assert await resp.read() == stack.tempo.trace_answer_for(stack.vulture_id, version=2,
-                                                                 protobuf=bool(headers))
+        assert await resp.read() == stack.tempo.trace_answer_for(stack.vulture_id, version=2, protobuf=bool(headers))
     assert stack.metric("profile_bridge_enriched_spans_total") == 0
 
 
@@ -389,8 +412,11 @@ async def test_span_cache_is_filled_per_tenant(stack: Stack) -> None:
     assert entry is not None
     assert entry.local_root_id == shop.in_trace(child.trace_id, "frontend-root").span_id
     assert not entry.is_local_root
-    assert (entry.span.name, entry.span.service, entry.span.kind_name) == ("renderCart", "shop-frontend",
-                                                                          "SPAN_KIND_INTERNAL")
+    assert (entry.span.name, entry.span.service, entry.span.kind_name) == (
+        "renderCart",
+        "shop-frontend",
+        "SPAN_KIND_INTERNAL",
+    )
     assert dict(entry.span.resource)["host.name"] == "capture-host"
     backend_root = cache.get(scope_key("team-a"), shop.in_trace(child.trace_id, "backend-root").span_id)
     assert backend_root is not None and backend_root.is_local_root
@@ -410,8 +436,11 @@ async def test_everything_else_is_streamed_to_tempo(stack: Stack) -> None:
     info = await (await stack.client.get("/tempo/api/status/buildinfo")).json()
     assert info["version"].endswith("test-double")
     q = f'{{ span:id = "{child.span_id}" }} | select(span:name, resource.service.name)'
-    resp = await stack.client.get("/tempo/api/search", params={"q": q, "start": "1795945200", "end": "1795945400"},
-                                  headers={"X-Scope-OrgID": "team-a"})
+    resp = await stack.client.get(
+        "/tempo/api/search",
+        params={"q": q, "start": "1795945200", "end": "1795945400"},
+        headers={"X-Scope-OrgID": "team-a"},
+    )
     doc = await resp.json()
     assert doc["traces"][0]["spanSets"][0]["spans"][0]["spanID"] == child.span_id
     (seen,) = stack.tempo.search_calls
@@ -426,8 +455,14 @@ async def test_everything_else_is_streamed_to_tempo(stack: Stack) -> None:
 
 async def test_nothing_outside_the_mount_reaches_tempo(stack: Stack) -> None:
     base = str(stack.client.make_url("")).rstrip("/")
-    paths = ("/api/traces/abc", "/tempoX/api/echo", "/tempo/../api/echo", "/tempo/api/%2e%2e/ready",
-             "/tempo/api/..%2f..%2fready", "/tempo/%2e%2e/%2e%2e/etc/passwd")
+    paths = (
+        "/api/traces/abc",
+        "/tempoX/api/echo",
+        "/tempo/../api/echo",
+        "/tempo/api/%2e%2e/ready",
+        "/tempo/api/..%2f..%2fready",
+        "/tempo/%2e%2e/%2e%2e/etc/passwd",
+    )
     for path in paths:
         # sent as written: the client must not normalise the dots away
         resp = await stack.client.session.get(URL(base + path, encoded=True))
@@ -491,8 +526,9 @@ async def test_tempo_error_status_passes_through(stack: Stack) -> None:
 # --------------------------------------------------------------------------------------------- standalone mode
 
 
-async def test_standalone_mode_enriches_the_stores_answers(aiohttp_server: Server, aiohttp_client: Client,
-                                                           tmp_path: Path) -> None:
+async def test_standalone_mode_enriches_the_stores_answers(
+    aiohttp_server: Server, aiohttp_client: Client, tmp_path: Path
+) -> None:
     settings = Settings.for_tests(mode="standalone", data_dir=str(tmp_path / "data"))
     app = create_app(settings, wall_clock=lambda: CAPTURE_NOW)
     client = await aiohttp_client(await aiohttp_server(app))
@@ -502,8 +538,9 @@ async def test_standalone_mode_enriches_the_stores_answers(aiohttp_server: Serve
         await sink.ingest_otlp_traces(req, "team-a")
     child = shop.pick("frontend-child")
     for version, protobuf, path in TRACE_PATHS:
-        resp = await client.get("/tempo" + path.format(child.trace_id),
-                                headers={**(PB if protobuf else {}), "X-Scope-OrgID": "team-a"})
+        resp = await client.get(
+            "/tempo" + path.format(child.trace_id), headers={**(PB if protobuf else {}), "X-Scope-OrgID": "team-a"}
+        )
         assert resp.status == 200, await resp.text()
         spans = spans_of(await resp.read(), version, protobuf)
         assert {s.span_id.hex() for s in spans} == set(shop.trace(child.trace_id).spans)

@@ -64,15 +64,15 @@ def peak_rss() -> int:
     return int(match.group(1)) * 1024
 
 
-async def test_four_huge_answers_at_once_cost_the_cap_not_their_size(aiohttp_server: Server,
-                                                                     aiohttp_client: Client) -> None:
+async def test_four_huge_answers_at_once_cost_the_cap_not_their_size(
+    aiohttp_server: Server, aiohttp_client: Client
+) -> None:
     """The issue's four 200 MB answers at once (1.03 GiB), scaled: four 300 MB answers — a trace by ID and the
     resolver's Pyroscope queries — with an 8 MiB cap raise the peak RSS by far less than one answer."""
     flood = Flood(300 * MiB)
     upstream = await aiohttp_server(flood.app)
     url = str(upstream.make_url("")).rstrip("/")
-    settings = Settings.for_tests(mode="proxy", tempo_url=url, pyroscope_url=url,
-                                  max_upstream_answer_bytes=8 * MiB)
+    settings = Settings.for_tests(mode="proxy", tempo_url=url, pyroscope_url=url, max_upstream_answer_bytes=8 * MiB)
     client = await aiohttp_client(create_app(settings))
 
     async def trace() -> tuple[int, str]:
@@ -96,16 +96,18 @@ async def test_four_huge_answers_at_once_cost_the_cap_not_their_size(aiohttp_ser
     assert all(sent < 300 * MiB for sent in flood.sent)  # the bridge hung up early
 
 
-async def test_pass_through_answers_stream_whatever_their_size(aiohttp_server: Server,
-                                                               aiohttp_client: Client) -> None:
+async def test_pass_through_answers_stream_whatever_their_size(aiohttp_server: Server, aiohttp_client: Client) -> None:
     flood = Flood(32 * MiB)
     upstream = await aiohttp_server(flood.app)
     url = str(upstream.make_url("")).rstrip("/")
     settings = Settings.for_tests(mode="proxy", tempo_url=url, pyroscope_url=url, max_upstream_answer_bytes=MiB)
     client = await aiohttp_client(create_app(settings))
     for path in ("/tempo/api/search?q={}", "/pyroscope/querier.v1.QuerierService/SelectMergeProfile"):
-        resp = await (client.get(path) if path.startswith("/tempo") else client.post(
-            path, data=b"", headers={"Content-Type": "application/proto"}))
+        resp = await (
+            client.get(path)
+            if path.startswith("/tempo")
+            else client.post(path, data=b"", headers={"Content-Type": "application/proto"})
+        )
         assert resp.status == 200
         received = 0
         async for chunk in resp.content.iter_chunked(MiB):

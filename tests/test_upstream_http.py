@@ -24,8 +24,14 @@ Server = Callable[..., Awaitable[TestServer]]
 
 
 class Env:
-    def __init__(self, pyro: PyroscopeDouble, tempo: TempoDouble, profiles: PyroscopeClient, traces: TempoClient,
-                 metrics: Metrics) -> None:
+    def __init__(
+        self,
+        pyro: PyroscopeDouble,
+        tempo: TempoDouble,
+        profiles: PyroscopeClient,
+        traces: TempoClient,
+        metrics: Metrics,
+    ) -> None:
         self.pyro, self.tempo, self.profiles, self.traces, self.metrics = pyro, tempo, profiles, traces, metrics
 
 
@@ -36,8 +42,9 @@ async def env(aiohttp_server: Server) -> AsyncIterator[Env]:
     tempo = TempoDouble()
     tempo.add_shop()
     tserver = await aiohttp_server(tempo.app)
-    settings = Settings.for_tests(mode="proxy", pyroscope_url=str(pserver.make_url("")),
-                                  tempo_url=str(tserver.make_url("")), upstream_timeout=2.0)
+    settings = Settings.for_tests(
+        mode="proxy", pyroscope_url=str(pserver.make_url("")), tempo_url=str(tserver.make_url("")), upstream_timeout=2.0
+    )
     metrics = Metrics()
     async with open_clients(settings, metrics) as (traces, profiles):
         yield Env(pyro, tempo, profiles, traces, metrics)
@@ -133,8 +140,7 @@ async def test_tempo_garbage_and_refusal(env: Env, aiohttp_server: Server) -> No
 async def test_readyz_reports_each_upstream(aiohttp_client: Callable[..., Awaitable[Any]], env: Env) -> None:
     from bridge.app import create_app
 
-    app = create_app(Settings.for_tests(mode="proxy", pyroscope_url=env.profiles.base_url,
-                                        tempo_url=refused_url()))
+    app = create_app(Settings.for_tests(mode="proxy", pyroscope_url=env.profiles.base_url, tempo_url=refused_url()))
     client = await aiohttp_client(app)
     resp = await client.get("/readyz")
     doc = await resp.json()

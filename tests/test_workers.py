@@ -41,9 +41,14 @@ def proxy_args(pyroscope: PyroscopeDouble) -> list[str]:
 async def profile_types(base: str, *, fresh: bool = True) -> int:
     """One ProfileTypes call on a new connection (so the kernel picks a worker each time); the status."""
     connector = aiohttp.TCPConnector(force_close=fresh)
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=10)) as session, \
-            session.post(base + PROFILE_TYPES, data=qpb.ProfileTypesRequest().SerializeToString(),
-                         headers={"Content-Type": "application/proto"}) as resp:
+    async with (
+        aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=10)) as session,
+        session.post(
+            base + PROFILE_TYPES,
+            data=qpb.ProfileTypesRequest().SerializeToString(),
+            headers={"Content-Type": "application/proto"},
+        ) as resp,
+    ):
         await resp.read()
         return resp.status
 
@@ -51,8 +56,7 @@ async def profile_types(base: str, *, fresh: bool = True) -> int:
 async def served(base: str, route: str) -> float:
     async with aiohttp.ClientSession() as session, session.get(base + "/metrics") as resp:
         text = await resp.text()
-    pattern = re.compile(r'^profile_bridge_requests_total\{code="200",route="' + re.escape(route) + r'"\} (\S+)$',
-                         re.M)
+    pattern = re.compile(r'^profile_bridge_requests_total\{code="200",route="' + re.escape(route) + r'"\} (\S+)$', re.M)
     return sum(float(v) for v in pattern.findall(text))
 
 
@@ -172,15 +176,26 @@ async def test_a_port_in_use_is_refused_in_one_line_even_with_reuseport() -> Non
         sock.listen()
         port = sock.getsockname()[1]
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bridge", "serve", "--proxy", "--workers", "2", "--listen", f"127.0.0.1:{port}",
-            cwd=ROOT, stderr=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-m",
+            "bridge",
+            "serve",
+            "--proxy",
+            "--workers",
+            "2",
+            "--listen",
+            f"127.0.0.1:{port}",
+            cwd=ROOT,
+            stderr=asyncio.subprocess.PIPE,
             env={"PATH": "/usr/bin:/bin", "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false"},
         )
         _, err = await asyncio.wait_for(proc.communicate(), 90)
     assert proc.returncode == 1
     errors = [line for line in err.decode().splitlines() if line.startswith("profile-bridge")]
-    assert errors == [f"profile-bridge: cannot listen on 127.0.0.1:{port}: Address already in use: --listen "
-                      "HOST:PORT (PROFILE_BRIDGE_LISTEN) moves the bridge's HTTP port"]
+    assert errors == [
+        f"profile-bridge: cannot listen on 127.0.0.1:{port}: Address already in use: --listen "
+        "HOST:PORT (PROFILE_BRIDGE_LISTEN) moves the bridge's HTTP port"
+    ]
 
 
 # --------------------------------------------------------------------------------------------- pure parts

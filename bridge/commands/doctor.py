@@ -136,15 +136,19 @@ class Picked:
     note: str = ""  # how the span was chosen, when the user did not name it
 
 
-async def _pick_span(hops: Hops, settings: Settings, trace_id: str | None, span_id: str | None, now: float,
-                     profile_type: str) -> Picked | Missing:
+async def _pick_span(
+    hops: Hops, settings: Settings, trace_id: str | None, span_id: str | None, now: float, profile_type: str
+) -> Picked | Missing:
     """The span to check, or which of trace and span was not found and why."""
     ctx = _ctx(settings)
     if trace_id is None and span_id is not None:
         hit = await hops.traces.find_span(span_id, int(now) - SPAN_SEARCH_S, int(now) + 60, ctx)
         if hit is None:
-            return Missing("trace", f"span {span_id} not found by Tempo's search in the last "
-                                    f"{SPAN_SEARCH_S // 3600} h (search lags ingest by 15-30 s; give --trace-id too)")
+            return Missing(
+                "trace",
+                f"span {span_id} not found by Tempo's search in the last "
+                f"{SPAN_SEARCH_S // 3600} h (search lags ingest by 15-30 s; give --trace-id too)",
+            )
         trace_id = hit.trace_id
     if trace_id is None:
         return await _pick_recent(hops, ctx, now, profile_type, settle_seconds(settings))
@@ -183,9 +187,13 @@ async def _pick_recent(hops: Hops, ctx: CallContext, now: float, profile_type: s
     settled = [(span, trace) for span, trace in roots if _settled(span, now, settle)]
     if not settled:
         span, trace = roots[0]
-        return Picked(span, trace, f" (picked: the slowest recent root span; every recent root span ended less than "
-                                   f"{settle:g} s ago — a capture window plus upload lag — so their profiles may not "
-                                   "have arrived yet)")
+        return Picked(
+            span,
+            trace,
+            f" (picked: the slowest recent root span; every recent root span ended less than "
+            f"{settle:g} s ago — a capture window plus upload lag — so their profiles may not "
+            "have arrived yet)",
+        )
     endpoints: dict[tuple[str, str], tuple[Span, Trace]] = {}  # the slowest span of each endpoint, slowest first
     for span, trace in settled:
         endpoints.setdefault((span.service, span.name), (span, trace))
@@ -197,8 +205,10 @@ async def _pick_recent(hops: Hops, ctx: CallContext, now: float, profile_type: s
             break  # the checks below name the failing hop
         if doc.get("mode") == "linked":
             return Picked(span, trace, " (picked: the slowest recent root span with linked samples)")
-    return Picked(*settled[0], f" (picked: the slowest recent root span; none of the {len(probes)} slowest endpoints "
-                               "has linked samples)")
+    return Picked(
+        *settled[0],
+        f" (picked: the slowest recent root span; none of the {len(probes)} slowest endpoints has linked samples)",
+    )
 
 
 def _settled(span: Span, now: float, settle: float) -> bool:
@@ -214,8 +224,9 @@ class ServiceLinks:
     example: tuple[str, str, str] | None = None  # (span name, span id, mode)
 
 
-async def service_links(hops: Hops, ctx: CallContext, span: Span, now: float, settle: float,
-                        profile_type: str) -> ServiceLinks:
+async def service_links(
+    hops: Hops, ctx: CallContext, span: Span, now: float, settle: float, profile_type: str
+) -> ServiceLinks:
     """Ask the resolver about other spans of ``span``'s service around its time (one per span name, slowest first,
     ``PICK_PROBES`` at most, only settled ones): a ``linked`` or ``local-root`` answer for any of them means the
     service's profiles are linked to its spans."""
@@ -288,16 +299,27 @@ async def diagnose(
                 skip("span found", "the trace")
             else:
                 checks.append(Check("trace found", True, f"trace {trace_id}"))
-                checks.append(Check("span found", False, picked.message,
-                                    "check the span id (16 hex characters from the trace view); the trace may be "
-                                    "partial (over Tempo's max_bytes_per_trace) or still arriving"))
+                checks.append(
+                    Check(
+                        "span found",
+                        False,
+                        picked.message,
+                        "check the span id (16 hex characters from the trace view); the trace may be "
+                        "partial (over Tempo's max_bytes_per_trace) or still arriving",
+                    )
+                )
         else:
             span, trace, how = picked.span, picked.trace, picked.note
             size = f"{len(trace)} span{_plural(len(trace))}"
             checks.append(Check("trace found", True, f"trace {span.trace_id}, {size}{how}"))
-            checks.append(Check("span found", True,
-                                f"{span.span_id} {span.name!r} in {span.service or 'an unnamed service'} "
-                                f"({span.kind_name}, {span.duration_ns / 1e6:.1f} ms)"))
+            checks.append(
+                Check(
+                    "span found",
+                    True,
+                    f"{span.span_id} {span.name!r} in {span.service or 'an unnamed service'} "
+                    f"({span.kind_name}, {span.duration_ns / 1e6:.1f} ms)",
+                )
+            )
 
     # 4. pyroscope.profile.id
     if span is None:
@@ -328,11 +350,16 @@ async def diagnose(
                 checks.append(Check("profile type present", True, f"{profile_type} has data"))
             else:
                 have = ", ".join(ids) if ids else "no profile types at all (is anything sending profiles?)"
-                checks.append(Check("profile type present", False,
-                                    f"{profile_type} has no data around the span; Pyroscope has: {have}",
-                                    "pass --profile-type (or set PROFILE_BRIDGE_PROFILE_TYPE and the Grafana data "
-                                    "source's profileTypeId) to one that exists, or start the profiler (pyroscope-io, "
-                                    "otel-profiling-go, the Java agent) in the service"))
+                checks.append(
+                    Check(
+                        "profile type present",
+                        False,
+                        f"{profile_type} has no data around the span; Pyroscope has: {have}",
+                        "pass --profile-type (or set PROFILE_BRIDGE_PROFILE_TYPE and the Grafana data "
+                        "source's profileTypeId) to one that exists, or start the profiler (pyroscope-io, "
+                        "otel-profiling-go, the Java agent) in the service",
+                    )
+                )
         except BridgeError as exc:
             checks.append(Check("profile type present", False, exc.message, _pyroscope_fix(settings, hops)))
 
@@ -345,8 +372,14 @@ async def diagnose(
             doc = await hops.answer(span.trace_id, span.span_id, "span", profile_type)
             checks.append(await _linked_check(hops, ctx, doc, span, now, settle_seconds(settings), profile_type))
         except BridgeError as exc:
-            checks.append(Check("samples linked to the span", False, exc.message,
-                                "the resolver could not answer: fix the hop it names above"))
+            checks.append(
+                Check(
+                    "samples linked to the span",
+                    False,
+                    exc.message,
+                    "the resolver could not answer: fix the hop it names above",
+                )
+            )
 
     # 8. expected function
     if expect_function:
@@ -372,61 +405,102 @@ async def _profile_id_check(hops: Hops, settings: Settings, span: Span, ctx: Cal
     if span.profile_id:
         return Check(name, True, f"{PROFILE_ID_ATTR}={span.profile_id}")
     if settings.is_standalone or settings.enrich == "all":
-        return Check(name, True, f"not on the stored span, but the bridge's /tempo mount adds it "
-                                 f"(PROFILE_BRIDGE_ENRICH={settings.enrich}): Grafana's Tempo data source must point "
-                                 f"at {bridge_url(settings)}/tempo to see it")
+        return Check(
+            name,
+            True,
+            f"not on the stored span, but the bridge's /tempo mount adds it "
+            f"(PROFILE_BRIDGE_ENRICH={settings.enrich}): Grafana's Tempo data source must point "
+            f"at {bridge_url(settings)}/tempo to see it",
+        )
     if settings.enrich == "profiled-services":
         try:
             known = await hops.profiles.label_values(tpb.LabelValuesRequest(name="service_name"), ctx)
         except BridgeError as exc:
-            return Check(name, False, f"cannot tell whether Pyroscope knows {span.service!r}: {exc.message}",
-                         "fix Pyroscope's reachability, or set PROFILE_BRIDGE_ENRICH=all")
+            return Check(
+                name,
+                False,
+                f"cannot tell whether Pyroscope knows {span.service!r}: {exc.message}",
+                "fix Pyroscope's reachability, or set PROFILE_BRIDGE_ENRICH=all",
+            )
         if span.service in known.names:
-            return Check(name, True, f"not on the stored span; the /tempo mount adds it because Pyroscope knows "
-                                     f"service {span.service!r} (PROFILE_BRIDGE_ENRICH=profiled-services)")
-        return Check(name, False, f"no {PROFILE_ID_ATTR}, and Pyroscope has no service_name={span.service!r}, so "
-                                  "PROFILE_BRIDGE_ENRICH=profiled-services does not add it (Grafana shows no button)",
-                     f"profile {span.service!r} (its service_name label must equal the span's service.name), or set "
-                     "PROFILE_BRIDGE_ENRICH=all")
-    return Check(name, False, f"no {PROFILE_ID_ATTR} on the span and enrichment is off: Grafana shows no "
-                              "'Profiles for this span' button",
-                 "set PROFILE_BRIDGE_ENRICH=all (the /tempo mount adds the attribute), or add pyroscope-otel's "
-                 "PyroscopeSpanProcessor / otel-profiling-go to the service")
+            return Check(
+                name,
+                True,
+                f"not on the stored span; the /tempo mount adds it because Pyroscope knows "
+                f"service {span.service!r} (PROFILE_BRIDGE_ENRICH=profiled-services)",
+            )
+        return Check(
+            name,
+            False,
+            f"no {PROFILE_ID_ATTR}, and Pyroscope has no service_name={span.service!r}, so "
+            "PROFILE_BRIDGE_ENRICH=profiled-services does not add it (Grafana shows no button)",
+            f"profile {span.service!r} (its service_name label must equal the span's service.name), or set "
+            "PROFILE_BRIDGE_ENRICH=all",
+        )
+    return Check(
+        name,
+        False,
+        f"no {PROFILE_ID_ATTR} on the span and enrichment is off: Grafana shows no 'Profiles for this span' button",
+        "set PROFILE_BRIDGE_ENRICH=all (the /tempo mount adds the attribute), or add pyroscope-otel's "
+        "PyroscopeSpanProcessor / otel-profiling-go to the service",
+    )
 
 
-LINK_FIX: Final = ("link profiles to spans: pyroscope-otel's PyroscopeSpanProcessor (Python), otel-profiling-go (Go) "
-                   "or the Java agent's OTel extension in the service, with the same service.name as the profiler's "
-                   "application name; pull/eBPF profiling cannot link (time-window is the best answer)")
-NO_SAMPLES_FIX: Final = ("no samples in the span's window either: is the profiler running in this service, and does "
-                         "its service_name label match the span's service.name (see PROFILE_BRIDGE_LABEL_MAP)?")
+LINK_FIX: Final = (
+    "link profiles to spans: pyroscope-otel's PyroscopeSpanProcessor (Python), otel-profiling-go (Go) "
+    "or the Java agent's OTel extension in the service, with the same service.name as the profiler's "
+    "application name; pull/eBPF profiling cannot link (time-window is the best answer)"
+)
+NO_SAMPLES_FIX: Final = (
+    "no samples in the span's window either: is the profiler running in this service, and does "
+    "its service_name label match the span's service.name (see PROFILE_BRIDGE_LABEL_MAP)?"
+)
 
 
-async def _linked_check(hops: Hops, ctx: CallContext, doc: dict[str, Any], span: Span, now: float, settle: float,
-                        profile_type: str) -> Check:
+async def _linked_check(
+    hops: Hops, ctx: CallContext, doc: dict[str, Any], span: Span, now: float, settle: float, profile_type: str
+) -> Check:
     name = "samples linked to the span"
     mode, reason = str(doc["mode"]), str(doc["reason"])
     if mode == "linked":
         return Check(name, True, f"linked: {reason}")
     if mode == "local-root":
         return Check(name, True, f"local-root: {reason} (expected for a child span: SDKs label only the local root)")
-    answer = (f"the time-window fallback would answer ({reason.removeprefix('time-window fallback: ')})"
-              if mode == "time-window" else f"no answer at all: {reason}")
+    answer = (
+        f"the time-window fallback would answer ({reason.removeprefix('time-window fallback: ')})"
+        if mode == "time-window"
+        else f"no answer at all: {reason}"
+    )
     if not _settled(span, now, settle):
         age = max(0.0, now - span.end_ns / 1e9)
         wait = max(1, round(settle - age))
-        return Check(name, False, f"no linked samples yet: the span ended {age:.0f} s ago, less than a capture window "
-                                  f"plus upload lag ({settle:g} s), so its profile may not have arrived; {answer}",
-                     f"rerun in {wait} s (or check an older span: without --trace-id/--span-id doctor picks one)")
+        return Check(
+            name,
+            False,
+            f"no linked samples yet: the span ended {age:.0f} s ago, less than a capture window "
+            f"plus upload lag ({settle:g} s), so its profile may not have arrived; {answer}",
+            f"rerun in {wait} s (or check an older span: without --trace-id/--span-id doctor picks one)",
+        )
     links = await service_links(hops, ctx, span, now, settle, profile_type)
     service = span.service or "an unnamed service"
     if links.example is not None:
         other, other_id, other_mode = links.example
-        why = ("ran too little CPU to be sampled (a 100 Hz profiler takes one sample per 10 ms of CPU)"
-               if mode == "time-window" else "had nothing on CPU in its window")
-        return Check(name, True, f"no samples of its own — {span.name!r} ({_ms(span)}) {why} — but {service} links "
-                                 f"its spans ({other!r} {other_id}: {other_mode}), so nothing is missing; {answer}")
-    compared = (f"and none of {links.probed} other recent span{_plural(links.probed)} of {service} is linked either"
-                if links.probed else f"and there is no other recent span of {service} to compare with")
+        why = (
+            "ran too little CPU to be sampled (a 100 Hz profiler takes one sample per 10 ms of CPU)"
+            if mode == "time-window"
+            else "had nothing on CPU in its window"
+        )
+        return Check(
+            name,
+            True,
+            f"no samples of its own — {span.name!r} ({_ms(span)}) {why} — but {service} links "
+            f"its spans ({other!r} {other_id}: {other_mode}), so nothing is missing; {answer}",
+        )
+    compared = (
+        f"and none of {links.probed} other recent span{_plural(links.probed)} of {service} is linked either"
+        if links.probed
+        else f"and there is no other recent span of {service} to compare with"
+    )
     if mode == "time-window":
         detail = f"no samples carry span_id {span.span_id} or its local root's id, {compared}; {answer}"
         fix = LINK_FIX if links.probed else f"if {service} does not link profiles to spans yet, {LINK_FIX}"
@@ -443,24 +517,34 @@ async def _function_check(hops: Hops, doc: dict[str, Any], span: Span, function:
     tree = flamegraph.decode(json_format.ParseDict(doc["flamegraph"], qpb.FlameGraph(), ignore_unknown_fields=True))
     found = _frames_matching(tree, function)
     if found:
-        return Check(name, True, f"{len(found)} frames ({', '.join(sorted(set(found))[:3])}) in the {doc['mode']} "
-                                 "answer")
+        return Check(
+            name, True, f"{len(found)} frames ({', '.join(sorted(set(found))[:3])}) in the {doc['mode']} answer"
+        )
     try:
         request_doc = await hops.answer(span.trace_id, span.span_id, "request", profile_type)
-        request_tree = flamegraph.decode(json_format.ParseDict(request_doc["flamegraph"], qpb.FlameGraph(),
-                                                               ignore_unknown_fields=True))
+        request_tree = flamegraph.decode(
+            json_format.ParseDict(request_doc["flamegraph"], qpb.FlameGraph(), ignore_unknown_fields=True)
+        )
         in_request = _frames_matching(request_tree, function)
     except BridgeError:
         in_request = []
     if in_request:
         services = sorted(s for s, child in request_tree.children.items() if _frames_matching(child, function))
-        return Check(name, True, f"not in the span's own samples, but in scope=request: {', '.join(services)} ran it "
-                                 "on this span's behalf (open the span page with scope=request)")
+        return Check(
+            name,
+            True,
+            f"not in the span's own samples, but in scope=request: {', '.join(services)} ran it "
+            "on this span's behalf (open the span page with scope=request)",
+        )
     top = sorted(_self_by_name(tree).items(), key=lambda kv: -kv[1])[:3]
     have = ", ".join(n for n, _ in top) or "no frames"
-    return Check(name, False, f"{function!r} is not among the answer's {tree.count() - 1} frames (hottest: {have})",
-                 "is the function running inside this span's request? Check --profile-type, and that the span "
-                 "is the one whose work you expect (a CLIENT span's callee shows with scope=request)")
+    return Check(
+        name,
+        False,
+        f"{function!r} is not among the answer's {tree.count() - 1} frames (hottest: {have})",
+        "is the function running inside this span's request? Check --profile-type, and that the span "
+        "is the one whose work you expect (a CLIENT span's callee shows with scope=request)",
+    )
 
 
 def _frames_matching(tree: flamegraph.Node, needle: str) -> list[str]:
@@ -486,26 +570,38 @@ def _self_by_name(tree: flamegraph.Node) -> dict[str, int]:
 
 def _tempo_fix(settings: Settings, hops: Hops) -> str:
     if settings.is_standalone:
-        return ("start the bridge (`profile-bridge serve`, standalone mode keeps traces in its store) or set "
-                "PROFILE_BRIDGE_LISTEN to where it runs; or set PROFILE_BRIDGE_TEMPO_URL to use Tempo directly")
-    return (f"is Tempo running and is PROFILE_BRIDGE_TEMPO_URL right (now {settings.tempo_url})? "
-            f"`curl {settings.tempo_url}/ready` must answer 'ready'")
+        return (
+            "start the bridge (`profile-bridge serve`, standalone mode keeps traces in its store) or set "
+            "PROFILE_BRIDGE_LISTEN to where it runs; or set PROFILE_BRIDGE_TEMPO_URL to use Tempo directly"
+        )
+    return (
+        f"is Tempo running and is PROFILE_BRIDGE_TEMPO_URL right (now {settings.tempo_url})? "
+        f"`curl {settings.tempo_url}/ready` must answer 'ready'"
+    )
 
 
 def _pyroscope_fix(settings: Settings, hops: Hops) -> str:
     if settings.is_standalone:
-        return ("start the bridge (`profile-bridge serve`) or set PROFILE_BRIDGE_LISTEN to where it runs; or set "
-                "PROFILE_BRIDGE_PYROSCOPE_URL to use Pyroscope directly")
-    return (f"is Pyroscope running and is PROFILE_BRIDGE_PYROSCOPE_URL right (now {settings.pyroscope_url})? "
-            f"`curl {settings.pyroscope_url}/ready` must answer 'ready'")
+        return (
+            "start the bridge (`profile-bridge serve`) or set PROFILE_BRIDGE_LISTEN to where it runs; or set "
+            "PROFILE_BRIDGE_PYROSCOPE_URL to use Pyroscope directly"
+        )
+    return (
+        f"is Pyroscope running and is PROFILE_BRIDGE_PYROSCOPE_URL right (now {settings.pyroscope_url})? "
+        f"`curl {settings.pyroscope_url}/ready` must answer 'ready'"
+    )
 
 
 def _trace_fix(trace_id: str | None) -> str:
     if trace_id is None:
-        return ("send traces (OTLP to Tempo, or to the bridge in standalone mode), or pass --trace-id/--span-id; "
-                "Tempo's search only sees a trace 15-30 s after it ends")
-    return ("check the trace id; a trace is visible by ID as soon as Tempo holds it, so check that the service "
-            "exports spans to the Tempo this bridge reads (and the tenant, X-Scope-OrgID)")
+        return (
+            "send traces (OTLP to Tempo, or to the bridge in standalone mode), or pass --trace-id/--span-id; "
+            "Tempo's search only sees a trace 15-30 s after it ends"
+        )
+    return (
+        "check the trace id; a trace is visible by ID as soon as Tempo holds it, so check that the service "
+        "exports spans to the Tempo this bridge reads (and the tenant, X-Scope-OrgID)"
+    )
 
 
 # --------------------------------------------------------------------------------------------- output
@@ -520,8 +616,11 @@ def format_checks(checks: list[Check]) -> str:
             lines.append(f"    fix: {check.fix}")
     failed = [c.name for c in checks if c.ok is False]
     lines.append("")
-    lines.append(f"{len(failed)} of {len(checks)} checks failed: {', '.join(failed)}" if failed
-                 else f"all {len(checks)} checks passed")
+    lines.append(
+        f"{len(failed)} of {len(checks)} checks failed: {', '.join(failed)}"
+        if failed
+        else f"all {len(checks)} checks passed"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -533,26 +632,43 @@ async def open_hops(settings: Settings) -> AsyncIterator[Hops]:
 
     if not settings.is_standalone:
         async with open_clients(settings, Metrics()) as (tempo, pyroscope):
+
             async def answer(trace_id: str, span_id: str, scope: Scope, profile_type: str) -> dict[str, Any]:
                 return await answer_direct(settings, trace_id, span_id, scope=scope, profile_type=profile_type)
 
-            yield Hops(tempo, pyroscope, lambda: tempo.ready(_ctx(settings)),
-                       lambda: pyroscope.ready(_ctx(settings)), answer, settings.tempo_url, settings.pyroscope_url)
+            yield Hops(
+                tempo,
+                pyroscope,
+                lambda: tempo.ready(_ctx(settings)),
+                lambda: pyroscope.ready(_ctx(settings)),
+                answer,
+                settings.tempo_url,
+                settings.pyroscope_url,
+            )
         return
 
     base = bridge_url(settings)
     via = dataclasses.replace(settings, mode="proxy", tempo_url=f"{base}/tempo", pyroscope_url=f"{base}/pyroscope")
-    async with open_clients(via, Metrics()) as (tempo, pyroscope), aiohttp.ClientSession(
-        timeout=client_timeout(settings)
-    ) as session:
+    async with (
+        open_clients(via, Metrics()) as (tempo, pyroscope),
+        aiohttp.ClientSession(timeout=client_timeout(settings)) as session,
+    ):
+
         async def readyz(upstream: str) -> str:
             return await _bridge_ready(session, base, upstream)
 
         async def answer(trace_id: str, span_id: str, scope: Scope, profile_type: str) -> dict[str, Any]:
             return await fetch_from_bridge(settings, trace_id, span_id, scope=scope, profile_type=profile_type)
 
-        yield Hops(tempo, pyroscope, lambda: readyz("tempo"), lambda: readyz("pyroscope"), answer,
-                   f"the bridge's store at {base} (standalone)", f"the bridge's store at {base} (standalone)")
+        yield Hops(
+            tempo,
+            pyroscope,
+            lambda: readyz("tempo"),
+            lambda: readyz("pyroscope"),
+            answer,
+            f"the bridge's store at {base} (standalone)",
+            f"the bridge's store at {base} (standalone)",
+        )
 
 
 async def _bridge_ready(session: aiohttp.ClientSession, base: str, upstream: str) -> str:
@@ -560,12 +676,16 @@ async def _bridge_ready(session: aiohttp.ClientSession, base: str, upstream: str
         async with session.get(f"{base}/readyz") as resp:
             doc = await resp.json(content_type=None)
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        raise UpstreamUnavailable("bridge", f"no bridge answered at {base}/readyz ({type(exc).__name__}: {exc})") \
-            from exc
+        raise UpstreamUnavailable(
+            "bridge", f"no bridge answered at {base}/readyz ({type(exc).__name__}: {exc})"
+        ) from exc
     detail = (doc.get("upstreams") or {}).get(upstream) or {}
     if detail.get("status") != "ready":
-        raise UpstreamUnavailable("bridge", f"the bridge at {base} says {upstream} is "
-                                            f"{detail.get('status', 'unknown')}: {detail.get('message', '')}".rstrip())
+        raise UpstreamUnavailable(
+            "bridge",
+            f"the bridge at {base} says {upstream} is "
+            f"{detail.get('status', 'unknown')}: {detail.get('message', '')}".rstrip(),
+        )
     return str(detail.get("detail", "ready"))
 
 
@@ -605,21 +725,52 @@ async def doctor(
         return EXIT_USAGE
     out.write(f"profile-bridge doctor ({settings.mode} mode, profile type {profile_type})\n")
     if hops is not None:
-        checks = await diagnose(hops, settings, trace_id=tid, span_id=sid, expect_function=expect_function,
-                                profile_type=profile_type, now=clock())
+        checks = await diagnose(
+            hops,
+            settings,
+            trace_id=tid,
+            span_id=sid,
+            expect_function=expect_function,
+            profile_type=profile_type,
+            now=clock(),
+        )
     else:
         async with open_hops(settings) as opened:
-            checks = await diagnose(opened, settings, trace_id=tid, span_id=sid, expect_function=expect_function,
-                                    profile_type=profile_type, now=clock())
+            checks = await diagnose(
+                opened,
+                settings,
+                trace_id=tid,
+                span_id=sid,
+                expect_function=expect_function,
+                profile_type=profile_type,
+                now=clock(),
+            )
     out.write(format_checks(checks))
     return EXIT_FAILED if any(c.ok is False for c in checks) else EXIT_OK
 
 
-def run_doctor(settings: Settings, *, trace_id: str | None, span_id: str | None, expect_function: str | None,
-               profile_type: str, out: TextIO, err: TextIO = sys.stderr) -> int:
+def run_doctor(
+    settings: Settings,
+    *,
+    trace_id: str | None,
+    span_id: str | None,
+    expect_function: str | None,
+    profile_type: str,
+    out: TextIO,
+    err: TextIO = sys.stderr,
+) -> int:
     try:
-        return asyncio.run(doctor(settings, trace_id=trace_id, span_id=span_id, expect_function=expect_function,
-                                  profile_type=profile_type, out=out, err=err))
+        return asyncio.run(
+            doctor(
+                settings,
+                trace_id=trace_id,
+                span_id=span_id,
+                expect_function=expect_function,
+                profile_type=profile_type,
+                out=out,
+                err=err,
+            )
+        )
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line, never a stack trace
         print(f"profile-bridge doctor: internal error: {type(exc).__name__}: {exc}", file=err)
         return EXIT_FAILED

@@ -77,8 +77,10 @@ def function_costs(root: flamegraph.Node) -> list[FunctionCost]:
 def top_table(costs: list[FunctionCost], whole: int, unit: str, key: str, top: int) -> list[str]:
     ranked = sorted(costs, key=lambda c: (-getattr(c, key), c.name))[:top]
     rows = [("self", "self%", "total", "total%", "function")]
-    rows += [(format_value(c.self, unit), share(c.self, whole), format_value(c.total, unit), share(c.total, whole),
-              c.name) for c in ranked]
+    rows += [
+        (format_value(c.self, unit), share(c.self, whole), format_value(c.total, unit), share(c.total, whole), c.name)
+        for c in ranked
+    ]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     return ["  " + "  ".join(r[i].rjust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
 
@@ -107,14 +109,18 @@ def format_report(doc: Mapping[str, Any], top: int) -> str:
         lines.append("parts:")
         for part in doc.get("parts", []):
             mark = "+" if part["included"] else "-"
-            lines.append(f"  {mark} {part['service']} {part['name']} [{part['mode']}] "
-                         f"{format_value(int(part['total']), unit)}: {part['note']}")
+            lines.append(
+                f"  {mark} {part['service']} {part['name']} [{part['mode']}] "
+                f"{format_value(int(part['total']), unit)}: {part['note']}"
+            )
         lines.append("per service (shares of what is attributed to the request):")
         attributed = int(doc.get("attributedTotal", total))
         for svc in doc.get("services", []):
             counted = share(int(svc["total"]), attributed) if svc.get("attributed", True) else "not counted: fallback"
-            lines.append(f"  {svc.get('frame') or svc['service']}  {format_value(int(svc['total']), unit)}  "
-                         f"{counted}  ({svc['spans']} span{'' if svc['spans'] == 1 else 's'})")
+            lines.append(
+                f"  {svc.get('frame') or svc['service']}  {format_value(int(svc['total']), unit)}  "
+                f"{counted}  ({svc['spans']} span{'' if svc['spans'] == 1 else 's'})"
+            )
     lines.append(f"profile  {profile_type}: {format_value(total, unit)}")
     if total <= 0:
         lines.append("no samples: nothing to list")
@@ -140,8 +146,10 @@ def format_compare(doc: Mapping[str, Any]) -> str:
     here, baseline = doc["here"], doc["baseline"]
     lines = ["", f"compare  {doc['headline']}"]
     if baseline["requests"]:
-        lines.append(f"         here {format_value(int(here['total']), unit)}, usually "
-                     f"{format_value(round(float(baseline['perRequest'])), unit)} per request")
+        lines.append(
+            f"         here {format_value(int(here['total']), unit)}, usually "
+            f"{format_value(round(float(baseline['perRequest'])), unit)} per request"
+        )
     for note in doc.get("notes", []):
         lines.append(f"note     {note}")
     if doc["unusual"]:
@@ -180,41 +188,56 @@ async def _bridge_json(settings: Settings, path: str, params: dict[str, str]) ->
     """Standalone mode: GET one of the running bridge's APIs (its store holds the data), with the token when set."""
     base = bridge_url(settings)
     try:
-        async with aiohttp.ClientSession(timeout=client_timeout(settings)) as session, session.get(
-            f"{base}{path}", params=params, headers=bridge_headers(settings)
-        ) as resp:
+        async with (
+            aiohttp.ClientSession(timeout=client_timeout(settings)) as session,
+            session.get(f"{base}{path}", params=params, headers=bridge_headers(settings)) as resp,
+        ):
             body = await resp.json(content_type=None)
             if resp.status != 200:
                 err = body.get("error", {}) if isinstance(body, dict) else {}
-                raise BridgeError(f"the bridge at {base} answered HTTP {resp.status}: "
-                                  f"{err.get('message', 'no message')}")
+                raise BridgeError(
+                    f"the bridge at {base} answered HTTP {resp.status}: {err.get('message', 'no message')}"
+                )
             return dict(body)
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         raise UpstreamUnavailable(
-            "bridge", f"no bridge answered at {base} ({type(exc).__name__}: {exc}); standalone mode keeps the data "
-            "in the running service: start `profile-bridge serve`, or set PROFILE_BRIDGE_LISTEN to where it runs"
+            "bridge",
+            f"no bridge answered at {base} ({type(exc).__name__}: {exc}); standalone mode keeps the data "
+            "in the running service: start `profile-bridge serve`, or set PROFILE_BRIDGE_LISTEN to where it runs",
         ) from exc
 
 
-async def fetch_from_bridge(settings: Settings, trace_id: str, span_id: str, *, scope: str,
-                            profile_type: str) -> dict[str, Any]:
+async def fetch_from_bridge(
+    settings: Settings, trace_id: str, span_id: str, *, scope: str, profile_type: str
+) -> dict[str, Any]:
     """Standalone mode: the running bridge's profile API."""
-    return await _bridge_json(settings, f"/api/v1/spans/{trace_id}/{span_id}/profile",
-                              {"scope": scope, "profile_type": profile_type, "format": "json"})
+    return await _bridge_json(
+        settings,
+        f"/api/v1/spans/{trace_id}/{span_id}/profile",
+        {"scope": scope, "profile_type": profile_type, "format": "json"},
+    )
 
 
-async def fetch_compare_from_bridge(settings: Settings, trace_id: str, span_id: str, *, window: str,
-                                    profile_type: str) -> dict[str, Any]:
+async def fetch_compare_from_bridge(
+    settings: Settings, trace_id: str, span_id: str, *, window: str, profile_type: str
+) -> dict[str, Any]:
     """Standalone mode: the running bridge's compare API."""
-    return await _bridge_json(settings, f"/api/v1/spans/{trace_id}/{span_id}/compare",
-                              {"window": window, "profile_type": profile_type, "format": "json"})
+    return await _bridge_json(
+        settings,
+        f"/api/v1/spans/{trace_id}/{span_id}/compare",
+        {"window": window, "profile_type": profile_type, "format": "json"},
+    )
 
 
-async def compare_direct(settings: Settings, trace_id: str, span_id: str, *, window: str, profile_type: str,
-                         clock: Callable[[], float]) -> dict[str, Any]:
+async def compare_direct(
+    settings: Settings, trace_id: str, span_id: str, *, window: str, profile_type: str, clock: Callable[[], float]
+) -> dict[str, Any]:
     """Proxy mode: Tempo and Pyroscope directly, through the service's own comparison."""
-    params = parse_compare_params({"trace_id": trace_id, "span_id": span_id},
-                                  {"window": window, "profile_type": profile_type}, settings.profile_type)
+    params = parse_compare_params(
+        {"trace_id": trace_id, "span_id": span_id},
+        {"window": window, "profile_type": profile_type},
+        settings.profile_type,
+    )
     metrics = Metrics()
     ctx = CallContext(deadline=Deadline.start(None, settings.max_request_timeout))
     async with open_clients(settings, metrics) as (tempo, pyroscope):
@@ -222,20 +245,23 @@ async def compare_direct(settings: Settings, trace_id: str, span_id: str, *, win
         return compare_json(await compare(resolver, params, settings, ctx, int(clock() * 1000)))
 
 
-async def answer_direct(settings: Settings, trace_id: str, span_id: str, *, scope: Scope,
-                        profile_type: str) -> dict[str, Any]:
+async def answer_direct(
+    settings: Settings, trace_id: str, span_id: str, *, scope: Scope, profile_type: str
+) -> dict[str, Any]:
     """Proxy mode: Tempo and Pyroscope directly, through the service's own resolver."""
     metrics = Metrics()
     ctx = CallContext(deadline=Deadline.start(None, settings.max_request_timeout))
     async with open_clients(settings, metrics) as (tempo, pyroscope):
         resolver = Resolver(tempo, pyroscope, SpanCache(1000, 16 * 1024**2, 60.0), settings, metrics)
-        ans = await answer(resolver, trace_id, span_id, scope=scope, profile_type=profile_type, settings=settings,
-                           ctx=ctx)
+        ans = await answer(
+            resolver, trace_id, span_id, scope=scope, profile_type=profile_type, settings=settings, ctx=ctx
+        )
         return answer_json(ans)
 
 
-async def fetch_answer(settings: Settings, trace_id: str, span_id: str, *, scope: Scope,
-                       profile_type: str) -> dict[str, Any]:
+async def fetch_answer(
+    settings: Settings, trace_id: str, span_id: str, *, scope: Scope, profile_type: str
+) -> dict[str, Any]:
     if settings.is_standalone:
         return await fetch_from_bridge(settings, trace_id, span_id, scope=scope, profile_type=profile_type)
     return await answer_direct(settings, trace_id, span_id, scope=scope, profile_type=profile_type)
@@ -252,9 +278,19 @@ def check_args(trace_id: str, span_id: str, scope: str, top: int, profile_type: 
     return tid, sid, "request" if scope == "request" else "span"
 
 
-async def resolve_report(settings: Settings, trace_id: str, span_id: str, *, scope: str, top: int,
-                         profile_type: str, out: TextIO, err: TextIO, compare_window: str | None = None,
-                         clock: Callable[[], float] = time.time) -> int:
+async def resolve_report(
+    settings: Settings,
+    trace_id: str,
+    span_id: str,
+    *,
+    scope: str,
+    top: int,
+    profile_type: str,
+    out: TextIO,
+    err: TextIO,
+    compare_window: str | None = None,
+    clock: Callable[[], float] = time.time,
+) -> int:
     """``compare_window``: also compare the span with its endpoint's usual requests in that window (``--compare``)."""
     try:
         tid, sid, checked_scope = check_args(trace_id, span_id, scope, top, profile_type)
@@ -272,11 +308,13 @@ async def resolve_report(settings: Settings, trace_id: str, span_id: str, *, sco
     if compare_window is not None:
         try:
             if settings.is_standalone:
-                compared = await fetch_compare_from_bridge(settings, tid, sid, window=compare_window,
-                                                           profile_type=profile_type)
+                compared = await fetch_compare_from_bridge(
+                    settings, tid, sid, window=compare_window, profile_type=profile_type
+                )
             else:
-                compared = await compare_direct(settings, tid, sid, window=compare_window,
-                                                profile_type=profile_type, clock=clock)
+                compared = await compare_direct(
+                    settings, tid, sid, window=compare_window, profile_type=profile_type, clock=clock
+                )
         except BridgeError as exc:
             print(f"profile-bridge resolve: compare: {exc.message}", file=err)
             return EXIT_FAILED
@@ -284,13 +322,32 @@ async def resolve_report(settings: Settings, trace_id: str, span_id: str, *, sco
     return EXIT_OK if doc["mode"] != "none" else EXIT_FAILED
 
 
-def run_resolve(settings: Settings, trace_id: str, span_id: str, *, scope: str, top: int, profile_type: str,
-                out: TextIO, err: TextIO = sys.stderr, compare_window: str | None = None) -> int:
+def run_resolve(
+    settings: Settings,
+    trace_id: str,
+    span_id: str,
+    *,
+    scope: str,
+    top: int,
+    profile_type: str,
+    out: TextIO,
+    err: TextIO = sys.stderr,
+    compare_window: str | None = None,
+) -> int:
     try:
-        return asyncio.run(resolve_report(settings, trace_id, span_id, scope=scope, top=top,
-                                          profile_type=profile_type, out=out, err=err,
-                                          compare_window=compare_window))
+        return asyncio.run(
+            resolve_report(
+                settings,
+                trace_id,
+                span_id,
+                scope=scope,
+                top=top,
+                profile_type=profile_type,
+                out=out,
+                err=err,
+                compare_window=compare_window,
+            )
+        )
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line, never a stack trace
         print(f"profile-bridge resolve: internal error: {type(exc).__name__}: {exc}", file=err)
         return EXIT_FAILED
-

@@ -36,8 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         sock = socket.create_server((args.host, args.port))
     service = FRONTEND if args.role == "frontend" else BACKEND
-    run_service(service, sock, args.backend_url, args.traces_to.rstrip("/") + "/v1/traces", args.profiles_to,
-                args.parent_pid)
+    run_service(
+        service, sock, args.backend_url, args.traces_to.rstrip("/") + "/v1/traces", args.profiles_to, args.parent_pid
+    )
     return 0
 
 

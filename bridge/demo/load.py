@@ -43,7 +43,11 @@ async def wait_ready(session: ClientSession, urls: list[str], stop: asyncio.Even
 
 
 async def run_load(
-    frontend_url: str, backend_url: str, interval: float, stop: asyncio.Event, rounds: int | None = None,
+    frontend_url: str,
+    backend_url: str,
+    interval: float,
+    stop: asyncio.Event,
+    rounds: int | None = None,
     on_span: SpanSeen | None = None,
 ) -> int:
     """Request ``ROUND`` until ``stop`` is set (or ``rounds`` rounds are done); returns the requests sent.

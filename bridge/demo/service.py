@@ -72,8 +72,13 @@ def render_json(cart: list[dict[str, object]], rounds: int) -> str:
 
 def make_cart(items: int) -> list[dict[str, object]]:
     return [
-        {"sku": f"sku-{i:05d}", "name": f"item {i}", "qty": 1 + i % 3, "tags": ["demo", "shop", str(i % 7)],
-         "price": {"amount": 100 + i, "currency": "EUR"}}
+        {
+            "sku": f"sku-{i:05d}",
+            "name": f"item {i}",
+            "qty": 1 + i % 3,
+            "tags": ["demo", "shop", str(i % 7)],
+            "price": {"amount": 100 + i, "currency": "EUR"},
+        }
         for i in range(items)
     ]
 
@@ -192,12 +197,14 @@ async def _exit_with_parent(parent_pid: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def run_service(service: str, sock: socket.socket, backend_url: str, traces_endpoint: str, profiles_url: str,
-                parent_pid: int = 0) -> None:
+def run_service(
+    service: str, sock: socket.socket, backend_url: str, traces_endpoint: str, profiles_url: str, parent_pid: int = 0
+) -> None:
     """Serve on ``sock`` until SIGTERM/SIGINT, then flush spans and the last profile window."""
     provider = setup_telemetry(service, traces_endpoint, profiles_url)
     app = build_app(service, backend_url)
     if parent_pid:
+
         async def watch_parent(app: web.Application) -> AsyncIterator[None]:
             task = asyncio.create_task(_exit_with_parent(parent_pid))
             yield

@@ -105,30 +105,57 @@ class DemoShop:
             backend_sock = socket.create_server((cfg.host, cfg.backend_port))
             frontend_sock = socket.create_server((cfg.host, cfg.frontend_port))
         except OSError as exc:
-            raise DemoUnavailable(f"the demo shop cannot listen on {cfg.host}: {exc.strerror or exc} "
-                                  "(--frontend-port/--backend-port choose its ports, 0 picks free ones)") from None
+            raise DemoUnavailable(
+                f"the demo shop cannot listen on {cfg.host}: {exc.strerror or exc} "
+                "(--frontend-port/--backend-port choose its ports, 0 picks free ones)"
+            ) from None
         with backend_sock, frontend_sock:
             self.backend_url = f"http://{loopback(cfg.host)}:{backend_sock.getsockname()[1]}"
             self.frontend_url = f"http://{loopback(cfg.host)}:{frontend_sock.getsockname()[1]}"
             self._procs = [self._spawn("backend", backend_sock), self._spawn("frontend", frontend_sock)]
-        log.info("demo shop: shop-frontend %s (GET /checkout, /health, /slow-io), shop-backend %s",
-                 self.frontend_url, self.backend_url)
-        log.info("demo shop sends traces to %s/v1/traces (OTLP/HTTP) and CPU profiles to %s (Pyroscope push)",
-                 cfg.traces_to, cfg.profiles_to)
+        log.info(
+            "demo shop: shop-frontend %s (GET /checkout, /health, /slow-io), shop-backend %s",
+            self.frontend_url,
+            self.backend_url,
+        )
+        log.info(
+            "demo shop sends traces to %s/v1/traces (OTLP/HTTP) and CPU profiles to %s (Pyroscope push)",
+            cfg.traces_to,
+            cfg.profiles_to,
+        )
         self._tasks.append(asyncio.create_task(self._watch()))
         if cfg.load:
             log.info("demo load: /checkout twice, /health and /slow-io every %g s", cfg.load_interval)
-            self._tasks.append(asyncio.create_task(run_load(
-                self.frontend_url, self.backend_url, cfg.load_interval, self._stop, on_span=self._seen)))
+            self._tasks.append(
+                asyncio.create_task(
+                    run_load(self.frontend_url, self.backend_url, cfg.load_interval, self._stop, on_span=self._seen)
+                )
+            )
         if self.look_url:
-            log.info("look: %s/ lists the slowest requests per service once the first spans arrive (about a "
-                     "second); flame graphs fill in as CPU profiles arrive (every 10 s)", self.look_url)
+            log.info(
+                "look: %s/ lists the slowest requests per service once the first spans arrive (about a "
+                "second); flame graphs fill in as CPU profiles arrive (every 10 s)",
+                self.look_url,
+            )
 
     def _spawn(self, role: str, sock: socket.socket) -> subprocess.Popen[bytes]:
         cfg = self.config
         env = {**DEMO_ENV_DEFAULTS, **self.environ}
-        cmd = [sys.executable, "-m", "bridge.demo", "--role", role, "--fd", str(sock.fileno()),
-               "--traces-to", cfg.traces_to, "--profiles-to", cfg.profiles_to, "--parent-pid", str(os.getpid())]
+        cmd = [
+            sys.executable,
+            "-m",
+            "bridge.demo",
+            "--role",
+            role,
+            "--fd",
+            str(sock.fileno()),
+            "--traces-to",
+            cfg.traces_to,
+            "--profiles-to",
+            cfg.profiles_to,
+            "--parent-pid",
+            str(os.getpid()),
+        ]
         if role == "frontend":
             cmd += ["--backend-url", self.backend_url]
         # a session of their own: Ctrl-C in a terminal (SIGINT to the foreground process group) reaches this process
@@ -174,5 +201,10 @@ class DemoShop:
         if self.first_span is None and path == "/checkout":
             self.first_span = (trace_id, span_id)
             if self.look_url:
-                log.info("look: %s/spans/%s/%s is the span page of one GET /checkout (refresh it once its profile "
-                         "window is uploaded)", self.look_url, trace_id, span_id)
+                log.info(
+                    "look: %s/spans/%s/%s is the span page of one GET /checkout (refresh it once its profile "
+                    "window is uploaded)",
+                    self.look_url,
+                    trace_id,
+                    span_id,
+                )

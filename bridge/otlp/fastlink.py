@@ -58,8 +58,7 @@ def link_wire_python(data: bytes, link_keys: LinkKeys) -> tuple[bytes, LinkStats
     return req.SerializeToString(), stats
 
 
-def link_wire_native(data: bytes, dictionary: ppb.ProfilesDictionary,
-                     link_keys: LinkKeys) -> tuple[bytes, LinkStats]:
+def link_wire_native(data: bytes, dictionary: ppb.ProfilesDictionary, link_keys: LinkKeys) -> tuple[bytes, LinkStats]:
     """The C path (``NATIVE`` must be true)."""
     if _native is None:
         raise RuntimeError("bridge.otlp._fastlink is not built")
@@ -76,8 +75,7 @@ def link_wire_native(data: bytes, dictionary: ppb.ProfilesDictionary,
     except _native.OutOfRange as exc:
         raise _range_error(exc.args) from exc
     except ValueError as exc:  # bytes the protobuf parser accepted never get here; kept for callers that skip it
-        raise InvalidArgument(f"request is not a valid ExportProfilesServiceRequest protobuf message ({exc})") \
-            from exc
+        raise InvalidArgument(f"request is not a valid ExportProfilesServiceRequest protobuf message ({exc})") from exc
     return out, LinkStats(samples, linked, invalid, already, added)
 
 

@@ -37,8 +37,14 @@ class Gateway:
     """Link, then deliver. Exactly one of ``forwarder`` / ``sink`` is normally set; with neither, exports fail
     with ``unavailable`` naming what is missing."""
 
-    def __init__(self, settings: Settings, metrics: Metrics, *, forwarder: ProfilesForwarder | None = None,
-                 sink: ProfileSink | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        *,
+        forwarder: ProfilesForwarder | None = None,
+        sink: ProfileSink | None = None,
+    ) -> None:
         self.settings = settings
         self.metrics = metrics
         self.forwarder = forwarder
@@ -58,8 +64,9 @@ class Gateway:
         stats, _ = await self.link_wire(req, None, keep_message=True)
         return stats
 
-    async def link_wire(self, req: svc.ExportProfilesServiceRequest, wire: bytes | None, *,
-                        keep_message: bool) -> tuple[LinkStats, bytes | None]:
+    async def link_wire(
+        self, req: svc.ExportProfilesServiceRequest, wire: bytes | None, *, keep_message: bool
+    ) -> tuple[LinkStats, bytes | None]:
         """Link ``req`` whose serialized form is ``wire`` (when the caller has it): the stats and the linked bytes
         (None from the pure path, which links ``req`` in place). ``keep_message``: leave ``req`` linked too."""
         size = len(wire) if wire is not None else req.ByteSize()
@@ -67,8 +74,9 @@ class Gateway:
             return await asyncio.to_thread(self._link_now, req, wire, keep_message)
         return self._link_now(req, wire, keep_message)
 
-    def _link_now(self, req: svc.ExportProfilesServiceRequest, wire: bytes | None,
-                  keep_message: bool) -> tuple[LinkStats, bytes | None]:
+    def _link_now(
+        self, req: svc.ExportProfilesServiceRequest, wire: bytes | None, keep_message: bool
+    ) -> tuple[LinkStats, bytes | None]:
         if not fastlink.NATIVE:
             return link_request(req, self.link_keys), None
         data = wire if wire is not None else req.SerializeToString()
@@ -77,8 +85,9 @@ class Gateway:
             req.ParseFromString(out)
         return stats, out
 
-    async def export(self, req: svc.ExportProfilesServiceRequest, ctx: CallContext,
-                     *, route: str = "otlp", wire: bytes | None = None) -> svc.ExportProfilesServiceResponse:
+    async def export(
+        self, req: svc.ExportProfilesServiceRequest, ctx: CallContext, *, route: str = "otlp", wire: bytes | None = None
+    ) -> svc.ExportProfilesServiceResponse:
         """Link ``req`` (``wire``: the protobuf body it was parsed from, if any) and deliver it. ``InvalidArgument``
         (out-of-range indices) means nothing was delivered; upstream failures arrive as ``UpstreamError`` with the
         upstream's code and words."""
@@ -99,15 +108,22 @@ class Gateway:
         elif self.forwarder is not None:
             upstream = await self.forwarder.export(linked if linked is not None else req.SerializeToString(), ctx)
         else:
-            raise UpstreamUnavailable("pyroscope", "the link gateway has nowhere to send profiles: standalone mode "
-                                                   "without a store, or no Pyroscope configured")
+            raise UpstreamUnavailable(
+                "pyroscope",
+                "the link gateway has nowhere to send profiles: standalone mode "
+                "without a store, or no Pyroscope configured",
+            )
         return upstream
 
     def count(self, stats: LinkStats) -> None:
         links = self.metrics.links
         unlinked = stats.samples - stats.linked - stats.invalid - stats.already_linked
-        for outcome, n in (("linked", stats.linked), ("invalid", stats.invalid),
-                           ("already_linked", stats.already_linked), ("no_link_attributes", unlinked)):
+        for outcome, n in (
+            ("linked", stats.linked),
+            ("invalid", stats.invalid),
+            ("already_linked", stats.already_linked),
+            ("no_link_attributes", unlinked),
+        ):
             if n:
                 links.labels(outcome).inc(n)
 

@@ -44,8 +44,7 @@ M = TypeVar("M", bound=Message)
 
 
 class TraceSink(Protocol):
-    async def ingest_otlp_traces(self, req: tsvc.ExportTraceServiceRequest, tenant: str | None) -> tuple[int, str]:
-        ...
+    async def ingest_otlp_traces(self, req: tsvc.ExportTraceServiceRequest, tenant: str | None) -> tuple[int, str]: ...
 
 
 @dataclass(slots=True)
@@ -121,13 +120,16 @@ def build_handlers(settings: Settings, gateway: Gateway, trace_sink: TraceSink |
         return await gateway.export(req, ctx, route="otlp_grpc_profiles", wire=body)
 
     handlers: list[Any] = [
-        grpc.method_handlers_generic_handler(PROFILES_SERVICE, {
-            "Export": grpc.unary_unary_rpc_method_handler(
-                _guarded("ProfilesService/Export", export_profiles),
-                request_deserializer=None,
-                response_serializer=psvc.ExportProfilesServiceResponse.SerializeToString,
-            ),
-        })
+        grpc.method_handlers_generic_handler(
+            PROFILES_SERVICE,
+            {
+                "Export": grpc.unary_unary_rpc_method_handler(
+                    _guarded("ProfilesService/Export", export_profiles),
+                    request_deserializer=None,
+                    response_serializer=psvc.ExportProfilesServiceResponse.SerializeToString,
+                ),
+            },
+        )
     ]
     if trace_sink is not None:
         sink = trace_sink
@@ -142,23 +144,30 @@ def build_handlers(settings: Settings, gateway: Gateway, trace_sink: TraceSink |
                 resp.partial_success.error_message = message
             return resp
 
-        handlers.append(grpc.method_handlers_generic_handler(TRACE_SERVICE, {
-            "Export": grpc.unary_unary_rpc_method_handler(
-                _guarded("TraceService/Export", export_traces),
-                request_deserializer=None,
-                response_serializer=tsvc.ExportTraceServiceResponse.SerializeToString,
-            ),
-        }))
+        handlers.append(
+            grpc.method_handlers_generic_handler(
+                TRACE_SERVICE,
+                {
+                    "Export": grpc.unary_unary_rpc_method_handler(
+                        _guarded("TraceService/Export", export_traces),
+                        request_deserializer=None,
+                        response_serializer=tsvc.ExportTraceServiceResponse.SerializeToString,
+                    ),
+                },
+            )
+        )
     return handlers
 
 
 async def start_grpc_server(settings: Settings, gateway: Gateway, trace_sink: TraceSink | None = None) -> GrpcServer:
     """Bind and start. A port that cannot be bound raises ``OSError`` naming the address."""
     host, port = settings.otlp_grpc_listen
-    server = grpc.aio.server(options=[
-        ("grpc.max_receive_message_length", settings.max_body_bytes),
-        ("grpc.so_reuseport", 0),
-    ])
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", settings.max_body_bytes),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
     server.add_generic_rpc_handlers(build_handlers(settings, gateway, trace_sink))
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:

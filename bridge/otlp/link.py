@@ -60,8 +60,10 @@ class LinkStats:
         if not self.invalid:
             return ""
         noun = "sample has" if self.invalid == 1 else "samples have"
-        return (f"{self.invalid} {noun} invalid trace or span ids in their link attributes and "
-                f"{'was' if self.invalid == 1 else 'were'} left unlinked")
+        return (
+            f"{self.invalid} {noun} invalid trace or span ids in their link attributes and "
+            f"{'was' if self.invalid == 1 else 'were'} left unlinked"
+        )
 
 
 # --------------------------------------------------------------------------------------------- id parsing (pure)
@@ -100,18 +102,23 @@ def _unhex(text: bytes, size: int) -> bytes | None:
 
 
 def attribute_index_error(index: int, n_attrs: int) -> InvalidArgument:
-    return InvalidArgument(f"a sample refers to attribute_table index {index}, out of range "
-                           f"(the dictionary's attribute_table has {n_attrs} entries)")
+    return InvalidArgument(
+        f"a sample refers to attribute_table index {index}, out of range "
+        f"(the dictionary's attribute_table has {n_attrs} entries)"
+    )
 
 
 def key_strindex_error(index: int, key: int, n_strings: int) -> InvalidArgument:
-    return InvalidArgument(f"attribute_table[{index}].key_strindex {key} is out of range "
-                           f"(the dictionary's string_table has {n_strings} entries)")
+    return InvalidArgument(
+        f"attribute_table[{index}].key_strindex {key} is out of range "
+        f"(the dictionary's string_table has {n_strings} entries)"
+    )
 
 
 def link_index_error(link_index: int, n_links: int) -> InvalidArgument:
-    return InvalidArgument(f"a sample has link_index {link_index}, out of range "
-                           f"(the dictionary's link_table has {n_links} entries)")
+    return InvalidArgument(
+        f"a sample has link_index {link_index}, out of range (the dictionary's link_table has {n_links} entries)"
+    )
 
 
 # --------------------------------------------------------------------------------------------- the decision tables
@@ -204,12 +211,12 @@ class _Linker:
             pos, (_, is_span, span_id) = hits[0]
             if not is_span or span_id is None:
                 return None
-            return indices[:pos] + indices[pos + 1:], self.link_index(b"", span_id)
+            return indices[:pos] + indices[pos + 1 :], self.link_index(b"", span_id)
         (p1, (pair1, span1, id1)), (p2, (pair2, span2, id2)) = hits
         if pair1 != pair2 or span1 == span2 or id1 is None or id2 is None:
             return None
         span_id, trace_id = (id1, id2) if span1 else (id2, id1)
-        return indices[:p1] + indices[p1 + 1:p2] + indices[p2 + 1:], self.link_index(trace_id, span_id)
+        return indices[:p1] + indices[p1 + 1 : p2] + indices[p2 + 1 :], self.link_index(trace_id, span_id)
 
     def _decide_general(self, indices: tuple[int, ...], hits: list[tuple[int, _Role]]) -> _Decision:
         chosen: tuple[bytes, bytes] | None = None
@@ -234,8 +241,11 @@ class _Linker:
         if chosen is None:
             return _INVALID if any(role[1] for _, role in hits) else None
         trace_id, span_id = chosen
-        consumed = {pos for pos, (_, is_span, value) in hits
-                    if value is not None and value == (span_id if is_span else trace_id)}
+        consumed = {
+            pos
+            for pos, (_, is_span, value) in hits
+            if value is not None and value == (span_id if is_span else trace_id)
+        }
         kept = tuple(index for pos, index in enumerate(indices) if pos not in consumed)
         return kept, self.link_index(trace_id, span_id)
 

@@ -61,7 +61,9 @@ def pprof_to_otlp(profile: pprof.Profile, service_name: str) -> svc.ExportProfil
     for m in profile.mapping:
         mapping_index[m.id] = len(d.mapping_table)
         d.mapping_table.add(
-            memory_start=m.memory_start, memory_limit=m.memory_limit, file_offset=m.file_offset,
+            memory_start=m.memory_start,
+            memory_limit=m.memory_limit,
+            file_offset=m.file_offset,
             filename_strindex=strings.add(text(m.filename, "mapping filename")),
         )
 
@@ -145,16 +147,20 @@ def pprof_to_otlp(profile: pprof.Profile, service_name: str) -> svc.ExportProfil
     )
     for k, vt in enumerate(profile.sample_type):
         out_profile = scope.profiles.add(
-            time_unix_nano=max(profile.time_nanos, 0), duration_nano=profile.duration_nanos, period=profile.period,
+            time_unix_nano=max(profile.time_nanos, 0),
+            duration_nano=profile.duration_nanos,
+            period=profile.period,
         )
         out_profile.sample_type.type_strindex = strings.add(text(vt.type, "sample type"))
         out_profile.sample_type.unit_strindex = strings.add(text(vt.unit, "sample unit"))
         out_profile.period_type.CopyFrom(period_type)
         for n, sample in enumerate(profile.sample):
             if len(sample.value) <= k:
-                raise InvalidArgument(f"pprof sample has {len(sample.value)} values for "
-                                      f"{len(profile.sample_type)} sample types")
-            out_profile.samples.add(stack_index=sample_stacks[n], attribute_indices=sample_attrs[n],
-                                    values=[sample.value[k]])
+                raise InvalidArgument(
+                    f"pprof sample has {len(sample.value)} values for {len(profile.sample_type)} sample types"
+                )
+            out_profile.samples.add(
+                stack_index=sample_stacks[n], attribute_indices=sample_attrs[n], values=[sample.value[k]]
+            )
     d.string_table.extend(strings_out)
     return req

@@ -76,8 +76,9 @@ class Puller:
         budget = scrape_seconds(target) + self.settings.upstream_timeout
         timeout = aiohttp.ClientTimeout(total=budget, connect=min(self.settings.connect_timeout, budget))
         try:
-            async with self.session.get(URL(target).with_fragment(None), timeout=timeout,
-                                        allow_redirects=False) as resp:
+            async with self.session.get(
+                URL(target).with_fragment(None), timeout=timeout, allow_redirects=False
+            ) as resp:
                 body = await resp.content.read(self.settings.max_body_bytes + 1)
                 if resp.status != 200:
                     text = body[:200].decode("utf-8", "replace").strip()

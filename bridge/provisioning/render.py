@@ -32,9 +32,20 @@ from bridge.provisioning.settings import (
 )
 
 __all__ = [
-    "DASHBOARDS_OUT", "PLUGIN_OUT", "PROVISION_FIELDS", "PROVISION_PREFIX", "TEMPLATES", "ProvisionSettings",
-    "dashboard_sources", "provision_help", "provision_markdown", "render", "render_dashboard", "run_provision",
-    "write_files", "yaml_str",
+    "DASHBOARDS_OUT",
+    "PLUGIN_OUT",
+    "PROVISION_FIELDS",
+    "PROVISION_PREFIX",
+    "TEMPLATES",
+    "ProvisionSettings",
+    "dashboard_sources",
+    "provision_help",
+    "provision_markdown",
+    "render",
+    "render_dashboard",
+    "run_provision",
+    "write_files",
+    "yaml_str",
 ]
 
 # the Grafana app plugin (grafana/profile-bridge-app) enabled with the bridge's URLs (apps provisioning)
@@ -119,8 +130,11 @@ def render(provision: ProvisionSettings) -> dict[str, str]:
     """``{relative POSIX path: file text}``, in a fixed order: the YAML files (the app plugin's only with a browser
     URL), then ``dashboards/json/<name>.json`` for every shipped dashboard."""
     env = _environment()
-    files = {path: env.get_template(name).render(p=provision) for path, name in TEMPLATES.items()
-             if path != PLUGIN_OUT or provision.browser_url}
+    files = {
+        path: env.get_template(name).render(p=provision)
+        for path, name in TEMPLATES.items()
+        if path != PLUGIN_OUT or provision.browser_url
+    }
     for name, text in dashboard_sources().items():
         files[f"{DASHBOARDS_OUT}/{name}"] = render_dashboard(text, provision)
     return files
@@ -146,8 +160,15 @@ def write_files(files: Mapping[str, str], out_dir: Path) -> list[Path]:
     return written
 
 
-def run_provision(settings: Settings, out_dir: Path, environ: Mapping[str, str], out: TextIO | None = None, *,
-                  bridge_url: str | None = None, compose: bool = False) -> int:
+def run_provision(
+    settings: Settings,
+    out_dir: Path,
+    environ: Mapping[str, str],
+    out: TextIO | None = None,
+    *,
+    bridge_url: str | None = None,
+    compose: bool = False,
+) -> int:
     """``profile-bridge provision --out DIR [--bridge-url URL] [--compose]``: writes the files, then says what they
     wire and what they leave out. A bad or missing setting raises ``ConfigError`` (the CLI prints it, exit 2) before
     anything is written."""

@@ -83,8 +83,9 @@ class ProvisionField:
     compose: str | None = None  # the default with --compose (the docker compose stack's service names)
 
 
-def _p(name: str, attr: str, parse: Callable[[str], Any], default: str, help: str,
-       compose: str | None = None) -> ProvisionField:
+def _p(
+    name: str, attr: str, parse: Callable[[str], Any], default: str, help: str, compose: str | None = None
+) -> ProvisionField:
     return ProvisionField(PROVISION_PREFIX + name, attr, parse, default, help, compose)
 
 
@@ -103,41 +104,94 @@ class MissingSetting(ConfigError):
 DEFAULT_TAGS: Final = "service.name=service_name,service.namespace=service_namespace"
 
 PROVISION_FIELDS: Final[tuple[ProvisionField, ...]] = (
-    _p("BRIDGE_URL", "bridge_url", parse_url, REQUIRED,
-       "the bridge's base URL as Grafana's server reaches it; data sources use its /tempo and /pyroscope "
-       "(also --bridge-url)", "http://bridge:4041"),
-    _p("BROWSER_URL", "browser_url", parse_optional_url, SAME_AS_BRIDGE,
-       "the bridge's base URL as the browser reaches it, for the Grafana app plugin's links "
-       "(plugins/profile-bridge-app.yaml); empty leaves that file out: Grafana refuses to start when a provisioned "
-       "app is not installed", "http://localhost:4041"),
+    _p(
+        "BRIDGE_URL",
+        "bridge_url",
+        parse_url,
+        REQUIRED,
+        "the bridge's base URL as Grafana's server reaches it; data sources use its /tempo and /pyroscope "
+        "(also --bridge-url)",
+        "http://bridge:4041",
+    ),
+    _p(
+        "BROWSER_URL",
+        "browser_url",
+        parse_optional_url,
+        SAME_AS_BRIDGE,
+        "the bridge's base URL as the browser reaches it, for the Grafana app plugin's links "
+        "(plugins/profile-bridge-app.yaml); empty leaves that file out: Grafana refuses to start when a provisioned "
+        "app is not installed",
+        "http://localhost:4041",
+    ),
     _p("TEMPO_NAME", "tempo_name", parse_name, "Tempo", "name of the Tempo data source that goes through the bridge"),
-    _p("PROFILES_NAME", "profiles_name", parse_name, "Profiles",
-       "name of the Pyroscope data source that goes through the bridge (its uid: PROFILE_BRIDGE_GRAFANA_PROFILES_UID)"),
-    _p("PROFILE_TYPE", "profile_type", parse_profile_type, "(PROFILE_BRIDGE_PROFILE_TYPE)",
-       "profile type of \"Profiles for this span\" (tracesToProfiles.profileTypeId)"),
-    _p("TAGS", "tags", parse_label_map, DEFAULT_TAGS,
-       "span attributes → profile labels of \"Profiles for this span\" (tracesToProfiles.tags)"),
-    _p("TEMPO_DIRECT_URL", "tempo_direct_url", parse_optional_url, "",
-       "Tempo as Grafana reaches it, for a \"Tempo (direct)\" data source; empty leaves it out", "http://tempo:3200"),
+    _p(
+        "PROFILES_NAME",
+        "profiles_name",
+        parse_name,
+        "Profiles",
+        "name of the Pyroscope data source that goes through the bridge (its uid: PROFILE_BRIDGE_GRAFANA_PROFILES_UID)",
+    ),
+    _p(
+        "PROFILE_TYPE",
+        "profile_type",
+        parse_profile_type,
+        "(PROFILE_BRIDGE_PROFILE_TYPE)",
+        'profile type of "Profiles for this span" (tracesToProfiles.profileTypeId)',
+    ),
+    _p(
+        "TAGS",
+        "tags",
+        parse_label_map,
+        DEFAULT_TAGS,
+        'span attributes → profile labels of "Profiles for this span" (tracesToProfiles.tags)',
+    ),
+    _p(
+        "TEMPO_DIRECT_URL",
+        "tempo_direct_url",
+        parse_optional_url,
+        "",
+        'Tempo as Grafana reaches it, for a "Tempo (direct)" data source; empty leaves it out',
+        "http://tempo:3200",
+    ),
     _p("TEMPO_DIRECT_NAME", "tempo_direct_name", parse_name, "Tempo (direct)", "name of that data source"),
     _p("TEMPO_DIRECT_UID", "tempo_direct_uid", parse_uid, "tempo-direct", "uid of that data source"),
-    _p("PYROSCOPE_DIRECT_URL", "pyroscope_direct_url", parse_optional_url, "",
-       "Pyroscope as Grafana reaches it, for a \"Pyroscope (direct)\" data source; empty leaves it out",
-       "http://pyroscope:4040"),
+    _p(
+        "PYROSCOPE_DIRECT_URL",
+        "pyroscope_direct_url",
+        parse_optional_url,
+        "",
+        'Pyroscope as Grafana reaches it, for a "Pyroscope (direct)" data source; empty leaves it out',
+        "http://pyroscope:4040",
+    ),
     _p("PYROSCOPE_DIRECT_NAME", "pyroscope_direct_name", parse_name, "Pyroscope (direct)", "name of that data source"),
     _p("PYROSCOPE_DIRECT_UID", "pyroscope_direct_uid", parse_uid, "pyroscope-direct", "uid of that data source"),
-    _p("PROMETHEUS_URL", "prometheus_url", parse_optional_url, "",
-       "a Prometheus that scrapes the bridge's /metrics, for the \"profile-bridge\" dashboard; empty leaves it out",
-       "http://prometheus:9090"),
+    _p(
+        "PROMETHEUS_URL",
+        "prometheus_url",
+        parse_optional_url,
+        "",
+        'a Prometheus that scrapes the bridge\'s /metrics, for the "profile-bridge" dashboard; empty leaves it out',
+        "http://prometheus:9090",
+    ),
     _p("PROMETHEUS_NAME", "prometheus_name", parse_name, "Prometheus (profile-bridge)", "name of that data source"),
     _p("PROMETHEUS_UID", "prometheus_uid", parse_uid, "profile-bridge-prometheus", "uid of that data source"),
-    _p("TOKEN_ENV", "token_env", parse_env_name, "",
-       "the name of an environment variable of Grafana's process holding the bridge's token (docs/security.md): the "
-       "data sources through the bridge and the app plugin send it as X-Profile-Bridge-Token; the files name the "
-       "variable, never the token; empty: no token"),
-    _p("DASHBOARDS_PATH", "dashboards_path", parse_path, "/etc/grafana/provisioning/dashboards/json",
-       "where Grafana finds the rendered dashboards/json/*.json (the default: --out DIR is Grafana's provisioning "
-       "directory)"),
+    _p(
+        "TOKEN_ENV",
+        "token_env",
+        parse_env_name,
+        "",
+        "the name of an environment variable of Grafana's process holding the bridge's token (docs/security.md): the "
+        "data sources through the bridge and the app plugin send it as X-Profile-Bridge-Token; the files name the "
+        "variable, never the token; empty: no token",
+    ),
+    _p(
+        "DASHBOARDS_PATH",
+        "dashboards_path",
+        parse_path,
+        "/etc/grafana/provisioning/dashboards/json",
+        "where Grafana finds the rendered dashboards/json/*.json (the default: --out DIR is Grafana's provisioning "
+        "directory)",
+    ),
     _p("DASHBOARDS_FOLDER", "dashboards_folder", parse_name, "profile-bridge", "Grafana folder of the dashboards"),
 )
 
@@ -172,8 +226,9 @@ class ProvisionSettings:
     plugin_id: str = "profile-bridge-app"
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str], settings: Settings, *, compose: bool = True,
-                 bridge_url: str | None = None) -> ProvisionSettings:
+    def from_env(
+        cls, environ: Mapping[str, str], settings: Settings, *, compose: bool = True, bridge_url: str | None = None
+    ) -> ProvisionSettings:
         """Parse ``PROFILE_BRIDGE_PROVISION_*``; raises ``ConfigError`` naming the first bad or unknown key.
 
         ``compose``: what is not set takes the docker compose stack's service names (``bridge:4041``, ``tempo:3200``,
@@ -197,9 +252,12 @@ class ProvisionSettings:
             elif spec.default == SAME_AS_BRIDGE:
                 text = values["bridge_url"]  # parsed already: the table lists the bridge URL first
             elif spec.default == REQUIRED:
-                raise MissingSetting(spec.key, "give --bridge-url URL (the bridge as Grafana's server reaches it, "
-                                               "e.g. http://profile-bridge.internal:4041), or --compose to render "
-                                               "for docker-compose.yaml's stack")
+                raise MissingSetting(
+                    spec.key,
+                    "give --bridge-url URL (the bridge as Grafana's server reaches it, "
+                    "e.g. http://profile-bridge.internal:4041), or --compose to render "
+                    "for docker-compose.yaml's stack",
+                )
             else:
                 text = spec.default
             try:
@@ -237,14 +295,17 @@ class ProvisionSettings:
             rows.append((self.tempo_direct_name, self.tempo_direct_uid, "TEMPO_DIRECT_NAME", "TEMPO_DIRECT_UID"))
         if self.pyroscope_direct_url:
             rows.append(
-                (self.pyroscope_direct_name, self.pyroscope_direct_uid, "PYROSCOPE_DIRECT_NAME",
-                 "PYROSCOPE_DIRECT_UID")
+                (self.pyroscope_direct_name, self.pyroscope_direct_uid, "PYROSCOPE_DIRECT_NAME", "PYROSCOPE_DIRECT_UID")
             )
         if self.prometheus_url:
             rows.append((self.prometheus_name, self.prometheus_uid, "PROMETHEUS_NAME", "PROMETHEUS_UID"))
         return [
-            (name, uid, PROVISION_PREFIX + name_key, uid_key if uid_key.startswith(PREFIX) else
-             PROVISION_PREFIX + uid_key)
+            (
+                name,
+                uid,
+                PROVISION_PREFIX + name_key,
+                uid_key if uid_key.startswith(PREFIX) else PROVISION_PREFIX + uid_key,
+            )
             for name, uid, name_key, uid_key in rows
         ]
 
@@ -260,11 +321,12 @@ class ProvisionSettings:
             names.add(name)
             uids.add(uid)
 
-
     def summary(self) -> list[str]:
         """What the render wires, one line per data source, and what it left out (for the user to check)."""
-        lines = [f"Tempo data source {self.tempo_name!r} → {self.bridge_url}/tempo",
-                 f"Profiles data source {self.profiles_name!r} → {self.bridge_url}/pyroscope"]
+        lines = [
+            f"Tempo data source {self.tempo_name!r} → {self.bridge_url}/tempo",
+            f"Profiles data source {self.profiles_name!r} → {self.bridge_url}/pyroscope",
+        ]
         for name, url, key in (
             (self.tempo_direct_name, self.tempo_direct_url, "TEMPO_DIRECT_URL"),
             (self.pyroscope_direct_name, self.pyroscope_direct_url, "PYROSCOPE_DIRECT_URL"),
@@ -273,8 +335,9 @@ class ProvisionSettings:
             lines.append(f"{name!r} → {url}" if url else f"{name!r} left out ({PROVISION_PREFIX}{key} not set)")
         lines.append(f"dashboards in folder {self.dashboards_folder!r}, read by Grafana from {self.dashboards_path}")
         if self.token_env:
-            lines.append(f"the bridge's token: from Grafana's environment variable {self.token_env} "
-                         "(X-Profile-Bridge-Token)")
+            lines.append(
+                f"the bridge's token: from Grafana's environment variable {self.token_env} (X-Profile-Bridge-Token)"
+            )
         return lines
 
 
@@ -297,6 +360,8 @@ def provision_help() -> str:
     for spec in PROVISION_FIELDS:
         compose = f"; with --compose: {spec.compose}" if spec.compose is not None else ""
         lines.append(f"  {spec.key}\n      {spec.help} (default: {spec.default or 'unset'}{compose})")
-    lines.append("  PROFILE_BRIDGE_GRAFANA_TEMPO_UID, PROFILE_BRIDGE_GRAFANA_PROFILES_UID\n"
-                 "      uids of the Tempo and Profiles data sources (the bridge's span pages use the same)")
+    lines.append(
+        "  PROFILE_BRIDGE_GRAFANA_TEMPO_UID, PROFILE_BRIDGE_GRAFANA_PROFILES_UID\n"
+        "      uids of the Tempo and Profiles data sources (the bridge's span pages use the same)"
+    )
     return "\n".join(lines)

@@ -103,8 +103,13 @@ def parse_params(request: web.Request, default_profile_type: str) -> ProfilePara
 async def answer_for(request: web.Request, params: ProfileParams, ctx: CallContext | None = None) -> Answer:
     settings = request.app[SETTINGS]
     return await answer(
-        backends_of(request.app).resolver, params.trace_id, params.span_id, scope=params.scope,
-        profile_type=params.profile_type, settings=settings, ctx=ctx or call_context(request),
+        backends_of(request.app).resolver,
+        params.trace_id,
+        params.span_id,
+        scope=params.scope,
+        profile_type=params.profile_type,
+        settings=settings,
+        ctx=ctx or call_context(request),
         max_nodes=params.max_nodes,
     )
 
@@ -119,15 +124,21 @@ def render(ans: Answer, fmt: str) -> web.Response:
     headers = {**answer_headers(ans.resolution, ans.measure), **NOSNIFF}
     base = f"{ans.span.span_id}-{ans.scope}"
     if fmt == "pprof":
-        prof = encode_pprof(flamegraph.iter_stacks(ans.tree), ans.profile_type, duration_nanos=ans.span.duration_ns,
-                            time_nanos=ans.span.start_ns)
+        prof = encode_pprof(
+            flamegraph.iter_stacks(ans.tree),
+            ans.profile_type,
+            duration_nanos=ans.span.duration_ns,
+            time_nanos=ans.span.start_ns,
+        )
         headers["Content-Disposition"] = f'attachment; filename="{base}.pb.gz"'
-        return web.Response(body=gzip.compress(prof.SerializeToString()), content_type="application/octet-stream",
-                            headers=headers)
+        return web.Response(
+            body=gzip.compress(prof.SerializeToString()), content_type="application/octet-stream", headers=headers
+        )
     if fmt == "collapsed":
         headers["Content-Disposition"] = f'inline; filename="{base}.folded"'
-        return web.Response(text=flamegraph.to_collapsed(ans.tree), content_type="text/plain", charset="utf-8",
-                            headers=headers)
+        return web.Response(
+            text=flamegraph.to_collapsed(ans.tree), content_type="text/plain", charset="utf-8", headers=headers
+        )
     return web.json_response(answer_json(ans), headers=headers)
 
 
@@ -178,8 +189,7 @@ def request_json(row: IndexRow, res: RowResolution) -> dict[str, Any]:
         "spansBelow": row.children,
         "resource": dict(span.resource),
         "links": {"span": row.href, "request": span_path(span, scope="request")},
-        "resolution": None if res.mode is None else {"mode": res.mode.value, "reason": res.reason,
-                                                     "total": res.total},
+        "resolution": None if res.mode is None else {"mode": res.mode.value, "reason": res.reason, "total": res.total},
     }
     if res.mode is None:
         doc["error"] = {"code": res.error_code, "message": res.reason}
@@ -195,19 +205,30 @@ async def slowest_requests(request: web.Request) -> web.Response:
     traces = await recent_traces(backends.traces, app[CLOCK].now(), params.since_s, ctx)
     services = slowest_local_roots(traces, per_service=params.per_service)
     rows = [row for _, service_rows in services for row in service_rows]
-    resolutions = iter(await resolve_rows(backends.resolver, traces, [r.span for r in rows],
-                                          profile_type=params.profile_type, settings=settings, ctx=ctx))
-    return web.json_response(headers=NOSNIFF, data={
-        "mode": settings.mode,
-        "since": params.since,
-        "sinceSeconds": params.since_s,
-        "profileType": params.profile_type,
-        "traces": len(traces),
-        "services": [
-            {"service": service, "requests": [request_json(row, next(resolutions)) for row in service_rows]}
-            for service, service_rows in services
-        ],
-    })
+    resolutions = iter(
+        await resolve_rows(
+            backends.resolver,
+            traces,
+            [r.span for r in rows],
+            profile_type=params.profile_type,
+            settings=settings,
+            ctx=ctx,
+        )
+    )
+    return web.json_response(
+        headers=NOSNIFF,
+        data={
+            "mode": settings.mode,
+            "since": params.since,
+            "sinceSeconds": params.since_s,
+            "profileType": params.profile_type,
+            "traces": len(traces),
+            "services": [
+                {"service": service, "requests": [request_json(row, next(resolutions)) for row in service_rows]}
+                for service, service_rows in services
+            ],
+        },
+    )
 
 
 # --------------------------------------------------------------------------------------------- function → spans
@@ -229,13 +250,13 @@ async def span_compare(request: web.Request) -> web.Response:
     app = request.app
     settings = app[SETTINGS]
     params = parse_compare_params(request.match_info, request.query, settings.profile_type)
-    cmp = await compare(backends_of(app).resolver, params, settings, call_context(request),
-                        int(app[CLOCK].now() * 1000))
+    cmp = await compare(
+        backends_of(app).resolver, params, settings, call_context(request), int(app[CLOCK].now() * 1000)
+    )
     headers = answer_headers(cmp.ans.resolution, cmp.ans.measure)
     if params.format == "collapsed":
         headers["Content-Disposition"] = f'inline; filename="{params.span_id}-compare.folded"'
-        return web.Response(text=compare_collapsed(cmp), content_type="text/plain", charset="utf-8",
-                            headers=headers)
+        return web.Response(text=compare_collapsed(cmp), content_type="text/plain", charset="utf-8", headers=headers)
     return web.json_response(compare_json(cmp), headers=headers)
 
 

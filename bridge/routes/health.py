@@ -33,8 +33,11 @@ async def readyz(request: web.Request) -> web.Response:
     detail = dict(zip(sources, results, strict=True))
     if backends.disk_full is not None:
         problem = backends.disk_full.problem()
-        detail["store_writes"] = ({"status": "unavailable", "code": "unavailable", "message": problem}
-                                  if problem else {"status": "ready", "detail": "writes accepted"})
+        detail["store_writes"] = (
+            {"status": "unavailable", "code": "unavailable", "message": problem}
+            if problem
+            else {"status": "ready", "detail": "writes accepted"}
+        )
     ok = all(r["status"] == "ready" for r in detail.values())
     body = {"status": "ready" if ok else "unavailable", "mode": backends.name, "upstreams": detail}
     return web.json_response(body, status=200 if ok else 503)

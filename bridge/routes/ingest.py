@@ -71,8 +71,7 @@ class DecodeSlots:
 SLOTS = web.AppKey("decode_slots", DecodeSlots)
 
 
-async def off_loop(request: web.Request, size: int, fn: Callable[..., T], *args: Any,
-                   inflates: bool = False) -> T:
+async def off_loop(request: web.Request, size: int, fn: Callable[..., T], *args: Any, inflates: bool = False) -> T:
     """Decode a body: inline when small, on a worker thread when large — or when it may inflate (``inflates``: a
     gzipped payload inside, which a small body can carry) — so one upload does not stall every other request on
     the event loop."""
@@ -155,8 +154,14 @@ async def v1_traces(request: web.Request) -> web.Response:
 # --------------------------------------------------------------------------------------------- Pyroscope push
 
 
-def decode_push(raw: bytes, content_type: str | None, encoding: str | None, max_bytes: int,
-                now_ns: int, budget: Budget | None = None) -> tuple[Codec, list[decode.ProfileRecord]]:
+def decode_push(
+    raw: bytes,
+    content_type: str | None,
+    encoding: str | None,
+    max_bytes: int,
+    now_ns: int,
+    budget: Budget | None = None,
+) -> tuple[Codec, list[decode.ProfileRecord]]:
     """A Push body → records; the body and every gzipped pprof in it inflate within one ``budget``."""
     budget = budget if budget is not None else Budget.for_body_limit(max_bytes)
     req, codec = decode_request(raw, content_type, encoding, push_pb2.PushRequest, max_bytes, budget)
@@ -169,8 +174,16 @@ async def push(request: web.Request) -> web.Response:
     try:
         raw, encoding = await read_body(request, settings.max_body_bytes)
         codec, records = await off_loop(
-            request, len(raw), decode_push, raw, request.headers.get("Content-Type"), encoding,
-            settings.max_body_bytes, _now_ns(request), _budget(request), inflates=True,  # its pprofs are gzipped
+            request,
+            len(raw),
+            decode_push,
+            raw,
+            request.headers.get("Content-Type"),
+            encoding,
+            settings.max_body_bytes,
+            _now_ns(request),
+            _budget(request),
+            inflates=True,  # its pprofs are gzipped
         )
         await _sink(request).ingest_profiles(records, _tenant(request))
     except BridgeError:
@@ -197,8 +210,10 @@ def _opt_time(request: web.Request, name: str) -> int | None:
     """``from`` / ``until``: a Unix time in s, ms, µs or ns (told apart by size, as Pyroscope does), 1970–2200."""
     value = _opt_int(request, name)
     if value is not None and not (value >= 0 and unix_ns_ok(decode.epoch_to_ns(value))):
-        raise InvalidArgument(f"{name}={str(value)[:40]} is not a Unix time {RANGE_TEXT} (seconds, milliseconds, "
-                              "microseconds or nanoseconds)")
+        raise InvalidArgument(
+            f"{name}={str(value)[:40]} is not a Unix time {RANGE_TEXT} (seconds, milliseconds, "
+            "microseconds or nanoseconds)"
+        )
     return value
 
 
@@ -264,8 +279,10 @@ async def _multipart_profile(
             except ValueError as exc:
                 raise InvalidArgument(f"sample_type_config is not JSON ({exc})") from exc
             if not isinstance(config, dict) or not all(isinstance(v, dict) for v in config.values()):
-                raise InvalidArgument("sample_type_config must be a JSON object keyed by sample type, each value an "
-                                      'object such as {"display-name": "cpu", "units": "samples"}')
+                raise InvalidArgument(
+                    "sample_type_config must be a JSON object keyed by sample type, each value an "
+                    'object such as {"display-name": "cpu", "units": "samples"}'
+                )
             only_types = set(config)
             display_names = {k: str(v.get("display-name") or "") for k, v in config.items()}
     if profile is None:
@@ -299,31 +316,64 @@ async def _decode_ingest(request: web.Request) -> list[decode.ProfileRecord]:
     multipart = request.content_type.startswith("multipart/")
     fmt = request.query.get("format", "").strip().lower() or ("pprof" if multipart else "folded")
     if fmt not in INGEST_FORMATS:
-        raise InvalidArgument(
-            f"format={fmt!r} is not accepted in standalone mode: send format=pprof, folded or lines"
-        )
+        raise InvalidArgument(f"format={fmt!r} is not accepted in standalone mode: send format=pprof, folded or lines")
     now = _now_ns(request)
     inflate = _budget(request)
     if multipart:
         if fmt != "pprof":
             raise InvalidArgument("a multipart body must carry a pprof profile (format=pprof)")
         profile, only_types, display_names = await _multipart_profile(request, settings.max_body_bytes, inflate)
-        return await off_loop(request, len(profile), functools.partial(
-            decode.records_from_legacy_pprof, profile, name, from_s=from_s, until_s=until_s, now_ns=now,
-            only_types=only_types, display_names=display_names, spy=spy, budget=inflate,
-        ), inflates=True)
+        return await off_loop(
+            request,
+            len(profile),
+            functools.partial(
+                decode.records_from_legacy_pprof,
+                profile,
+                name,
+                from_s=from_s,
+                until_s=until_s,
+                now_ns=now,
+                only_types=only_types,
+                display_names=display_names,
+                spy=spy,
+                budget=inflate,
+            ),
+            inflates=True,
+        )
     body = await _body(request, settings.max_body_bytes, inflate)
     if not body:
         raise InvalidArgument("request body is empty")
     if fmt == "pprof":
-        return await off_loop(request, len(body), functools.partial(
-            decode.records_from_legacy_pprof, body, name, from_s=from_s, until_s=until_s, now_ns=now, spy=spy,
-            budget=inflate,
-        ), inflates=True)
-    return await off_loop(request, len(body), functools.partial(
-        decode.records_from_folded, body, name, from_s=from_s, until_s=until_s, sample_rate=sample_rate, now_ns=now,
-        lines=fmt == "lines", spy=spy,
-    ))
+        return await off_loop(
+            request,
+            len(body),
+            functools.partial(
+                decode.records_from_legacy_pprof,
+                body,
+                name,
+                from_s=from_s,
+                until_s=until_s,
+                now_ns=now,
+                spy=spy,
+                budget=inflate,
+            ),
+            inflates=True,
+        )
+    return await off_loop(
+        request,
+        len(body),
+        functools.partial(
+            decode.records_from_folded,
+            body,
+            name,
+            from_s=from_s,
+            until_s=until_s,
+            sample_rate=sample_rate,
+            now_ns=now,
+            lines=fmt == "lines",
+            spy=spy,
+        ),
+    )
 
 
 def setup(app: web.Application) -> None:

@@ -41,8 +41,9 @@ def decode_protobuf(data: bytes) -> svc.ExportProfilesServiceRequest:
     try:
         req.ParseFromString(data)
     except DecodeError as exc:
-        raise InvalidArgument(f"request body is not a valid ExportProfilesServiceRequest protobuf message ({exc})") \
-            from exc
+        raise InvalidArgument(
+            f"request body is not a valid ExportProfilesServiceRequest protobuf message ({exc})"
+        ) from exc
     return req
 
 
@@ -88,8 +89,9 @@ def _convert_ids(obj: Any) -> None:
             obj[key] = base64.b64encode(raw).decode("ascii")
 
 
-def status_response(code: Code, message: str, as_json: bool, *, http_status: int | None = None,
-                    retry_after: int | None = None) -> web.Response:
+def status_response(
+    code: Code, message: str, as_json: bool, *, http_status: int | None = None, retry_after: int | None = None
+) -> web.Response:
     """An OTLP/HTTP error: ``google.rpc.Status`` in the request's encoding; ``Retry-After`` when it is temporary."""
     status = status_pb2.Status(code=CODE_TO_GRPC[code].value[0], message=message)
     http = http_status or CODE_TO_HTTP[code]
@@ -97,8 +99,9 @@ def status_response(code: Code, message: str, as_json: bool, *, http_status: int
     if as_json:
         body = json.dumps({"code": status.code, "message": message}).encode()
         return web.Response(status=http, body=body, content_type=JSON_TYPE, headers=headers)
-    return web.Response(status=http, body=status.SerializeToString(), content_type="application/x-protobuf",
-                        headers=headers)
+    return web.Response(
+        status=http, body=status.SerializeToString(), content_type="application/x-protobuf", headers=headers
+    )
 
 
 def error_status(exc: BridgeError, as_json: bool) -> web.Response:

@@ -41,23 +41,30 @@ def render_page(name: str, status: int = 200, **context: Any) -> web.Response:
     """A page, with its own script/style nonce and the headers that keep it from being framed, sniffed or fed
     foreign scripts (``page_headers``)."""
     nonce = secrets.token_urlsafe(18)
-    return web.Response(text=render_html(name, csp_nonce=nonce, **context), status=status, content_type="text/html",
-                        charset="utf-8", headers=page_headers(nonce))
+    return web.Response(
+        text=render_html(name, csp_nonce=nonce, **context),
+        status=status,
+        content_type="text/html",
+        charset="utf-8",
+        headers=page_headers(nonce),
+    )
 
 
 def page_headers(nonce: str) -> dict[str, str]:
     """Pure: a page's security headers. Its one inline script and its style block carry ``nonce``; nothing else runs
     or styles (no ``unsafe-inline``); nothing loads from elsewhere; no site may frame it (the Grafana app plugin opens
     pages in a new tab, never a frame); forms and links stay on this origin's paths."""
-    csp = "; ".join((
-        "default-src 'none'",
-        f"script-src 'nonce-{nonce}'",
-        f"style-src 'nonce-{nonce}'",
-        "img-src 'self' data:",
-        "form-action 'self'",
-        "base-uri 'none'",
-        "frame-ancestors 'none'",
-    ))
+    csp = "; ".join(
+        (
+            "default-src 'none'",
+            f"script-src 'nonce-{nonce}'",
+            f"style-src 'nonce-{nonce}'",
+            "img-src 'self' data:",
+            "form-action 'self'",
+            "base-uri 'none'",
+            "frame-ancestors 'none'",
+        )
+    )
     return {
         "Content-Security-Policy": csp,
         "X-Content-Type-Options": "nosniff",
@@ -79,8 +86,9 @@ async def span_page(request: web.Request) -> web.Response:
             raise InvalidArgument("the page has no format parameter; download pprof or collapsed from the API")
         ctx = call_context(request)  # one budget for the whole page
         ans = await answer_for(request, params, ctx)
-        values = await linked_totals(backends_of(request.app).profiles, ans.trace, ans.span.span_id,
-                                     params.profile_type, settings, ctx)
+        values = await linked_totals(
+            backends_of(request.app).profiles, ans.trace, ans.span.span_id, params.profile_type, settings, ctx
+        )
     except BridgeError as exc:
         return error_page(exc)
     return render_page("span.html", **span_context(ans, settings, values, query))
@@ -105,8 +113,12 @@ async def index_page(request: web.Request) -> web.Response:
     settings = app[SETTINGS]
     backends = backends_of(app)
     return render_page(
-        "index.html", services=slowest_local_roots(traces), since=since_text,
-        traces=len(traces), mode=backends.name, choices=("15m", "1h", "6h", "24h"),
+        "index.html",
+        services=slowest_local_roots(traces),
+        since=since_text,
+        traces=len(traces),
+        mode=backends.name,
+        choices=("15m", "1h", "6h", "24h"),
         send=send_data_hints(settings, backends, str(request.url.origin()), request.url.host or "localhost"),
     )
 
@@ -120,8 +132,16 @@ async def functions_page(request: web.Request) -> web.Response:
     params = request.query
     now_ms = int(app[CLOCK].now() * 1000)
     form = {k: params.get(k, "") for k in ("service", "function", "match", "from", "to", "profile_type", "limit")}
-    context: dict[str, Any] = {"form": form, "kinds": MATCH_KINDS, "ans": None, "rows": [], "top": [], "hint": "",
-               "default_profile_type": settings.profile_type, "bar_width": BAR_WIDTH}
+    context: dict[str, Any] = {
+        "form": form,
+        "kinds": MATCH_KINDS,
+        "ans": None,
+        "rows": [],
+        "top": [],
+        "hint": "",
+        "default_profile_type": settings.profile_type,
+        "bar_width": BAR_WIDTH,
+    }
     try:
         ctx = call_context(request)
         backends = backends_of(app)
@@ -129,10 +149,13 @@ async def functions_page(request: web.Request) -> web.Response:
             if form["service"]:
                 start, end = parse_range(params, now_ms)
                 profile_type = form["profile_type"] or settings.profile_type
-                context["top"] = await top_functions(backends.profiles, form["service"], profile_type, start, end,
-                                                     settings, ctx)
-                context["hint"] = (f"{form['service']}'s functions with the most self time: pick one, or type a "
-                                   "name. Clicking a frame on any flame graph of the bridge brings you here too.")
+                context["top"] = await top_functions(
+                    backends.profiles, form["service"], profile_type, start, end, settings, ctx
+                )
+                context["hint"] = (
+                    f"{form['service']}'s functions with the most self time: pick one, or type a "
+                    "name. Clicking a frame on any flame graph of the bridge brings you here too."
+                )
             else:
                 context["hint"] = "Give a service and a function (as the flame graph names it)."
             return render_page("functions.html", 200, **context)
@@ -140,11 +163,22 @@ async def functions_page(request: web.Request) -> web.Response:
         ans = await spans_for_function(backends.functions, backends.resolver, query, settings, ctx)
     except BridgeError as exc:
         return error_page(exc)
-    context.update(ans=ans, rows=page_rows(ans), unit_type=query.profile_type,
-                   api="/api/v1/functions/spans?" + request.query_string,
-                   widen=function_href(query.service, query.match.text, match="prefix", start_ms=query.start_ms,
-                                       end_ms=query.end_ms, profile_type=form["profile_type"])
-                   if query.match.kind == "exact" else "")
+    context.update(
+        ans=ans,
+        rows=page_rows(ans),
+        unit_type=query.profile_type,
+        api="/api/v1/functions/spans?" + request.query_string,
+        widen=function_href(
+            query.service,
+            query.match.text,
+            match="prefix",
+            start_ms=query.start_ms,
+            end_ms=query.end_ms,
+            profile_type=form["profile_type"],
+        )
+        if query.match.kind == "exact"
+        else "",
+    )
     return render_page("functions.html", 200, **context)
 
 
@@ -155,8 +189,9 @@ async def compare_page(request: web.Request) -> web.Response:
         params = parse_compare_params(request.match_info, request.query, settings.profile_type)
         if params.format != "json":
             raise InvalidArgument("the page has no format parameter; download json or collapsed from the API")
-        cmp = await compare(backends_of(app).resolver, params, settings, call_context(request),
-                            int(app[CLOCK].now() * 1000))
+        cmp = await compare(
+            backends_of(app).resolver, params, settings, call_context(request), int(app[CLOCK].now() * 1000)
+        )
     except BridgeError as exc:
         return error_page(exc)
     return render_page("compare.html", 200, **compare_context(cmp, settings, request.query.get("window") or "1h"))
@@ -167,4 +202,3 @@ def setup(app: web.Application) -> None:
     app.router.add_get("/functions/spans", functions_page)
     app.router.add_get("/spans/{trace_id}/{span_id}/compare", compare_page)
     app.router.add_get("/spans/{trace_id}/{span_id}", span_page)
-

@@ -66,8 +66,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
     return web.Response(body=out, headers=headers)
 
 
-async def _resolve(request: web.Request, resolver: Resolver, method: str, query: SpanQuery, codec: Codec,
-                   ctx: CallContext) -> web.Response:
+async def _resolve(
+    request: web.Request, resolver: Resolver, method: str, query: SpanQuery, codec: Codec, ctx: CallContext
+) -> web.Response:
     resolution = await resolver.resolve(query, ctx)
     answer = answer_of(method, resolution, query.profile_type)
     body, headers = encode_response(answer, codec, request.headers.get("Accept-Encoding"))

@@ -130,8 +130,15 @@ def _gunzip_or_raw(answer: TempoAnswer, enriched: Enriched | None, limit: int) -
         return answer.body, answer.encoding  # corrupt: as it came, nothing better to send
 
 
-async def _big_answer(request: web.Request, answer: TempoAnswer, version: int, protobuf: bool, policy: EnrichPolicy,
-                      trace_id: str, ctx: CallContext) -> web.StreamResponse:
+async def _big_answer(
+    request: web.Request,
+    answer: TempoAnswer,
+    version: int,
+    protobuf: bool,
+    policy: EnrichPolicy,
+    trace_id: str,
+    ctx: CallContext,
+) -> web.StreamResponse:
     """A big answer is decoded, enriched and gzipped in the helper process (``bridge.offload``): the event loop only
     moves bytes. Its spans are remembered as they were sent and parsed when a click needs them."""
     app = request.app
@@ -139,13 +146,20 @@ async def _big_answer(request: web.Request, answer: TempoAnswer, version: int, p
     client_gzip = accepts_gzip(request.headers.get("Accept-Encoding", ""))
     limit = app[SETTINGS].max_upstream_answer_bytes
     done = await app[OFFLOAD].run(
-        partial(enrich_encoded, version=version, protobuf=protobuf, policy=policy, trace_id=trace_id,
-                gzip_level=GZIP_LEVEL if client_gzip else None, max_bytes=limit),
-        answer.body, answer.encoding,
+        partial(
+            enrich_encoded,
+            version=version,
+            protobuf=protobuf,
+            policy=policy,
+            trace_id=trace_id,
+            gzip_level=GZIP_LEVEL if client_gzip else None,
+            max_bytes=limit,
+        ),
+        answer.body,
+        answer.encoding,
     )
     if done.failure:
-        log.warning("tempo: trace %s answer passed through unchanged, it cannot be decoded (%s)", trace_id,
-                    done.detail)
+        log.warning("tempo: trace %s answer passed through unchanged, it cannot be decoded (%s)", trace_id, done.detail)
         metrics.enrich_failures.labels(done.failure).inc()
         return await _send(request, answer, None)
     body, encoding = (answer.body, answer.encoding) if done.body is None else (done.body, done.encoding)
@@ -158,8 +172,9 @@ async def _big_answer(request: web.Request, answer: TempoAnswer, version: int, p
     if done.added:
         metrics.enriched_spans.inc(done.added)
     if done.span_count:
-        load = partial(load_trace, body, encoding, version=version, protobuf=protobuf, trace_id=trace_id,
-                       max_bytes=limit)
+        load = partial(
+            load_trace, body, encoding, version=version, protobuf=protobuf, trace_id=trace_id, max_bytes=limit
+        )
         cache = app[SPAN_CACHE]
         cache.put_pending(ctx.cache_scope, trace_id, load, done.span_count, len(body))
         metrics.cache_entries.labels("spans").set(len(cache))

@@ -65,8 +65,14 @@ class Store:
     name = "store"
     stamps_window_start = True  # ingest stores every profile at the start of its capture window (decode.upload_window)
 
-    def __init__(self, db: Database, *, clock: Callable[[], float] = time.time, metrics: Metrics | None = None,
-                 retention_age: float | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        clock: Callable[[], float] = time.time,
+        metrics: Metrics | None = None,
+        retention_age: float | None = None,
+    ) -> None:
         self.db = db
         self.path = db.path
         self._clock = clock
@@ -78,9 +84,16 @@ class Store:
     # ----------------------------------------------------------------------------------------- lifetime
 
     @classmethod
-    async def open(cls, data_dir: str | Path, *, clock: Callable[[], float] = time.time, readers: int = 3,
-                   synchronous: str = "FULL", metrics: Metrics | None = None,
-                   retention_age: float | None = None) -> Store:
+    async def open(
+        cls,
+        data_dir: str | Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        readers: int = 3,
+        synchronous: str = "FULL",
+        metrics: Metrics | None = None,
+        retention_age: float | None = None,
+    ) -> Store:
         """Open the store under ``data_dir``. With ``retention_age`` (seconds), data older than that is refused at
         ingest (it would be dropped at once)."""
         db = await Database.open(Path(data_dir) / DB_FILE, readers=readers, synchronous=synchronous)
@@ -180,7 +193,13 @@ class Store:
         return await self.traces.trace_resource_spans(trace_id, tenant)
 
     async def search_traces(
-        self, query: traceql.Query, start_s: int, end_s: int, limit: int, spss: int, tenant: str | None,
+        self,
+        query: traceql.Query,
+        start_s: int,
+        end_s: int,
+        limit: int,
+        spss: int,
+        tenant: str | None,
         budget: int | None = None,
     ) -> SearchResult:
         return await self.traces.search_traces(query, start_s, end_s, limit, spss, tenant, budget)
@@ -194,11 +213,19 @@ class Store:
     # ----------------------------------------------------------------------------------------- ProfileSource
 
     async def merged_stacks(
-        self, tenant: str | None, profile_type: str, selector: str, start_ms: int, end_ms: int, *,
-        span_ids: Sequence[int] | None = None, trace_ids: Sequence[bytes] | None = None,
+        self,
+        tenant: str | None,
+        profile_type: str,
+        selector: str,
+        start_ms: int,
+        end_ms: int,
+        *,
+        span_ids: Sequence[int] | None = None,
+        trace_ids: Sequence[bytes] | None = None,
     ) -> list[tuple[tuple[str, ...], int]]:
-        return await self.profiles.merged_stacks(tenant, profile_type, selector, start_ms, end_ms,
-                                                 span_ids=span_ids, trace_ids=trace_ids)
+        return await self.profiles.merged_stacks(
+            tenant, profile_type, selector, start_ms, end_ms, span_ids=span_ids, trace_ids=trace_ids
+        )
 
     async def select_merge_stacktraces(
         self, req: qpb.SelectMergeStacktracesRequest, ctx: CallContext
@@ -239,12 +266,10 @@ def _counts(conn: sqlite3.Connection, tenant: str | None) -> Counts:
     tp: tuple[Any, ...] = () if tenant is None else (tenant,)
     spans, traces = conn.execute(f"SELECT count(*), count(DISTINCT trace_id) FROM spans{t}", tp).fetchone()
     s_filter = "" if tenant is None else " WHERE series_id IN (SELECT id FROM series WHERE tenant = ?)"
-    profiles, uploads = conn.execute(
-        f"SELECT count(*), count(DISTINCT time_ns) FROM profiles{s_filter}", tp
-    ).fetchone()
+    profiles, uploads = conn.execute(f"SELECT count(*), count(DISTINCT time_ns) FROM profiles{s_filter}", tp).fetchone()
     samples, value, with_span, distinct = conn.execute(
-        "SELECT count(*), coalesce(sum(value), 0), count(span_id), count(DISTINCT span_id) FROM samples"
-        + s_filter, tp,
+        "SELECT count(*), coalesce(sum(value), 0), count(span_id), count(DISTINCT span_id) FROM samples" + s_filter,
+        tp,
     ).fetchone()
     series = conn.execute(f"SELECT count(*) FROM series{t}", tp).fetchone()[0]
     return Counts(spans, traces, profiles, uploads, samples, value, with_span, distinct, series)

@@ -49,8 +49,9 @@ def storage_full(exc: BaseException | None) -> StorageFull | None:
         if isinstance(exc, StorageFull):
             return exc
         if isinstance(exc, sqlite3.Error) and (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF == sqlite3.SQLITE_FULL:
-            return StorageFull(f"the store cannot write, its disk is full ({exc}): nothing of this request was "
-                               "stored; retry later")
+            return StorageFull(
+                f"the store cannot write, its disk is full ({exc}): nothing of this request was stored; retry later"
+            )
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return None
 
@@ -68,8 +69,9 @@ class Database:
         self._lock = threading.Lock()
         self._wconn: sqlite3.Connection | None = None
         self._closed = False
-        self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any],
-                                  asyncio.AbstractEventLoop]] = []
+        self._pending: list[
+            tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any], asyncio.AbstractEventLoop]
+        ] = []
         self._flush_scheduled = False
         self._forget_hooks: list[Callable[[], None]] = []
         self._data_version: int | None = None
@@ -255,7 +257,8 @@ class Database:
                 raise
         except Exception as group_exc:  # noqa: BLE001 - the whole group failed: every caller hears it
             error: BaseException = (
-                group_exc if isinstance(group_exc, BridgeError)
+                group_exc
+                if isinstance(group_exc, BridgeError)
                 else storage_full(group_exc) or StoreError(f"the store could not commit: {group_exc}")
             )
             outcomes = [(None, error)] * len(jobs)

@@ -345,8 +345,10 @@ def upload_window(
     until_ok = until_ns is not None and from_ns is not None and until_ns >= from_ns
     stamped = time_ns >= EPOCH_1971_NS
     if stamped and from_ns is not None:
-        if duration_ns > 0 and _near(time_ns - duration_ns, from_ns) and (
-            not until_ok or _near(time_ns, until_ns or 0)
+        if (
+            duration_ns > 0
+            and _near(time_ns - duration_ns, from_ns)
+            and (not until_ok or _near(time_ns, until_ns or 0))
         ):
             return time_ns - duration_ns, duration_ns
         if _near(time_ns, from_ns):
@@ -404,8 +406,15 @@ def _legacy_base(name: LegacyName, spy: str) -> dict[str, str]:
 
 
 def records_from_legacy_pprof(
-    raw: bytes, name: LegacyName, *, from_s: int | None, until_s: int | None, now_ns: int,
-    only_types: set[str] | None = None, display_names: Mapping[str, str] | None = None, spy: str = "",
+    raw: bytes,
+    name: LegacyName,
+    *,
+    from_s: int | None,
+    until_s: int | None,
+    now_ns: int,
+    only_types: set[str] | None = None,
+    display_names: Mapping[str, str] | None = None,
+    spy: str = "",
     budget: Budget | None = None,
 ) -> list[ProfileRecord]:
     """A pprof uploaded to ``/ingest``: named by ``pprof_profile_name`` (every sample type gets the same
@@ -423,8 +432,15 @@ def records_from_legacy_pprof(
 
 
 def records_from_folded(
-    text: bytes, name: LegacyName, *, from_s: int | None, until_s: int | None, sample_rate: int, now_ns: int,
-    lines: bool = False, spy: str = "",
+    text: bytes,
+    name: LegacyName,
+    *,
+    from_s: int | None,
+    until_s: int | None,
+    sample_rate: int,
+    now_ns: int,
+    lines: bool = False,
+    spy: str = "",
 ) -> list[ProfileRecord]:
     """Collapsed stacks (``a;b;c 12`` per line), or with ``lines`` one sample per line (``a;b;c``), typed by the
     name's suffix (``folded_profile_type``): with a sample rate, CPU and wall counts are stored in nanoseconds."""

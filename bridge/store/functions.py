@@ -62,11 +62,15 @@ def matching_functions(conn: sqlite3.Connection, match: FunctionMatch) -> dict[i
     elif match.kind == "prefix":
         upper = _upper_bound(match.text)
         if upper is None:
-            rows = conn.execute("SELECT id, name FROM functions WHERE substr(name, 1, ?) = ? LIMIT ?",
-                                (len(match.text), match.text, MAX_MATCHED_FUNCTIONS + 1)).fetchall()
+            rows = conn.execute(
+                "SELECT id, name FROM functions WHERE substr(name, 1, ?) = ? LIMIT ?",
+                (len(match.text), match.text, MAX_MATCHED_FUNCTIONS + 1),
+            ).fetchall()
         else:
-            rows = conn.execute("SELECT id, name FROM functions WHERE name >= ? AND name < ? LIMIT ?",
-                                (match.text, upper, MAX_MATCHED_FUNCTIONS + 1)).fetchall()
+            rows = conn.execute(
+                "SELECT id, name FROM functions WHERE name >= ? AND name < ? LIMIT ?",
+                (match.text, upper, MAX_MATCHED_FUNCTIONS + 1),
+            ).fetchall()
     else:
         rows = []
         for fid, name in conn.execute("SELECT id, name FROM functions LIMIT ?", (MAX_REGEX_NAMES,)):
@@ -75,8 +79,9 @@ def matching_functions(conn: sqlite3.Connection, match: FunctionMatch) -> dict[i
                 if len(rows) > MAX_MATCHED_FUNCTIONS:
                     break
     if len(rows) > MAX_MATCHED_FUNCTIONS:
-        raise InvalidArgument(f"{match.describe()} takes in more than {MAX_MATCHED_FUNCTIONS} function names: "
-                              "narrow it")
+        raise InvalidArgument(
+            f"{match.describe()} takes in more than {MAX_MATCHED_FUNCTIONS} function names: narrow it"
+        )
     return {int(fid): str(name) for fid, name in rows}
 
 
@@ -100,14 +105,18 @@ def stacks_with(conn: sqlite3.Connection, function_ids: Sequence[int]) -> dict[i
 def series_of(conn: sqlite3.Connection, tenant: str, profile_type: str, selector: str) -> list[int]:
     matchers = [parse_selector(selector)]
     return [
-        int(sid) for sid, labels in conn.execute(
-            "SELECT id, labels FROM series WHERE tenant = ? AND profile_type = ?", (tenant, profile_type))
+        int(sid)
+        for sid, labels in conn.execute(
+            "SELECT id, labels FROM series WHERE tenant = ? AND profile_type = ?", (tenant, profile_type)
+        )
         if matches_any(matchers, json.loads(labels))
     ]
 
 
-_PROFILES: Final = ("profile_id IN (SELECT id FROM profiles WHERE series_id IN (SELECT value FROM json_each(?)) "
-                    "AND time_ns >= ? AND time_ns < ?)")
+_PROFILES: Final = (
+    "profile_id IN (SELECT id FROM profiles WHERE series_id IN (SELECT value FROM json_each(?)) "
+    "AND time_ns >= ? AND time_ns < ?)"
+)
 
 
 MAX_TIED: Final = 5000  # spans tied at the limit whose self values decide the order among them
@@ -127,7 +136,8 @@ def read_function_spans(conn: sqlite3.Connection, tenant: str, query: FunctionQu
     window = window_ns(query.start_ms, query.end_ms)
     in_profiles: list[Any] = [json.dumps(series), *window]
     per_span: list[tuple[int | None, int]] = [
-        (span, int(total)) for span, total in conn.execute(
+        (span, int(total))
+        for span, total in conn.execute(
             f"SELECT span_id, sum(value) FROM samples WHERE {_PROFILES} "
             "AND stack_id IN (SELECT value FROM json_each(?)) GROUP BY span_id",
             [*in_profiles, json.dumps(sorted(stacks))],
@@ -141,13 +151,17 @@ def read_function_spans(conn: sqlite3.Connection, tenant: str, query: FunctionQu
     if not linked:
         return FunctionHits((), names, total, 0, 0, SOURCE)
     cutoff = linked[min(query.limit, len(linked)) - 1][0]
-    contenders = [span for value, span in linked if value >= cutoff][:max(query.limit, MAX_TIED)]
+    contenders = [span for value, span in linked if value >= cutoff][: max(query.limit, MAX_TIED)]
     top = order_spans(_measure(conn, contenders, stacks, in_profiles))[: query.limit]
     return FunctionHits(tuple(top), names, total, sum(value for value, _ in linked), len(linked) - len(top), SOURCE)
 
 
-def _measure(conn: sqlite3.Connection, span_ids: Sequence[int], stacks: dict[int, tuple[bool, frozenset[int]]],
-             in_profiles: list[Any]) -> list[SpanValue]:
+def _measure(
+    conn: sqlite3.Connection,
+    span_ids: Sequence[int],
+    stacks: dict[int, tuple[bool, frozenset[int]]],
+    in_profiles: list[Any],
+) -> list[SpanValue]:
     """Each span's value through the function, in it, and in all, from its own sample rows: found through the
     profiles that hold them (``span_profiles``, per 10 minutes of the range's stored time)."""
     series_json, lo, hi = in_profiles
@@ -169,12 +183,20 @@ def _measure(conn: sqlite3.Connection, span_ids: Sequence[int], stacks: dict[int
             row[0] += int(value)
             row[1] += int(value) if hit[0] else 0
         row[3] = row[3] or trace or b""
-    return [SpanValue(int_to_span_id(span), trace.hex() if trace else "", through, self_value, whole)
-            for span, (through, self_value, whole, trace) in found.items() if through]
+    return [
+        SpanValue(int_to_span_id(span), trace.hex() if trace else "", through, self_value, whole)
+        for span, (through, self_value, whole, trace) in found.items()
+        if through
+    ]
 
 
-def _names_seen(conn: sqlite3.Connection, functions: dict[int, str], stacks: dict[int, tuple[bool, frozenset[int]]],
-                in_profiles: list[Any], match: FunctionMatch) -> tuple[str, ...]:
+def _names_seen(
+    conn: sqlite3.Connection,
+    functions: dict[int, str],
+    stacks: dict[int, tuple[bool, frozenset[int]]],
+    in_profiles: list[Any],
+    match: FunctionMatch,
+) -> tuple[str, ...]:
     """The matching names that hold samples in the range (an exact name: itself)."""
     if match.kind == "exact":
         return tuple(sorted(set(functions.values())))

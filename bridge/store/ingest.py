@@ -39,8 +39,13 @@ ID_CACHE_ENTRIES: Final = 200_000  # per id cache (functions, stacks, series, sp
 
 
 def _intern(
-    conn: sqlite3.Connection, cache: dict[K, int], key: K, select: str, select_args: Sequence[object],
-    insert: str, insert_args: Sequence[object],
+    conn: sqlite3.Connection,
+    cache: dict[K, int],
+    key: K,
+    select: str,
+    select_args: Sequence[object],
+    insert: str,
+    insert_args: Sequence[object],
 ) -> int:
     """The id of a de-duplicated row: from ``cache``, else the table, else a new row. The cache is dropped whole when
     it reaches ``ID_CACHE_ENTRIES`` (and whenever the database forgets ids), so memory stays bounded."""
@@ -58,8 +63,14 @@ class Ingest:
     """The store's ingest sinks: ``ingest_profiles`` / ``ingest_spans`` for decoded rows, ``ingest_otlp_profiles`` /
     ``ingest_otlp_traces`` for OTLP export requests."""
 
-    def __init__(self, db: Database, *, clock: Callable[[], float] = time.time,
-                 metrics: Metrics | None = None, retention_age: float | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        clock: Callable[[], float] = time.time,
+        metrics: Metrics | None = None,
+        retention_age: float | None = None,
+    ) -> None:
         self._db = db
         self._clock = clock
         self._metrics = metrics
@@ -132,8 +143,13 @@ class Ingest:
         now_ns = int(self._clock() * 1_000_000_000)
         cutoff = self.cutoff_ns()
         if cutoff is not None:
-            old = [p.time_unix_nano for rp in req.resource_profiles for sp in rp.scope_profiles
-                   for p in sp.profiles if p.time_unix_nano and p.time_unix_nano < cutoff]
+            old = [
+                p.time_unix_nano
+                for rp in req.resource_profiles
+                for sp in rp.scope_profiles
+                for p in sp.profiles
+                if p.time_unix_nano and p.time_unix_nano < cutoff
+            ]
             if old:
                 answer.partial_success.rejected_profiles = len(old)
                 answer.partial_success.error_message = self._too_old("profiles", len(old), min(old), cutoff)
@@ -156,8 +172,15 @@ class Ingest:
         return answer
 
     def _function_id(self, conn: sqlite3.Connection, name: str) -> int:
-        return _intern(conn, self._function_ids, name, "SELECT id FROM functions WHERE name = ?", (name,),
-                       "INSERT INTO functions (name) VALUES (?)", (name,))
+        return _intern(
+            conn,
+            self._function_ids,
+            name,
+            "SELECT id FROM functions WHERE name = ?",
+            (name,),
+            "INSERT INTO functions (name) VALUES (?)",
+            (name,),
+        )
 
     def _stack_id(self, conn: sqlite3.Connection, frames: tuple[str, ...]) -> int:
         sid = self._stack_ids.get(frames)
@@ -165,17 +188,30 @@ class Ingest:
             return sid
         function_ids = [self._function_id(conn, name) for name in frames]
         blob = pack_frames(function_ids)
-        sid = _intern(conn, self._stack_ids, frames, "SELECT id FROM stacks WHERE frames = ?", (blob,),
-                      "INSERT INTO stacks (frames) VALUES (?)", (blob,))
+        sid = _intern(
+            conn,
+            self._stack_ids,
+            frames,
+            "SELECT id FROM stacks WHERE frames = ?",
+            (blob,),
+            "INSERT INTO stacks (frames) VALUES (?)",
+            (blob,),
+        )
         index_stack(conn, sid, function_ids)  # the function → spans index (store/functions.py)
         return sid
 
     def _series_id(self, conn: sqlite3.Connection, tenant: str, record: decode.ProfileRecord) -> int:
         labels = json.dumps(dict(record.labels), sort_keys=True, separators=(",", ":"))
         key = (tenant, labels)
-        return _intern(conn, self._series_ids, key, "SELECT id FROM series WHERE tenant = ? AND labels = ?", key,
-                       "INSERT INTO series (tenant, labels, service, profile_type) VALUES (?, ?, ?, ?)",
-                       (tenant, labels, record.service, record.profile_type))
+        return _intern(
+            conn,
+            self._series_ids,
+            key,
+            "SELECT id FROM series WHERE tenant = ? AND labels = ?",
+            key,
+            "INSERT INTO series (tenant, labels, service, profile_type) VALUES (?, ?, ?, ?)",
+            (tenant, labels, record.service, record.profile_type),
+        )
 
     def _insert_profiles(self, conn: sqlite3.Connection, tenant: str, records: Sequence[decode.ProfileRecord]) -> int:
         stored = 0
@@ -214,11 +250,15 @@ class Ingest:
             )
             bucket = rollup.link_bucket(record.time_ns)
             if spans:
-                conn.executemany("INSERT INTO span_profiles (bucket, span_id, profile_id) VALUES (?, ?, ?)",
-                                 [(bucket, span, profile_id) for span in spans])
+                conn.executemany(
+                    "INSERT INTO span_profiles (bucket, span_id, profile_id) VALUES (?, ?, ?)",
+                    [(bucket, span, profile_id) for span in spans],
+                )
             if traces:
-                conn.executemany("INSERT INTO trace_profiles (bucket, trace_id, profile_id) VALUES (?, ?, ?)",
-                                 [(bucket, trace, profile_id) for trace in traces])
+                conn.executemany(
+                    "INSERT INTO trace_profiles (bucket, trace_id, profile_id) VALUES (?, ?, ?)",
+                    [(bucket, trace, profile_id) for trace in traces],
+                )
             if spans or traces:
                 mark_buckets(conn, LINK_BUCKETS, {bucket})
             if record.time_ns < marks[rollup.LEVELS[0]]:
@@ -251,21 +291,39 @@ class Ingest:
         self, req: otlp_trace_svc.ExportTraceServiceRequest, tenant: str | None
     ) -> tuple[int, str]:
         """The trace sink (``/v1/traces`` and gRPC TraceService): returns (rejected spans, message)."""
-        batch = await asyncio.to_thread(decode.rows_from_export, req) if req.ByteSize() >= OFFLOAD_BYTES else (
-            decode.rows_from_export(req)
+        batch = (
+            await asyncio.to_thread(decode.rows_from_export, req)
+            if req.ByteSize() >= OFFLOAD_BYTES
+            else (decode.rows_from_export(req))
         )
         await self.ingest_spans(batch, tenant)
         return batch.rejected, batch.message
 
     def _blob_id(self, conn: sqlite3.Connection, table: str, body: bytes) -> int:
-        return _intern(conn, self._blob_ids, (table, body), f"SELECT id FROM {table} WHERE body = ?", (body,),
-                       f"INSERT INTO {table} (body) VALUES (?)", (body,))
+        return _intern(
+            conn,
+            self._blob_ids,
+            (table, body),
+            f"SELECT id FROM {table} WHERE body = ?",
+            (body,),
+            f"INSERT INTO {table} (body) VALUES (?)",
+            (body,),
+        )
 
     def _insert_spans(self, conn: sqlite3.Connection, tenant: str, batch: decode.SpanBatch) -> int:
         rows = [
             (
-                tenant, r.trace_id, r.span_id, r.parent_span_id, r.service, r.name, r.start_ns, r.end_ns,
-                self._blob_id(conn, "resources", r.resource), self._blob_id(conn, "scopes", r.scope), r.body,
+                tenant,
+                r.trace_id,
+                r.span_id,
+                r.parent_span_id,
+                r.service,
+                r.name,
+                r.start_ns,
+                r.end_ns,
+                self._blob_id(conn, "resources", r.resource),
+                self._blob_id(conn, "scopes", r.scope),
+                r.body,
             )
             for r in batch.rows
         ]

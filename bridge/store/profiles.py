@@ -78,8 +78,12 @@ class Profiles:
         self._series_labels: dict[str, dict[str, str]] = {}
 
     def _series(
-        self, conn: sqlite3.Connection, tenant: str, selectors: Sequence[Sequence[Matcher]],
-        profile_type: str | None = None, window: tuple[int, int] | None = None,
+        self,
+        conn: sqlite3.Connection,
+        tenant: str,
+        selectors: Sequence[Sequence[Matcher]],
+        profile_type: str | None = None,
+        window: tuple[int, int] | None = None,
     ) -> dict[int, dict[str, str]]:
         sql = "SELECT id, labels FROM series WHERE tenant = ?"
         params: list[Any] = [tenant]
@@ -112,8 +116,12 @@ class Profiles:
         return names
 
     def _merged_stacks(
-        self, conn: sqlite3.Connection, series_ids: Sequence[int], window: tuple[int, int],
-        span_ids: Sequence[int] | None = None, trace_ids: Sequence[bytes] | None = None,
+        self,
+        conn: sqlite3.Connection,
+        series_ids: Sequence[int],
+        window: tuple[int, int],
+        span_ids: Sequence[int] | None = None,
+        trace_ids: Sequence[bytes] | None = None,
     ) -> list[tuple[tuple[str, ...], int]]:
         """``GROUP BY stack`` over the selected profiles → (frames root first, summed value) per distinct stack."""
         if not series_ids:
@@ -168,8 +176,11 @@ class Profiles:
 
     @staticmethod
     def _linked_rows(
-        conn: sqlite3.Connection, series_json: str, window: tuple[int, int],
-        span_ids: Sequence[int] | None, trace_ids: Sequence[bytes] | None,
+        conn: sqlite3.Connection,
+        series_json: str,
+        window: tuple[int, int],
+        span_ids: Sequence[int] | None,
+        trace_ids: Sequence[bytes] | None,
     ) -> tuple[str, list[Any]] | None:
         """(stack_id, value) rows of the samples of these spans (or traces): found through the profiles that hold
         them, 10 minutes by 10 minutes of the window's stored time, so the cost follows the spans, not the history."""
@@ -196,8 +207,15 @@ class Profiles:
         return inner, [buckets, *ids, series_json, lo, hi, *ids]
 
     def _select_stacks(
-        self, conn: sqlite3.Connection, tenant: str, profile_type: str, selector: str, start_ms: int, end_ms: int,
-        span_ids: Sequence[int] | None, trace_ids: Sequence[bytes] | None,
+        self,
+        conn: sqlite3.Connection,
+        tenant: str,
+        profile_type: str,
+        selector: str,
+        start_ms: int,
+        end_ms: int,
+        span_ids: Sequence[int] | None,
+        trace_ids: Sequence[bytes] | None,
     ) -> list[tuple[tuple[str, ...], int]]:
         ProfileType.parse(profile_type)
         window = window_ns(start_ms, end_ms)
@@ -211,8 +229,15 @@ class Profiles:
         return result
 
     async def merged_stacks(
-        self, tenant: str | None, profile_type: str, selector: str, start_ms: int, end_ms: int, *,
-        span_ids: Sequence[int] | None = None, trace_ids: Sequence[bytes] | None = None,
+        self,
+        tenant: str | None,
+        profile_type: str,
+        selector: str,
+        start_ms: int,
+        end_ms: int,
+        *,
+        span_ids: Sequence[int] | None = None,
+        trace_ids: Sequence[bytes] | None = None,
     ) -> list[tuple[tuple[str, ...], int]]:
         """Merged (frames, value) rows of a query: what every flame-graph answer is built from."""
         return await self._db.read(
@@ -228,8 +253,13 @@ class Profiles:
         span_ids = parse_span_selector(req.span_selector) if req.span_selector else None
         trace_ids = parse_trace_selector(req.trace_id_selector) if req.trace_id_selector else None
         stacks = await self.merged_stacks(
-            ctx.tenant, req.profile_typeID, req.label_selector, req.start, req.end,
-            span_ids=span_ids, trace_ids=trace_ids,
+            ctx.tenant,
+            req.profile_typeID,
+            req.label_selector,
+            req.start,
+            req.end,
+            span_ids=span_ids,
+            trace_ids=trace_ids,
         )
         if req.HasField("stack_trace_selector") and req.stack_trace_selector.call_site:
             stacks = filter_call_site(stacks, [loc.name for loc in req.stack_trace_selector.call_site])
@@ -274,8 +304,12 @@ class Profiles:
         for type_id in await self._db.read(read):
             pt = ProfileType.parse(type_id)
             out.profile_types.add(
-                ID=type_id, name=pt.name, sample_type=pt.sample_type, sample_unit=pt.sample_unit,
-                period_type=pt.period_type, period_unit=pt.period_unit,
+                ID=type_id,
+                name=pt.name,
+                sample_type=pt.sample_type,
+                sample_unit=pt.sample_unit,
+                period_type=pt.period_type,
+                period_unit=pt.period_unit,
             )
         return out
 

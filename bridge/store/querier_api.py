@@ -43,8 +43,9 @@ class StorePyroscope:
     def must_decode(self, method: str | None, content_type: str | None) -> bool:
         return method is not None and method in self.table
 
-    async def pass_on(self, request: web.Request, ctx: CallContext, body: bytes | None = None,
-                      encoding: str | None = None) -> web.StreamResponse:
+    async def pass_on(
+        self, request: web.Request, ctx: CallContext, body: bytes | None = None, encoding: str | None = None
+    ) -> web.StreamResponse:
         raise Unimplemented(
             f"{request.method} {request.path} is not served in standalone mode (the embedded store answers the "
             f"querier.v1.QuerierService RPCs {', '.join(sorted(self.table))})"

@@ -96,8 +96,15 @@ def bound_attr_value(bound: tuple[Any, ...], attr: traceql.Attr) -> traceql.Valu
 
 
 def attr_value(
-    attr: traceql.Attr, trace_id: bytes, span_id: int, service: str, name: str, start_ns: int, end_ns: int,
-    span: otlp_trace.Span | None, resource: otlp_trace.ResourceSpans | None,
+    attr: traceql.Attr,
+    trace_id: bytes,
+    span_id: int,
+    service: str,
+    name: str,
+    start_ns: int,
+    end_ns: int,
+    span: otlp_trace.Span | None,
+    resource: otlp_trace.ResourceSpans | None,
 ) -> traceql.Value | None:
     if attr.scope == "intrinsic":
         if attr.key == "span:id":
@@ -128,8 +135,14 @@ def attr_value(
 
 
 def search_span(
-    query: traceql.Query, span_id: int, service: str, name: str, start_ns: int, end_ns: int,
-    span: otlp_trace.Span | None, resource: otlp_trace.ResourceSpans | None,
+    query: traceql.Query,
+    span_id: int,
+    service: str,
+    name: str,
+    start_ns: int,
+    end_ns: int,
+    span: otlp_trace.Span | None,
+    resource: otlp_trace.ResourceSpans | None,
     value_of: Callable[[traceql.Attr], traceql.Value | None],
 ) -> dict[str, Any]:
     """A span of Tempo's search answer: ``name`` only when span:name is filtered or selected; selected (and

@@ -121,8 +121,9 @@ def _retain(conn: sqlite3.Connection, db: Database, cutoff_ns: int, max_bytes: i
 
 def _collect_garbage(conn: sqlite3.Connection) -> None:
     """Drop rows nothing refers to any more: stacks, series, resources, scopes."""
-    conn.execute("DELETE FROM stacks WHERE id NOT IN (SELECT stack_id FROM profile_stacks UNION "
-                 "SELECT stack_id FROM rollups)")
+    conn.execute(
+        "DELETE FROM stacks WHERE id NOT IN (SELECT stack_id FROM profile_stacks UNION SELECT stack_id FROM rollups)"
+    )
     collect_function_index(conn)
     conn.execute("DELETE FROM series WHERE id NOT IN (SELECT DISTINCT series_id FROM profiles)")
     conn.execute("DELETE FROM resources WHERE id NOT IN (SELECT DISTINCT resource_id FROM spans)")

@@ -161,13 +161,17 @@ def _fill(conn: sqlite3.Connection, level: int, start: int, end: int) -> None:
     index = LEVELS.index(level)
     if index == 0:
         _insert_sums(
-            conn, f"{level}, p.series_id, p.time_ns - p.time_ns % {size}, ps.stack_id", "ps.value",
+            conn,
+            f"{level}, p.series_id, p.time_ns - p.time_ns % {size}, ps.stack_id",
+            "ps.value",
             "profiles AS p JOIN profile_stacks AS ps ON ps.profile_id = p.id WHERE p.time_ns >= ? AND p.time_ns < ?",
             (start, end),
         )
     else:
         _insert_sums(
-            conn, f"{level}, series_id, bucket - bucket % {size}, stack_id", "value",
+            conn,
+            f"{level}, series_id, bucket - bucket % {size}, stack_id",
+            "value",
             "rollups WHERE level = ? AND series_id IN (SELECT id FROM series) AND bucket >= ? AND bucket < ?",
             (LEVELS[index - 1], start, end),
         )
@@ -204,8 +208,9 @@ def compact_step(conn: sqlite3.Connection, now_ns: int, marks: dict[int, int]) -
     return False
 
 
-def add_late(conn: sqlite3.Connection, marks: Mapping[int, int], series_id: int, time_ns: int,
-             per_stack: Mapping[int, int]) -> None:
+def add_late(
+    conn: sqlite3.Connection, marks: Mapping[int, int], series_id: int, time_ns: int, per_stack: Mapping[int, int]
+) -> None:
     """A profile stored for time already compacted at some levels: add its stack totals to those levels' buckets."""
     for level in LEVELS:
         if time_ns >= marks.get(level, 0):

@@ -41,7 +41,9 @@ async def maintenance_loop(store: Store, settings: Settings, interval: float) ->
             if result is not None and (result.profiles or result.spans):
                 log.info(
                     "retention dropped %d profiles and %d spans; store uses %d bytes",
-                    result.profiles, result.spans, result.used_bytes,
+                    result.profiles,
+                    result.spans,
+                    result.used_bytes,
                 )
         await _step("rollup compaction", store.compact())
         if time.monotonic() >= next_analyze:

@@ -38,7 +38,7 @@ def _frame_id(hexed: str) -> str:
     """SQL: the function id of a frame from ``hex()`` of its 4 ``stacks.frames`` bytes (little-endian int32)."""
     digit = "(instr('0123456789ABCDEF', substr({h}, {k}, 1)) - 1)"
     return " + ".join(
-        f"({digit.format(h=hexed, k=2 * j + 1)} * 16 + {digit.format(h=hexed, k=2 * j + 2)}) * {256 ** j}"
+        f"({digit.format(h=hexed, k=2 * j + 1)} * 16 + {digit.format(h=hexed, k=2 * j + 2)}) * {256**j}"
         for j in range(4)
     )
 
@@ -142,7 +142,9 @@ MIGRATIONS: Final[tuple[str, ...]] = (
             SELECT id, frames, length(frames) / 4, 0 FROM stacks WHERE length(frames) >= 4
             UNION ALL SELECT stack_id, frames, n, i + 1 FROM frame WHERE i + 1 < n
         ), hexed(stack_id, h) AS (SELECT stack_id, hex(substr(frames, 4 * i + 1, 4)) FROM frame)
-        SELECT DISTINCT """ + _frame_id("h") + """, stack_id FROM hexed;
+        SELECT DISTINCT """
+    + _frame_id("h")
+    + """, stack_id FROM hexed;
     """,
     # 6: span and trace lookups through per-10-minute profile lists instead of an index over every sample row (random
     # keys made ingest slower as history grew, and took 45 % of the file); per-stack rollups for long-range merges;
@@ -214,15 +216,20 @@ LINK_BUCKETS: Final = 1  # present_buckets.kind: buckets of span_profiles / trac
 
 def mark_buckets(conn: sqlite3.Connection, kind: int, buckets: set[int]) -> None:
     """Ingest: these buckets of ``kind`` hold data now."""
-    conn.executemany("INSERT OR IGNORE INTO present_buckets (kind, bucket) VALUES (?, ?)",
-                     [(kind, b) for b in buckets])
+    conn.executemany("INSERT OR IGNORE INTO present_buckets (kind, bucket) VALUES (?, ?)", [(kind, b) for b in buckets])
 
 
 def present_buckets(conn: sqlite3.Connection, kind: int, first: int, last: int) -> str:
     """The buckets of ``kind`` in ``[first, last]`` that hold data, as a JSON list (for ``IN (SELECT value FROM
     json_each(?))``): a lookup probes only those, whatever the gaps between them."""
-    return json.dumps([b for (b,) in conn.execute(
-        "SELECT bucket FROM present_buckets WHERE kind = ? AND bucket >= ? AND bucket <= ?", (kind, first, last))])
+    return json.dumps(
+        [
+            b
+            for (b,) in conn.execute(
+                "SELECT bucket FROM present_buckets WHERE kind = ? AND bucket >= ? AND bucket <= ?", (kind, first, last)
+            )
+        ]
+    )
 
 
 def drop_buckets_before(conn: sqlite3.Connection, kind: int, bucket: int) -> None:

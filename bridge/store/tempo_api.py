@@ -79,8 +79,9 @@ class StoreTempo:
         return TempoAnswer(status, CIMultiDict(headers), body)
 
 
-async def answer(store: Store, method: str, subpath: str, query: Mapping[str, str], headers: Mapping[str, str],
-                 ctx: CallContext) -> Answer:
+async def answer(
+    store: Store, method: str, subpath: str, query: Mapping[str, str], headers: Mapping[str, str], ctx: CallContext
+) -> Answer:
     """Tempo's answer to ``method /tempo/<subpath>`` from the store."""
     path = subpath.strip("/")
     if method not in ("GET", "HEAD"):
@@ -93,15 +94,24 @@ async def answer(store: Store, method: str, subpath: str, query: Mapping[str, st
         return _text(exc.message, exc.http_status)
 
 
-async def _route(store: Store, path: str, query: Mapping[str, str], headers: Mapping[str, str],
-                 ctx: CallContext) -> Answer:
+async def _route(
+    store: Store, path: str, query: Mapping[str, str], headers: Mapping[str, str], ctx: CallContext
+) -> Answer:
     if path == "ready":
         return 200, {"Content-Type": "text/plain; charset=utf-8"}, b"ready"
     if path == "api/echo":
         return 200, {"Content-Type": "text/plain; charset=utf-8"}, b"echo"
     if path == "api/status/buildinfo":
-        return _json({"version": "profile-bridge-standalone", "revision": "", "branch": "", "buildUser": "",
-                      "buildDate": "", "goVersion": ""})
+        return _json(
+            {
+                "version": "profile-bridge-standalone",
+                "revision": "",
+                "branch": "",
+                "buildUser": "",
+                "buildDate": "",
+                "goVersion": "",
+            }
+        )
     protobuf = wants_protobuf(headers_get(headers, "Accept") or "")
     if match := _V2_TRACE.match(path):
         return await _trace_by_id(store, match.group(1), ctx, v2=True, protobuf=protobuf)
@@ -174,17 +184,25 @@ async def _search(store: Store, query: Mapping[str, str], ctx: CallContext) -> A
     for m in result.traces:
         spans = [{k: v for k, v in s.items() if not k.startswith("_")} for s in m.spans]
         span_set = {"spans": spans, "matched": m.matched}
-        traces.append({
-            "traceID": m.trace_id.lstrip("0") or "0",
-            "rootServiceName": m.root_service,
-            **({"rootTraceName": m.root_name} if m.root_name else {}),
-            "startTimeUnixNano": str(m.start_ns),
-            "durationMs": (m.end_ns - m.start_ns) // 1_000_000,
-            "spanSet": span_set,
-            "spanSets": [span_set],
-        })
-    doc: dict[str, Any] = {"metrics": {"inspectedTraces": len(traces), "inspectedSpans": str(result.inspected_spans),
-                                       "completedJobs": 1, "totalJobs": 1}}
+        traces.append(
+            {
+                "traceID": m.trace_id.lstrip("0") or "0",
+                "rootServiceName": m.root_service,
+                **({"rootTraceName": m.root_name} if m.root_name else {}),
+                "startTimeUnixNano": str(m.start_ns),
+                "durationMs": (m.end_ns - m.start_ns) // 1_000_000,
+                "spanSet": span_set,
+                "spanSets": [span_set],
+            }
+        )
+    doc: dict[str, Any] = {
+        "metrics": {
+            "inspectedTraces": len(traces),
+            "inspectedSpans": str(result.inspected_spans),
+            "completedJobs": 1,
+            "totalJobs": 1,
+        }
+    }
     if traces:
         doc = {"traces": traces, **doc}
     if result.partial is not None:  # as Tempo marks a partial trace by ID: the answer is not all there is

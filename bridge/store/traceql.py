@@ -29,8 +29,15 @@ SUBSET: Final = (
 )
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)$")
-_UNITS: Final = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000,
-                 "h": 3_600_000_000_000}
+_UNITS: Final = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "h": 3_600_000_000_000,
+}
 _TOKENS = re.compile(
     r"""\s*(?:
         (?P<str>"(?:[^"\\]|\\.)*")
@@ -91,7 +98,7 @@ def parse_attr(word: str) -> Attr:
         return Attr("intrinsic", INTRINSICS[word])
     for prefix in ("resource.", "span."):
         if word.startswith(prefix) and len(word) > len(prefix):
-            return Attr(prefix[:-1], word[len(prefix):])
+            return Attr(prefix[:-1], word[len(prefix) :])
     if word.startswith(".") and len(word) > 1:
         return Attr("any", word[1:])
     raise InvalidArgument(f"TraceQL attribute {word!r} is not supported: {SUBSET}")
@@ -111,7 +118,7 @@ def _tokens(text: str) -> list[tuple[str, str]]:
     while pos < len(text):
         match = _TOKENS.match(text, pos)
         if match is None or match.end() == pos:
-            raise InvalidArgument(f"TraceQL {text!r}: cannot parse near {text[pos:pos + 20]!r}")
+            raise InvalidArgument(f"TraceQL {text!r}: cannot parse near {text[pos : pos + 20]!r}")
         kind = match.lastgroup or ""
         out.append((kind, match.group(kind)))
         pos = match.end()
@@ -211,7 +218,12 @@ def parse(text: str) -> Query:
 
 
 COMPARISONS: Final[dict[str, Callable[[Any, Any], bool]]] = {
-    "=": operator.eq, "!=": operator.ne, ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
+    "=": operator.eq,
+    "!=": operator.ne,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
 }
 
 

@@ -62,8 +62,9 @@ class Traces:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def _resource(self, conn: sqlite3.Connection, resource_id: int,
-                  cache: dict[int, otlp_trace.ResourceSpans]) -> otlp_trace.ResourceSpans:
+    def _resource(
+        self, conn: sqlite3.Connection, resource_id: int, cache: dict[int, otlp_trace.ResourceSpans]
+    ) -> otlp_trace.ResourceSpans:
         """A resource, decoded once per query (``cache`` lives as long as one read)."""
         rs = cache.get(resource_id)
         if rs is None:
@@ -87,10 +88,12 @@ class Traces:
             (json.dumps(sorted({r[1] for r in rows})),),
         ):
             scopes[sid] = body
-        resource_bodies: dict[int, bytes] = dict(conn.execute(
-            "SELECT id, body FROM resources WHERE id IN (SELECT value FROM json_each(?))",
-            (json.dumps(sorted({r[0] for r in rows})),),
-        ).fetchall())
+        resource_bodies: dict[int, bytes] = dict(
+            conn.execute(
+                "SELECT id, body FROM resources WHERE id IN (SELECT value FROM json_each(?))",
+                (json.dumps(sorted({r[0] for r in rows})),),
+            ).fetchall()
+        )
         grouped: dict[int, dict[int, list[bytes]]] = {}
         for resource_id, scope_id, body in rows:
             grouped.setdefault(resource_id, {}).setdefault(scope_id, []).append(body)
@@ -125,7 +128,10 @@ class Traces:
     async def find_span(self, span_id: str, start_s: int, end_s: int, ctx: CallContext) -> SearchHit | None:
         hits = await self.search(
             f'{{ span:id = "{span_id.lower()}" }} | select(span:name, resource.service.name)',
-            start_s, end_s, 1, ctx,
+            start_s,
+            end_s,
+            1,
+            ctx,
         )
         return hits[0] if hits else None
 
@@ -151,17 +157,38 @@ class Traces:
         return hits
 
     async def search_traces(
-        self, query: traceql.Query, start_s: int, end_s: int, limit: int, spss: int, tenant: str | None,
+        self,
+        query: traceql.Query,
+        start_s: int,
+        end_s: int,
+        limit: int,
+        spss: int,
+        tenant: str | None,
         budget: int | None = None,
     ) -> SearchResult:
         """Up to ``limit`` traces with spans matching ``query`` in the window, newest first; at most ``budget``
         spans examined (``SEARCH_SCAN_BUDGET``), or the answer says it is partial."""
-        return await self._db.read(self._search, tenant or "anonymous", query, start_s, end_s, limit, spss,
-                                   SEARCH_SCAN_BUDGET if budget is None else budget)
+        return await self._db.read(
+            self._search,
+            tenant or "anonymous",
+            query,
+            start_s,
+            end_s,
+            limit,
+            spss,
+            SEARCH_SCAN_BUDGET if budget is None else budget,
+        )
 
     def _search(
-        self, conn: sqlite3.Connection, tenant: str, query: traceql.Query, start_s: int, end_s: int, limit: int,
-        spss: int, budget: int,
+        self,
+        conn: sqlite3.Connection,
+        tenant: str,
+        query: traceql.Query,
+        start_s: int,
+        end_s: int,
+        limit: int,
+        spss: int,
+        budget: int,
     ) -> SearchResult:
         limit = max(limit, 1)
         where = ["tenant = ?"]
@@ -199,8 +226,12 @@ class Traces:
                 column_conds.append((2, "=", cond.value))
                 if index == "spans_time":
                     index = "spans_service_time"
-            elif (a.scope == "intrinsic" and a.key == "duration" and isinstance(cond.value, int)
-                  and cond.op in ("=", "!=", ">", ">=", "<", "<=")):
+            elif (
+                a.scope == "intrinsic"
+                and a.key == "duration"
+                and isinstance(cond.value, int)
+                and cond.op in ("=", "!=", ">", ">=", "<", "<=")
+            ):
                 where.append(f"(end_ns - start_ns) {cond.op} ?")
                 params.append(cond.value)
                 column_conds.append((-1, cond.op, cond.value))
@@ -225,28 +256,38 @@ class Traces:
             # (spans_time holds each span's end beside its start, so the end is checked in the index)
             near = max(0, lo - LONG_SPAN_NS)
             buckets = f" AND {BUCKETS_IN}" if by_id else ""
-            scans.append((
-                f"SELECT {columns} FROM spans INDEXED BY {index} WHERE {conds}{buckets} AND start_ns >= ? "
-                "AND start_ns < ? AND end_ns >= ? ORDER BY start_ns DESC",
-                [*params, *([span_buckets(conn, near, hi)] if by_id else []), near, hi, lo],
-            ))
+            scans.append(
+                (
+                    f"SELECT {columns} FROM spans INDEXED BY {index} WHERE {conds}{buckets} AND start_ns >= ? "
+                    "AND start_ns < ? AND end_ns >= ? ORDER BY start_ns DESC",
+                    [*params, *([span_buckets(conn, near, hi)] if by_id else []), near, hi, lo],
+                )
+            )
             if lo - LONG_SPAN_NS > 0:  # longer spans that started before that and still reach into the window
-                scans.append((
-                    f"SELECT {columns} FROM spans INDEXED BY spans_long WHERE end_ns - start_ns > {LONG_SPAN_NS} "
-                    f"AND end_ns >= ? AND start_ns < ? AND {conds} ORDER BY start_ns DESC",
-                    [lo, min(hi, lo - LONG_SPAN_NS), *params],
-                ))
+                scans.append(
+                    (
+                        f"SELECT {columns} FROM spans INDEXED BY spans_long WHERE end_ns - start_ns > {LONG_SPAN_NS} "
+                        f"AND end_ns >= ? AND start_ns < ? AND {conds} ORDER BY start_ns DESC",
+                        [lo, min(hi, lo - LONG_SPAN_NS), *params],
+                    )
+                )
         else:
             buckets = f" AND {BUCKETS_IN}" if by_id else ""
-            scans.append((
-                f"SELECT {columns} FROM spans INDEXED BY {index} WHERE {conds}{buckets} ORDER BY start_ns DESC",
-                [*params, *([span_buckets(conn)] if by_id else [])],
-            ))
+            scans.append(
+                (
+                    f"SELECT {columns} FROM spans INDEXED BY {index} WHERE {conds}{buckets} ORDER BY start_ns DESC",
+                    [*params, *([span_buckets(conn)] if by_id else [])],
+                )
+            )
 
         resources: dict[int, otlp_trace.ResourceSpans] = {}
 
-        def matches(row: tuple[Any, ...]) -> tuple[otlp_trace.Span | None, otlp_trace.ResourceSpans | None,
-                                                    functools.partial[traceql.Value | None]] | None:
+        def matches(
+            row: tuple[Any, ...],
+        ) -> (
+            tuple[otlp_trace.Span | None, otlp_trace.ResourceSpans | None, functools.partial[traceql.Value | None]]
+            | None
+        ):
             trace_id, span_id, service, name, start_ns, end_ns, resource_id, body = row
             span = otlp_trace.Span.FromString(body) if body is not None else None
             resource = self._resource(conn, resource_id, resources) if needs_body else None

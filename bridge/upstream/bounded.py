@@ -17,8 +17,11 @@ SETTING: Final = "PROFILE_BRIDGE_MAX_UPSTREAM_ANSWER_BYTES"
 
 def too_large(upstream: str, what: str, limit: int, size: int | None = None) -> UpstreamTooLarge:
     told = f"{size} bytes" if size is not None else f"over {limit} bytes"
-    return UpstreamTooLarge(upstream, f"{upstream} answered {what} with {told}, more than the {limit} bytes the "
-                                      f"bridge reads whole ({SETTING}): narrow the query, or raise the setting")
+    return UpstreamTooLarge(
+        upstream,
+        f"{upstream} answered {what} with {told}, more than the {limit} bytes the "
+        f"bridge reads whole ({SETTING}): narrow the query, or raise the setting",
+    )
 
 
 async def read_capped(resp: aiohttp.ClientResponse, limit: int, upstream: str, what: str) -> bytes:

@@ -75,8 +75,10 @@ def step_seconds(start_ms: int, end_ms: int) -> float:
 
 
 def unsupported(detail: str) -> Unimplemented:
-    return Unimplemented(f"Pyroscope cannot list the spans that burn a function here: {detail}. This needs "
-                         f"{SPAN_EXEMPLARS_NEEDED}; standalone mode answers it from its own store")
+    return Unimplemented(
+        f"Pyroscope cannot list the spans that burn a function here: {detail}. This needs "
+        f"{SPAN_EXEMPLARS_NEEDED}; standalone mode answers it from its own store"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,44 +99,71 @@ class ExemplarIndex:
         self.profiles = profiles
 
     async def function_spans(self, query: FunctionQuery, selector: str, ctx: CallContext) -> FunctionHits:
-        merged = await self.profiles.select_merge_stacktraces(qpb.SelectMergeStacktracesRequest(
-            profile_typeID=query.profile_type, label_selector=selector, start=query.start_ms, end=query.end_ms,
-            max_nodes=CALL_SITE_NODES, format=qpb.PROFILE_FORMAT_FLAMEGRAPH,
-        ), ctx)
+        merged = await self.profiles.select_merge_stacktraces(
+            qpb.SelectMergeStacktracesRequest(
+                profile_typeID=query.profile_type,
+                label_selector=selector,
+                start=query.start_ms,
+                end=query.end_ms,
+                max_nodes=CALL_SITE_NODES,
+                format=qpb.PROFILE_FORMAT_FLAMEGRAPH,
+            ),
+            ctx,
+        )
         tree = flamegraph.decode(merged.flamegraph if merged.HasField("flamegraph") else None)
         sites, folded = call_sites(tree, query.match)
         notes: list[str] = []
         if folded:
-            notes.append(f"Pyroscope folded the service's flame graph to {CALL_SITE_NODES} nodes: call sites inside "
-                         "its \u201cother\u201d bars were not searched")
+            notes.append(
+                f"Pyroscope folded the service's flame graph to {CALL_SITE_NODES} nodes: call sites inside "
+                "its \u201cother\u201d bars were not searched"
+            )
         if not sites:
             return FunctionHits((), (), 0, None, 0, SOURCE, tuple(notes))
         asked, skipped = sites[:MAX_CALL_SITES], sites[MAX_CALL_SITES:]
         if skipped:
-            notes.append(f"{len(skipped)} smaller call sites (holding {sum(s.total for s in skipped)} of "
-                         f"{sum(s.total for s in sites)}) were not searched")
+            notes.append(
+                f"{len(skipped)} smaller call sites (holding {sum(s.total for s in skipped)} of "
+                f"{sum(s.total for s in sites)}) were not searched"
+            )
         found = await self._candidates(query, selector, asked, ctx)
         if found.points and not found.exemplars:
-            raise unsupported("it answered SelectSeries without span exemplars (a Pyroscope that does not know "
-                              "exemplar_type ignores it)")
+            raise unsupported(
+                "it answered SelectSeries without span exemplars (a Pyroscope that does not know "
+                "exemplar_type ignores it)"
+            )
         ranked = sorted(found.spans.items(), key=lambda kv: (-kv[1][0], kv[0]))
         read = ranked[: min(MAX_CANDIDATES, query.limit + CANDIDATE_SLACK)]
         values = order_spans(v for v in await self._measure(query, selector, read, ctx) if v.total > 0)
         top = values[: query.limit]
         more = len(values) - len(top) + len(ranked) - len(read)
-        notes.append("span exemplars name the spans that contributed most to each point of the series: a span that "
-                     "burnt little of the function may be missing")
-        return FunctionHits(tuple(top), tuple(matched_names(tree, query.match)), sum(s.total for s in sites), None,
-                            more, SOURCE, tuple(notes))
+        notes.append(
+            "span exemplars name the spans that contributed most to each point of the series: a span that "
+            "burnt little of the function may be missing"
+        )
+        return FunctionHits(
+            tuple(top),
+            tuple(matched_names(tree, query.match)),
+            sum(s.total for s in sites),
+            None,
+            more,
+            SOURCE,
+            tuple(notes),
+        )
 
-    async def _candidates(self, query: FunctionQuery, selector: str, sites: list[CallSite],
-                          ctx: CallContext) -> Candidates:
+    async def _candidates(
+        self, query: FunctionQuery, selector: str, sites: list[CallSite], ctx: CallContext
+    ) -> Candidates:
         limit = asyncio.Semaphore(CONCURRENCY)
 
         async def one(site: CallSite) -> qpb.SelectSeriesResponse:
             req = qpb.SelectSeriesRequest(
-                profile_typeID=query.profile_type, label_selector=selector, start=query.start_ms, end=query.end_ms,
-                step=step_seconds(query.start_ms, query.end_ms), exemplar_type=tpb.EXEMPLAR_TYPE_SPAN,
+                profile_typeID=query.profile_type,
+                label_selector=selector,
+                start=query.start_ms,
+                end=query.end_ms,
+                step=step_seconds(query.start_ms, query.end_ms),
+                exemplar_type=tpb.EXEMPLAR_TYPE_SPAN,
                 stack_trace_selector=tpb.StackTraceSelector(call_site=[tpb.Location(name=n) for n in site.path]),
             )
             async with limit:
@@ -161,15 +190,20 @@ class ExemplarIndex:
                         spans[span_id] = (value + max(0, ex.value), known or (ids.trace_id(trace) or ""))
         return Candidates(spans, points, exemplars)
 
-    async def _measure(self, query: FunctionQuery, selector: str, read: list[tuple[str, tuple[int, str]]],
-                       ctx: CallContext) -> list[SpanValue]:
+    async def _measure(
+        self, query: FunctionQuery, selector: str, read: list[tuple[str, tuple[int, str]]], ctx: CallContext
+    ) -> list[SpanValue]:
         """Each candidate's own linked samples, measured: through the function, in it, and in all."""
         limit = asyncio.Semaphore(CONCURRENCY * 2)
 
         async def one(span_id: str, trace_id: str) -> SpanValue:
             req = qpb.SelectMergeSpanProfileRequest(
-                profile_typeID=query.profile_type, label_selector=selector, span_selector=[span_id],
-                start=query.start_ms, end=query.end_ms, format=qpb.PROFILE_FORMAT_FLAMEGRAPH,
+                profile_typeID=query.profile_type,
+                label_selector=selector,
+                span_selector=[span_id],
+                start=query.start_ms,
+                end=query.end_ms,
+                format=qpb.PROFILE_FORMAT_FLAMEGRAPH,
             )
             async with limit:
                 answer = await self.profiles.select_merge_span_profile(req, ctx)

@@ -81,7 +81,12 @@ class _Upstream:
         outcome = "ok"
         try:
             async with self.session.request(
-                method, self.base_url + path, params=params, headers=sent, data=data, timeout=timeout,
+                method,
+                self.base_url + path,
+                params=params,
+                headers=sent,
+                data=data,
+                timeout=timeout,
                 allow_redirects=False,
             ) as resp:
                 body = await read_capped(resp, self.settings.max_upstream_answer_bytes, self.name, call)
@@ -128,12 +133,14 @@ class TempoClient(_Upstream):
     ) -> Trace | None:
         params = {"start": str(start_s), "end": str(end_s)} if start_s is not None and end_s is not None else None
         accept = {"Accept": tempo_wire.PROTOBUF}
-        status, ctype, body = await self.call("trace_by_id", "GET", tempo_wire.trace_path(trace_id, 2), ctx,
-                                              params=params, headers=accept)
+        status, ctype, body = await self.call(
+            "trace_by_id", "GET", tempo_wire.trace_path(trace_id, 2), ctx, params=params, headers=accept
+        )
         v1 = status == 404
         if v1:  # a Tempo older than v2.6 has no v2 endpoint
-            status, ctype, body = await self.call("trace_by_id", "GET", tempo_wire.trace_path(trace_id, 1), ctx,
-                                                  headers=accept)
+            status, ctype, body = await self.call(
+                "trace_by_id", "GET", tempo_wire.trace_path(trace_id, 1), ctx, headers=accept
+            )
             if status == 404:
                 return None
         if status != 200:
@@ -180,8 +187,9 @@ class PyroscopeClient(_Upstream):
             "Connect-Timeout-Ms": str(max(1, math.floor((self.timeout(ctx).total or 0) * 1000))),
             "Accept-Encoding": "gzip",
         }
-        status, _, body = await self.call(method, "POST", pyroscope_wire.QUERIER_PATH + method, ctx, headers=headers,
-                                          data=req.SerializeToString())
+        status, _, body = await self.call(
+            method, "POST", pyroscope_wire.QUERIER_PATH + method, ctx, headers=headers, data=req.SerializeToString()
+        )
         if status != 200:
             raise self.http_error(status, body, method)
         out = cls()
@@ -189,8 +197,8 @@ class PyroscopeClient(_Upstream):
             out.ParseFromString(body)
         except DecodeError as exc:
             raise UpstreamError(
-                self.name, f"pyroscope answered {method} with something that is not a "
-                           f"{cls.DESCRIPTOR.full_name} ({exc})"
+                self.name,
+                f"pyroscope answered {method} with something that is not a {cls.DESCRIPTOR.full_name} ({exc})",
             ) from exc
         return out
 
@@ -233,9 +241,9 @@ def new_session(settings: Settings) -> aiohttp.ClientSession:
 
 
 @asynccontextmanager
-async def open_clients(settings: Settings, metrics: Metrics | None = None) -> AsyncIterator[
-    tuple[TempoClient, PyroscopeClient]
-]:
+async def open_clients(
+    settings: Settings, metrics: Metrics | None = None
+) -> AsyncIterator[tuple[TempoClient, PyroscopeClient]]:
     """The two upstream clients for the app's lifetime; sessions closed on exit."""
     async with new_session(settings) as tempo_session, new_session(settings) as pyroscope_session:
         yield (

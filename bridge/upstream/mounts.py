@@ -64,12 +64,20 @@ class PyroscopeForward:
     def must_decode(self, method: str | None, content_type: str | None) -> bool:
         return method in SPAN_RPCS and is_connect(content_type)
 
-    async def pass_on(self, request: web.Request, ctx: CallContext, body: bytes | None = None,
-                      encoding: str | None = None) -> web.StreamResponse:
+    async def pass_on(
+        self, request: web.Request, ctx: CallContext, body: bytes | None = None, encoding: str | None = None
+    ) -> web.StreamResponse:
         url = target_url(self.base_url, request, PYROSCOPE_MOUNT)
-        return await stream_through(request, self.session, url, upstream="pyroscope",
-                                    timeout=upstream_timeout(self.settings, ctx), body=body, body_encoding=encoding,
-                                    metrics=self.metrics)
+        return await stream_through(
+            request,
+            self.session,
+            url,
+            upstream="pyroscope",
+            timeout=upstream_timeout(self.settings, ctx),
+            body=body,
+            body_encoding=encoding,
+            metrics=self.metrics,
+        )
 
     async def call(self, method: str, data: bytes, codec: Codec, ctx: CallContext) -> Message | None:
         return None  # Pyroscope answers it: passed on
@@ -84,8 +92,14 @@ class TempoForward:
 
     async def pass_on(self, request: web.Request, path: str, ctx: CallContext) -> web.StreamResponse:
         url = target_url(self.base_url, request, TEMPO_MOUNT)
-        return await stream_through(request, self.session, url, upstream="tempo",
-                                    timeout=upstream_timeout(self.settings, ctx), metrics=self.metrics)
+        return await stream_through(
+            request,
+            self.session,
+            url,
+            upstream="tempo",
+            timeout=upstream_timeout(self.settings, ctx),
+            metrics=self.metrics,
+        )
 
     async def trace_by_id(self, request: web.Request, path: str, ctx: CallContext) -> TempoAnswer:
         """The answer from Tempo, whole, still in its Content-Encoding (the bridge asks for gzip)."""
@@ -96,8 +110,9 @@ class TempoForward:
         started = time.perf_counter()
         outcome = "ok"
         try:
-            async with self.session.get(url, headers=headers, timeout=timeout, allow_redirects=False,
-                                        auto_decompress=False) as resp:
+            async with self.session.get(
+                url, headers=headers, timeout=timeout, allow_redirects=False, auto_decompress=False
+            ) as resp:
                 body = await read_capped(resp, self.settings.max_upstream_answer_bytes, "tempo", "a trace")
                 outcome = "ok" if resp.status < 400 else str(resp.status)
                 return TempoAnswer(resp.status, CIMultiDict(resp.headers), body)
@@ -111,4 +126,5 @@ class TempoForward:
         finally:
             if self.metrics is not None:
                 self.metrics.upstream_seconds.labels("tempo", "trace_by_id", outcome).observe(
-                    time.perf_counter() - started)
+                    time.perf_counter() - started
+                )

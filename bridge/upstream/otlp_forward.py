@@ -102,8 +102,10 @@ def _decode_response(body: bytes) -> svc.ExportProfilesServiceResponse:
     try:
         return svc.ExportProfilesServiceResponse.FromString(body)
     except DecodeError as exc:
-        raise UpstreamError(UPSTREAM, "pyroscope answered the export with something that is not an "
-                                      f"ExportProfilesServiceResponse ({exc})") from exc
+        raise UpstreamError(
+            UPSTREAM,
+            f"pyroscope answered the export with something that is not an ExportProfilesServiceResponse ({exc})",
+        ) from exc
 
 
 class HttpProfilesForwarder:
@@ -111,8 +113,9 @@ class HttpProfilesForwarder:
 
     name = "http"
 
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, settings: Settings,
-                 metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, base_url: str, settings: Settings, metrics: Metrics | None = None
+    ) -> None:
         self.session = session
         self.url = base_url.rstrip("/") + OTLP_PATH
         self.settings = settings
@@ -126,8 +129,9 @@ class HttpProfilesForwarder:
         started = time.perf_counter()
         outcome = "ok"
         try:
-            async with self.session.post(self.url, data=body, headers=headers, timeout=timeout,
-                                         allow_redirects=False) as resp:
+            async with self.session.post(
+                self.url, data=body, headers=headers, timeout=timeout, allow_redirects=False
+            ) as resp:
                 answer = await resp.content.read(MAX_ANSWER_BYTES)
                 if resp.status != 200:
                     err = http_status_error(resp.status, resp.headers.get("Content-Type", ""), answer)
@@ -143,7 +147,8 @@ class HttpProfilesForwarder:
         finally:
             if self.metrics is not None:
                 self.metrics.upstream_seconds.labels(UPSTREAM, "otlp_export", outcome).observe(
-                    time.perf_counter() - started)
+                    time.perf_counter() - started
+                )
 
     async def close(self) -> None:
         return None
@@ -156,15 +161,19 @@ class GrpcProfilesForwarder:
 
     def __init__(self, target: str, settings: Settings, metrics: Metrics | None = None) -> None:
         if not target or ":" not in target:
-            raise ConfigError("PROFILE_BRIDGE_PYROSCOPE_GRPC_TARGET", target,
-                              "forwarding profiles over gRPC needs a HOST:PORT target")
+            raise ConfigError(
+                "PROFILE_BRIDGE_PYROSCOPE_GRPC_TARGET", target, "forwarding profiles over gRPC needs a HOST:PORT target"
+            )
         self.target = target
         self.settings = settings
         self.metrics = metrics
-        self.channel = grpc.aio.insecure_channel(target, options=[
-            ("grpc.max_send_message_length", settings.max_body_bytes),
-            ("grpc.max_receive_message_length", MAX_ANSWER_BYTES),
-        ])
+        self.channel = grpc.aio.insecure_channel(
+            target,
+            options=[
+                ("grpc.max_send_message_length", settings.max_body_bytes),
+                ("grpc.max_receive_message_length", MAX_ANSWER_BYTES),
+            ],
+        )
         self.export_rpc = self.channel.unary_unary(
             "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export",
             request_serializer=None,  # the body is already serialised
@@ -186,7 +195,8 @@ class GrpcProfilesForwarder:
         finally:
             if self.metrics is not None:
                 self.metrics.upstream_seconds.labels(UPSTREAM, "otlp_export", outcome).observe(
-                    time.perf_counter() - started)
+                    time.perf_counter() - started
+                )
 
     async def close(self) -> None:
         await self.channel.close()
@@ -198,5 +208,6 @@ def grpc_error(status: grpc.StatusCode, details: str, budget: float) -> Upstream
     if code is Code.DEADLINE_EXCEEDED:
         return UpstreamTimeout(UPSTREAM, f"pyroscope did not answer the profiles export within {budget:.3g} s")
     cls = UpstreamUnavailable if code is Code.UNAVAILABLE else UpstreamError
-    return cls(UPSTREAM, f"pyroscope rejected the profiles over gRPC ({status.name}): {details or '(no details)'}",
-               code=code)
+    return cls(
+        UPSTREAM, f"pyroscope rejected the profiles over gRPC ({status.name}): {details or '(no details)'}", code=code
+    )

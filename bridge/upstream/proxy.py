@@ -114,7 +114,7 @@ def target_url(base_url: str, request: web.Request, mount: str) -> URL:
     raw_path, _, raw_query = request.raw_path.partition("?")
     if not raw_path.startswith(mount + "/") and raw_path != mount:
         raise InvalidArgument(f"path {raw_path!r} is not under {mount}/")
-    rest = raw_path[len(mount):]
+    rest = raw_path[len(mount) :]
     # Check the fully decoded path: an encoded slash (``..%2f..%2f``) must not hide a ``..`` segment from us and
     # then walk out of the base path on an upstream that decodes it.
     decoded = unquote(rest).replace("\\", "/")
@@ -205,8 +205,16 @@ def _small_body(request: web.Request) -> bool:
     return length is not None and length <= relay.MAX_BODY and "Transfer-Encoding" not in request.headers
 
 
-async def _lean(request: web.Request, pool: relay.Pool, url: URL, headers: CIMultiDict[str], body: bytes,
-                upstream: str, timeout: aiohttp.ClientTimeout, metrics: Metrics | None) -> web.StreamResponse:
+async def _lean(
+    request: web.Request,
+    pool: relay.Pool,
+    url: URL,
+    headers: CIMultiDict[str],
+    body: bytes,
+    upstream: str,
+    timeout: aiohttp.ClientTimeout,
+    metrics: Metrics | None,
+) -> web.StreamResponse:
     """``stream_through`` over the lean relay: the request in one write, the answer relayed as it arrives."""
     if not body and request.method in ("POST", "PUT", "PATCH"):
         headers["Content-Length"] = "0"
@@ -219,9 +227,14 @@ async def _lean(request: web.Request, pool: relay.Pool, url: URL, headers: CIMul
     outcome = "ok"
     try:
         try:
-            conn = await exchange.start(head, body, head_only=request.method == "HEAD",
-                                        connect_timeout=timeout.sock_connect or timeout.connect, total=timeout.total,
-                                        sock_read=timeout.sock_read)
+            conn = await exchange.start(
+                head,
+                body,
+                head_only=request.method == "HEAD",
+                connect_timeout=timeout.sock_connect or timeout.connect,
+                total=timeout.total,
+                sock_read=timeout.sock_read,
+            )
         except UpstreamError as exc:
             outcome = exc.code.value
             raise
@@ -254,8 +267,9 @@ async def _lean(request: web.Request, pool: relay.Pool, url: URL, headers: CIMul
             metrics.upstream_seconds.labels(upstream, "passthrough", outcome).observe(time.perf_counter() - started)
 
 
-async def _spliced(request: web.Request, conn: relay.Connection, writer: AbstractStreamWriter, upstream: str,
-                   read_timeout: float) -> None:
+async def _spliced(
+    request: web.Request, conn: relay.Connection, writer: AbstractStreamWriter, upstream: str, read_timeout: float
+) -> None:
     """The rest of a body of known length, spliced from the upstream's connection into the client's as it arrives
     (``relay.Connection.splice``); the client's backlog drained through aiohttp's writer."""
     assert request.transport is not None
@@ -296,8 +310,13 @@ async def _relay(request: web.Request, upstream_resp: aiohttp.ClientResponse, up
     return response
 
 
-async def _pump(request: web.Request, response: web.StreamResponse, read: Callable[[], Awaitable[bytes]],
-                upstream: str, handed_over: Callable[[], Awaitable[bool]] | None = None) -> None:
+async def _pump(
+    request: web.Request,
+    response: web.StreamResponse,
+    read: Callable[[], Awaitable[bytes]],
+    upstream: str,
+    handed_over: Callable[[], Awaitable[bool]] | None = None,
+) -> None:
     """The answer's body, from ``read`` (b"" at its end) to the client as it comes, until the end, a failure on
     either side, or ``handed_over`` (asked after each write) says it took the rest."""
     while True:

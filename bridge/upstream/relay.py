@@ -165,7 +165,7 @@ class Connection(asyncio.Protocol):
                     raise BadHttp(f"a response head over {MAX_HEAD} bytes")
                 return
             status, reason, fields, http11 = parse_head(bytes(self._buf[:end]))
-            rest = bytes(self._buf[end + 4:])
+            rest = bytes(self._buf[end + 4 :])
             self._buf = bytearray()
             if 100 <= status < 200:  # informational: the real head follows
                 self._buf += rest
@@ -236,7 +236,7 @@ class Connection(asyncio.Protocol):
             state = self._chunk_state
             if state == "data":
                 take = min(self._remaining, len(buf) - pos)
-                out.append(bytes(buf[pos:pos + take]))
+                out.append(bytes(buf[pos : pos + take]))
                 pos += take
                 self._remaining -= take
                 if self._remaining == 0:
@@ -385,8 +385,12 @@ class Pool:
         now = time.monotonic()
         while self._idle:
             conn = self._idle.pop()
-            if not conn.closed and now - conn.idle_since < IDLE_S and conn.transport is not None \
-                    and not conn.transport.is_closing():
+            if (
+                not conn.closed
+                and now - conn.idle_since < IDLE_S
+                and conn.transport is not None
+                and not conn.transport.is_closing()
+            ):
                 return conn, True
             conn.abort()
         loop = asyncio.get_running_loop()
@@ -459,8 +463,16 @@ class Exchange:
         self.upstream = upstream
         self.conn: Connection | None = None
 
-    async def start(self, head: bytes, body: bytes, *, head_only: bool, connect_timeout: float | None,
-                    total: float | None, sock_read: float | None = None) -> Connection:
+    async def start(
+        self,
+        head: bytes,
+        body: bytes,
+        *,
+        head_only: bool,
+        connect_timeout: float | None,
+        total: float | None,
+        sock_read: float | None = None,
+    ) -> Connection:
         """Send the request, wait for the answer's head: at most ``connect_timeout`` for the connection, then
         ``sock_read`` (when shorter than ``total``) or ``total``. The timeout messages name the figure that fired,
         as ``bridge.upstream.faults`` does for aiohttp's."""
@@ -496,12 +508,16 @@ class Exchange:
                 conn.abort()
                 if reused and not conn.received and attempt == 1 and _idempotent(head):
                     continue  # a keep-alive connection the upstream had closed meanwhile: once more, fresh
-                raise UpstreamUnavailable(self.upstream, f"{self.upstream} closed the connection before answering "
-                                                         "completely") from exc
+                raise UpstreamUnavailable(
+                    self.upstream, f"{self.upstream} closed the connection before answering completely"
+                ) from exc
             except BadHttp as exc:
                 conn.abort()
-                raise UpstreamError(self.upstream, f"{self.upstream} answered something that is not valid HTTP "
-                                                   f"({exc})", code=Code.INTERNAL) from exc
+                raise UpstreamError(
+                    self.upstream,
+                    f"{self.upstream} answered something that is not valid HTTP ({exc})",
+                    code=Code.INTERNAL,
+                ) from exc
         raise AssertionError("unreachable")
 
     def finish(self) -> None:

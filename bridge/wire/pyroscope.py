@@ -15,10 +15,22 @@ from bridge._proto import querier_pb2 as qpb
 QUERIER_SERVICE: Final = "querier.v1.QuerierService"
 QUERIER_PATH: Final = f"/{QUERIER_SERVICE}/"
 # querier.v1.QuerierService's methods (the contract's service list): a closed set, e.g. for metric labels
-QUERIER_METHODS: Final = frozenset({
-    "ProfileTypes", "LabelValues", "LabelNames", "Series", "SelectMergeStacktraces", "SelectMergeSpanProfile",
-    "SelectMergeProfile", "SelectSeries", "SelectHeatmap", "Diff", "GetProfileStats", "AnalyzeQuery",
-})
+QUERIER_METHODS: Final = frozenset(
+    {
+        "ProfileTypes",
+        "LabelValues",
+        "LabelNames",
+        "Series",
+        "SelectMergeStacktraces",
+        "SelectMergeSpanProfile",
+        "SelectMergeProfile",
+        "SelectSeries",
+        "SelectHeatmap",
+        "Diff",
+        "GetProfileStats",
+        "AnalyzeQuery",
+    }
+)
 OTHER_METHOD: Final = "other"
 # the RPCs that may carry a span selector: request and response messages
 SPAN_RPCS: Final[dict[str, tuple[type[Message], type[Message]]]] = {
@@ -53,8 +65,8 @@ def rpc_method(tail: str) -> str | None:
     """``querier.v1.QuerierService/SelectMergeSpanProfile`` (a path under a mount, no leading slash) →
     ``SelectMergeSpanProfile``; other paths → None."""
     prefix = QUERIER_PATH[1:]
-    if tail.startswith(prefix) and "/" not in tail[len(prefix):]:
-        return tail[len(prefix):] or None
+    if tail.startswith(prefix) and "/" not in tail[len(prefix) :]:
+        return tail[len(prefix) :] or None
     return None
 
 

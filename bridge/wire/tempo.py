@@ -80,8 +80,10 @@ def traceql_string(value: str) -> str:
 
 def endpoint_query(service: str, name: str) -> str:
     """The TraceQL that finds a service's spans of one name (an endpoint's requests), with what the hits need."""
-    return (f"{{ resource.service.name = {traceql_string(service)} && span:name = {traceql_string(name)} }} "
-            "| select(span:name, resource.service.name)")
+    return (
+        f"{{ resource.service.name = {traceql_string(service)} && span:name = {traceql_string(name)} }} "
+        "| select(span:name, resource.service.name)"
+    )
 
 
 # --------------------------------------------------------------------------------------------- decoding answers

@@ -246,8 +246,11 @@ class PyroscopeDouble:
         raw = await request.read()
         method = request.match_info["method"]
         ctype = request.headers.get("Content-Type", "").split(";")[0].strip()
-        body = gzip.decompress(raw) if request.headers.get("Content-Encoding") == "gzip" and raw[:2] == b"\x1f\x8b" \
+        body = (
+            gzip.decompress(raw)
+            if request.headers.get("Content-Encoding") == "gzip" and raw[:2] == b"\x1f\x8b"
             else raw
+        )
         handler = _HANDLERS.get(method)
         msg: Message | None = None
         if handler is not None and ctype in ("application/proto", "application/json"):
@@ -309,8 +312,9 @@ class PyroscopeDouble:
         out = querier_pb2.ProfileTypesResponse()
         for type_id in sorted({p.type_id for p in self.profiles}):
             name, stype, sunit, ptype, punit = type_id.split(":")
-            out.profile_types.add(ID=type_id, name=name, sample_type=stype, sample_unit=sunit, period_type=ptype,
-                                  period_unit=punit)
+            out.profile_types.add(
+                ID=type_id, name=name, sample_type=stype, sample_unit=sunit, period_type=ptype, period_unit=punit
+            )
         return out
 
     def label_names(self, req: types_pb2.LabelNamesRequest) -> Message:
@@ -326,8 +330,7 @@ class PyroscopeDouble:
         seen: set[tuple[tuple[str, str], ...]] = set()
         for p in self._in_range(req.start, req.end, req.matchers):
             every = {**p.labels, "__name__": p.type_id.split(":")[0], "__profile_type__": p.type_id}
-            labels = tuple(sorted((k, v) for k, v in every.items()
-                                  if not req.label_names or k in req.label_names))
+            labels = tuple(sorted((k, v) for k, v in every.items() if not req.label_names or k in req.label_names))
             if labels not in seen:
                 seen.add(labels)
                 out.labels_set.add().labels.extend(types_pb2.LabelPair(name=k, value=v) for k, v in labels)
@@ -337,8 +340,11 @@ class PyroscopeDouble:
         span_wanted = req.exemplar_type == types_pb2.EXEMPLAR_TYPE_SPAN
         if span_wanted and self.span_exemplars == "unimplemented":
             raise NotImplementedError("exemplar type span is not implemented")
-        call_site = tuple(loc.name for loc in req.stack_trace_selector.call_site) \
-            if req.HasField("stack_trace_selector") else ()
+        call_site = (
+            tuple(loc.name for loc in req.stack_trace_selector.call_site)
+            if req.HasField("stack_trace_selector")
+            else ()
+        )
         groups: dict[tuple[tuple[str, str], ...], dict[int, float]] = {}
         by_span: dict[tuple[tuple[str, str], ...], dict[int, dict[str, tuple[int, int, dict[str, str]]]]] = {}
         step_ms = max(1, int(req.step * 1000)) if req.step else 15_000
@@ -350,7 +356,7 @@ class PyroscopeDouble:
             key = tuple((g, p.labels.get(g, "")) for g in req.group_by)
             bucket = p.time_ms - p.time_ms % step_ms
             points = groups.setdefault(key, {})
-            picked = [(v, labels) for frames, v, labels in p.samples if frames[:len(call_site)] == call_site]
+            picked = [(v, labels) for frames, v, labels in p.samples if frames[: len(call_site)] == call_site]
             if not picked:
                 continue
             points[bucket] = points.get(bucket, 0.0) + sum(v for v, _ in picked)
@@ -371,8 +377,12 @@ class PyroscopeDouble:
                 if span_wanted and self.span_exemplars == "span":
                     ranked = sorted(by_span.get(key, {}).get(ts, {}).items(), key=lambda kv: (-kv[1][0], kv[0]))
                     for span, (total, stamp, labels) in ranked[: self.exemplars_per_point]:
-                        point.exemplars.add(timestamp=stamp, span_id=span, value=total, labels=[
-                            types_pb2.LabelPair(name=k, value=v) for k, v in sorted(labels.items())])
+                        point.exemplars.add(
+                            timestamp=stamp,
+                            span_id=span,
+                            value=total,
+                            labels=[types_pb2.LabelPair(name=k, value=v) for k, v in sorted(labels.items())],
+                        )
         return out
 
     def _in_range(self, start: int, end: int, matchers: Iterable[str]) -> list[StoredProfile]:
@@ -507,8 +517,14 @@ def encode_flamegraph(stacks: Iterable[tuple[tuple[str, ...], int]], max_nodes: 
 
 # the display names Pyroscope reads pprof sample types by (its DefaultSampleTypeMapping)
 _DISPLAY: Final = {"samples": "cpu", "goroutine": "goroutines", "contentions": "mutex_count", "delay": "mutex_duration"}
-_BY_WORD: Final = (("cpu", "process_cpu"), ("alloc_", "memory"), ("inuse_", "memory"), ("mutex_", "mutex"),
-                   ("block_", "block"), ("goroutines", "goroutines"))
+_BY_WORD: Final = (
+    ("cpu", "process_cpu"),
+    ("alloc_", "memory"),
+    ("inuse_", "memory"),
+    ("mutex_", "mutex"),
+    ("block_", "block"),
+    ("goroutines", "goroutines"),
+)
 _APP: Final = re.compile(r"^([^{}]+?)\s*(?:\{([^{}]*)\})?\s*$")
 _YEAR_1971_NS: Final = 31_536_000 * 10**9
 
@@ -550,8 +566,12 @@ def ingested_profiles(query: Mapping[str, str], raw: bytes) -> list[StoredProfil
         stamp = int(query.get("from") or 0) * 10**9
     name = ingest_metric_name([k for k, _ in kinds])
     return [
-        StoredProfile(type_id=f"{name}:{stype}:{sunit}:{ptype}:{punit}", labels=dict(labels),
-                      time_ms=stamp // 1_000_000, samples=samples[index])
+        StoredProfile(
+            type_id=f"{name}:{stype}:{sunit}:{ptype}:{punit}",
+            labels=dict(labels),
+            time_ms=stamp // 1_000_000,
+            samples=samples[index],
+        )
         for index, (stype, sunit) in enumerate(kinds)
     ]
 
@@ -582,10 +602,22 @@ def _check_span_ids(ids: Iterable[str]) -> list[str]:
 
 # Connect's status per code, as the contract lists it (Pyroscope §1), written here rather than taken from the bridge
 CONNECT_STATUS: Final = {
-    "canceled": 499, "unknown": 500, "invalid_argument": 400, "deadline_exceeded": 504, "not_found": 404,
-    "already_exists": 409, "permission_denied": 403, "resource_exhausted": 429, "failed_precondition": 400,
-    "aborted": 409, "out_of_range": 400, "unimplemented": 501, "internal": 500, "unavailable": 503,
-    "data_loss": 500, "unauthenticated": 401,
+    "canceled": 499,
+    "unknown": 500,
+    "invalid_argument": 400,
+    "deadline_exceeded": 504,
+    "not_found": 404,
+    "already_exists": 409,
+    "permission_denied": 403,
+    "resource_exhausted": 429,
+    "failed_precondition": 400,
+    "aborted": 409,
+    "out_of_range": 400,
+    "unimplemented": 501,
+    "internal": 500,
+    "unavailable": 503,
+    "data_loss": 500,
+    "unauthenticated": 401,
 }
 
 

@@ -84,8 +84,9 @@ def hex_string_to_trace_id(raw: str) -> str:
     """Tempo's ``util.HexStringToTraceID``: any hex up to 128 bits, left-padded; ValueError with Tempo's message."""
     for pos, char in enumerate(raw):
         if not ("0" <= char <= "9" or "a" <= char <= "f" or "A" <= char <= "F"):
-            raise ValueError(f"trace IDs can only contain hex characters: invalid character '{char}' at position "
-                             f"{pos + 1}")
+            raise ValueError(
+                f"trace IDs can only contain hex characters: invalid character '{char}' at position {pos + 1}"
+            )
     text = "0" + raw if len(raw) % 2 == 1 else raw
     if len(text) > 32:
         raise ValueError("trace IDs can't be larger than 128 bits")
@@ -246,7 +247,10 @@ class TempoDouble:
     def _text(status: int, message: str) -> web.Response:
         # Go's http.Error
         return web.Response(
-            status=status, text=message + "\n", content_type="text/plain", charset="utf-8",
+            status=status,
+            text=message + "\n",
+            content_type="text/plain",
+            charset="utf-8",
             headers={"X-Content-Type-Options": "nosniff"},
         )
 
@@ -307,13 +311,21 @@ class TempoDouble:
         doc: dict[str, Any] = {}
         if traces:
             doc["traces"] = traces
-        doc["metrics"] = {"inspectedBytes": str(sum(len(r) for raws in self.traces.values() for r in raws)),
-                          "completedJobs": 1, "totalJobs": 1}
+        doc["metrics"] = {
+            "inspectedBytes": str(sum(len(r) for raws in self.traces.values() for r in raws)),
+            "completedJobs": 1,
+            "totalJobs": 1,
+        }
         return self._answer(request, 200, _dumps(doc), "application/json")
 
     def _matching(
-        self, conditions: list[tuple[str, str]], selected: list[str], start: int | None, end: int | None,
-        limit: int, spss: int,
+        self,
+        conditions: list[tuple[str, str]],
+        selected: list[str],
+        start: int | None,
+        end: int | None,
+        limit: int,
+        spss: int,
     ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for tid, raws in self.traces.items():
@@ -331,15 +343,17 @@ class TempoDouble:
                 continue
             root = next((p for p in spans if not p[0].parent_span_id), None)
             shown = matched[:spss]
-            out.append({
-                "traceID": tid.lstrip("0") or "0",
-                "rootServiceName": root[1] if root else SEARCH_ROOT_PENDING,
-                **({"rootTraceName": root[0].name} if root else {}),
-                "startTimeUnixNano": str(t_start),
-                "durationMs": (t_end - t_start) // 1_000_000,
-                "spanSet": _span_set(shown, len(matched), conditions, selected),
-                "spanSets": [_span_set(shown, len(matched), conditions, selected)],
-            })
+            out.append(
+                {
+                    "traceID": tid.lstrip("0") or "0",
+                    "rootServiceName": root[1] if root else SEARCH_ROOT_PENDING,
+                    **({"rootTraceName": root[0].name} if root else {}),
+                    "startTimeUnixNano": str(t_start),
+                    "durationMs": (t_end - t_start) // 1_000_000,
+                    "spanSet": _span_set(shown, len(matched), conditions, selected),
+                    "spanSets": [_span_set(shown, len(matched), conditions, selected)],
+                }
+            )
             if len(out) >= limit:
                 break
         return out
