@@ -36,8 +36,8 @@ from bridge.answer import Answer, answer_json  # noqa: E402
 from bridge.config import Settings  # noqa: E402
 from bridge.pprof import encode_pprof  # noqa: E402
 from bridge.resolve import Mode, Resolution  # noqa: E402
+from tests.core.test_flamegraph_render import random_tree  # noqa: E402
 from tests.doubles.shop import load_shop  # noqa: E402
-from tests.test_flamegraph_render import random_tree  # noqa: E402
 
 CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
 

@@ -40,6 +40,19 @@ class Stack:
         return capture_now()
 
 
+def linked_total(span_id: str) -> int:
+    """Ground truth: the CPU the capture's pprof samples carry under ``span_id``."""
+    from tests.doubles.pyroscope import load_push_profiles
+
+    return sum(
+        v
+        for p in load_push_profiles()
+        if p.type_id == CPU
+        for _, v, labels in p.samples
+        if labels.get("span_id") == span_id
+    )
+
+
 async def start_doubles(aiohttp_server: ServerFactory, **changes: Any) -> Stack:
     tempo = TempoDouble()
     tempo.add_shop()

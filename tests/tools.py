@@ -31,3 +31,27 @@ def require_tool(*names: str, package: str, purpose: str) -> str:
         if found:
             return found
     _missing(f"{names[0]} is not installed (apt-get install -y {package}); needed to {purpose}")
+
+
+def go_pprof_top(profile: Path, work_dir: Path, *args: str) -> str:
+    """``go tool pprof -top [args] profile``'s output, from the Go toolchain found on PATH (Debian's golang-go puts it
+    in /usr/bin, an upstream Go install in /usr/local/go/bin: the PATH given to the child is the one it was found on).
+    Fails the test with pprof's own message when it cannot read the file."""
+    import subprocess
+
+    go = require_tool("go", package="golang-go", purpose=f"read {profile.name} with go tool pprof")
+    done = subprocess.run(
+        [go, "tool", "pprof", "-top", *args, str(profile)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        # the user's build cache: Go builds `go tool pprof` on first use (minutes on a loaded 2-core machine) and
+        # keeps it there; HOME (where pprof would save) is the test's own directory
+        env={
+            "HOME": str(work_dir),
+            "PATH": os.environ.get("PATH", ""),
+            "GOCACHE": os.environ.get("GOCACHE") or str(Path.home() / ".cache" / "go-build"),
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout

@@ -1,7 +1,7 @@
 """Linking on the wire: an ``ExportProfilesServiceRequest``'s bytes in, linked bytes out.
 
 The link gateway receives protobuf bytes and forwards protobuf bytes, so it can link without building and
-re-serialising 100,000 sample messages in Python. Two implementations, same results (``tests/test_fastlink.py``):
+re-serialising 100,000 sample messages in Python. Two implementations, same results (``tests/otlp/test_fastlink.py``):
 
 - ``native``: the optional C extension ``bridge.otlp._fastlink`` (built by ``setup.py`` when a C compiler is
   there) walks the serialized samples, decides once per distinct attribute-indices payload with link.py's rules
