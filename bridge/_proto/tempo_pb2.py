@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x62ridge/_proto/tempo.proto\x12\x07tempopb\"\x1f\n\x05Trace\x12\x16\n\x0eresource_spans\x18\x01 \x03(\x0c\"\xdd\x01\n\x10TraceByIDMetrics\x12\x16\n\x0einspectedBytes\x18\x01 \x01(\x04\x12\x14\n\x0c\x62\x61\x63kendReads\x18\x02 \x01(\x04\x12\x14\n\x0c\x62\x61\x63kendBytes\x18\x03 \x01(\x04\x12K\n\x11\x61\x64\x64itionalMetrics\x18\x04 \x03(\x0b\x32\x30.tempopb.TraceByIDMetrics.AdditionalMetricsEntry\x1a\x38\n\x16\x41\x64\x64itionalMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x97\x01\n\x11TraceByIDResponse\x12\x1d\n\x05trace\x18\x01 \x01(\x0b\x32\x0e.tempopb.Trace\x12*\n\x07metrics\x18\x02 \x01(\x0b\x32\x19.tempopb.TraceByIDMetrics\x12&\n\x06status\x18\x03 \x01(\x0e\x32\x16.tempopb.PartialStatus\x12\x0f\n\x07message\x18\x04 \x01(\t**\n\rPartialStatus\x12\x0c\n\x08\x43OMPLETE\x10\x00\x12\x0b\n\x07PARTIAL\x10\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x62ridge/_proto/tempo.proto\x12\x07tempopb\"\x1f\n\x05Trace\x12\x16\n\x0eresource_spans\x18\x01 \x03(\x0c\"\xdd\x01\n\x10TraceByIDMetrics\x12\x16\n\x0einspectedBytes\x18\x01 \x01(\x04\x12\x14\n\x0c\x62\x61\x63kendReads\x18\x02 \x01(\x04\x12\x14\n\x0c\x62\x61\x63kendBytes\x18\x03 \x01(\x04\x12K\n\x11\x61\x64\x64itionalMetrics\x18\x04 \x03(\x0b\x32\x30.tempopb.TraceByIDMetrics.AdditionalMetricsEntry\x1a\x38\n\x16\x41\x64\x64itionalMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\x97\x01\n\x11TraceByIDResponse\x12\x1d\n\x05trace\x18\x01 \x01(\x0b\x32\x0e.tempopb.Trace\x12*\n\x07metrics\x18\x02 \x01(\x0b\x32\x19.tempopb.TraceByIDMetrics\x12&\n\x06status\x18\x03 \x01(\x0e\x32\x16.tempopb.PartialStatus\x12\x0f\n\x07message\x18\x04 \x01(\t\"g\n\x0eSearchResponse\x12,\n\x06traces\x18\x01 \x03(\x0b\x32\x1c.tempopb.TraceSearchMetadata\x12\'\n\x07metrics\x18\x02 \x01(\x0b\x32\x16.tempopb.SearchMetrics\"\xde\x02\n\x13TraceSearchMetadata\x12\x0f\n\x07traceID\x18\x01 \x01(\t\x12\x17\n\x0frootServiceName\x18\x02 \x01(\t\x12\x15\n\rrootTraceName\x18\x03 \x01(\t\x12\x19\n\x11startTimeUnixNano\x18\x04 \x01(\x04\x12\x12\n\ndurationMs\x18\x05 \x01(\r\x12!\n\x07spanSet\x18\x06 \x01(\x0b\x32\x10.tempopb.SpanSet\x12\"\n\x08spanSets\x18\x07 \x03(\x0b\x32\x10.tempopb.SpanSet\x12\x44\n\x0cserviceStats\x18\x08 \x03(\x0b\x32..tempopb.TraceSearchMetadata.ServiceStatsEntry\x1aJ\n\x11ServiceStatsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12$\n\x05value\x18\x02 \x01(\x0b\x32\x15.tempopb.ServiceStats:\x02\x38\x01\"5\n\x0cServiceStats\x12\x11\n\tspanCount\x18\x01 \x01(\r\x12\x12\n\nerrorCount\x18\x02 \x01(\r\"L\n\x07SpanSet\x12\x1c\n\x05spans\x18\x01 \x03(\x0b\x32\r.tempopb.Span\x12\x0f\n\x07matched\x18\x02 \x01(\r\x12\x12\n\nattributes\x18\x03 \x03(\x0c\"j\n\x04Span\x12\x0e\n\x06spanID\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x19\n\x11startTimeUnixNano\x18\x03 \x01(\x04\x12\x15\n\rdurationNanos\x18\x04 \x01(\x04\x12\x12\n\nattributes\x18\x05 \x03(\x0c\"\xe0\x02\n\rSearchMetrics\x12\x17\n\x0finspectedTraces\x18\x01 \x01(\r\x12\x16\n\x0einspectedBytes\x18\x02 \x01(\x04\x12\x13\n\x0btotalBlocks\x18\x03 \x01(\r\x12\x15\n\rcompletedJobs\x18\x04 \x01(\r\x12\x11\n\ttotalJobs\x18\x05 \x01(\r\x12\x17\n\x0ftotalBlockBytes\x18\x06 \x01(\x04\x12\x16\n\x0einspectedSpans\x18\x07 \x01(\x04\x12\x14\n\x0c\x62\x61\x63kendReads\x18\x08 \x01(\x04\x12\x14\n\x0c\x62\x61\x63kendBytes\x18\t \x01(\x04\x12H\n\x11\x61\x64\x64itionalMetrics\x18\n \x03(\x0b\x32-.tempopb.SearchMetrics.AdditionalMetricsEntry\x1a\x38\n\x16\x41\x64\x64itionalMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xa0\x01\n\x14QueryInstantResponse\x12&\n\x06series\x18\x01 \x03(\x0b\x32\x16.tempopb.InstantSeries\x12\'\n\x07metrics\x18\x02 \x01(\x0b\x32\x16.tempopb.SearchMetrics\x12&\n\x06status\x18\x03 \x01(\x0e\x32\x16.tempopb.PartialStatus\x12\x0f\n\x07message\x18\x04 \x01(\t\".\n\rInstantSeries\x12\x0e\n\x06labels\x18\x01 \x03(\x0c\x12\r\n\x05value\x18\x02 \x01(\x01\"\x9b\x01\n\x12QueryRangeResponse\x12#\n\x06series\x18\x01 \x03(\x0b\x32\x13.tempopb.TimeSeries\x12\'\n\x07metrics\x18\x02 \x01(\x0b\x32\x16.tempopb.SearchMetrics\x12&\n\x06status\x18\x03 \x01(\x0e\x32\x16.tempopb.PartialStatus\x12\x0f\n\x07message\x18\x04 \x01(\t\"?\n\x08\x45xemplar\x12\x0e\n\x06labels\x18\x01 \x03(\x0c\x12\r\n\x05value\x18\x02 \x01(\x01\x12\x14\n\x0ctimestamp_ms\x18\x03 \x01(\x03\"-\n\x06Sample\x12\x14\n\x0ctimestamp_ms\x18\x02 \x01(\x03\x12\r\n\x05value\x18\x01 \x01(\x01\"d\n\nTimeSeries\x12\x0e\n\x06labels\x18\x01 \x03(\x0c\x12 \n\x07samples\x18\x02 \x03(\x0b\x32\x0f.tempopb.Sample\x12$\n\texemplars\x18\x04 \x03(\x0b\x32\x11.tempopb.Exemplar**\n\rPartialStatus\x12\x0c\n\x08\x43OMPLETE\x10\x00\x12\x0b\n\x07PARTIAL\x10\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TRACEBYIDMETRICS_ADDITIONALMETRICSENTRY']._loaded_options = None
   _globals['_TRACEBYIDMETRICS_ADDITIONALMETRICSENTRY']._serialized_options = b'8\001'
-  _globals['_PARTIALSTATUS']._serialized_start=449
-  _globals['_PARTIALSTATUS']._serialized_end=491
+  _globals['_TRACESEARCHMETADATA_SERVICESTATSENTRY']._loaded_options = None
+  _globals['_TRACESEARCHMETADATA_SERVICESTATSENTRY']._serialized_options = b'8\001'
+  _globals['_SEARCHMETRICS_ADDITIONALMETRICSENTRY']._loaded_options = None
+  _globals['_SEARCHMETRICS_ADDITIONALMETRICSENTRY']._serialized_options = b'8\001'
+  _globals['_PARTIALSTATUS']._serialized_start=2086
+  _globals['_PARTIALSTATUS']._serialized_end=2128
   _globals['_TRACE']._serialized_start=38
   _globals['_TRACE']._serialized_end=69
   _globals['_TRACEBYIDMETRICS']._serialized_start=72
@@ -43,4 +47,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TRACEBYIDMETRICS_ADDITIONALMETRICSENTRY']._serialized_end=293
   _globals['_TRACEBYIDRESPONSE']._serialized_start=296
   _globals['_TRACEBYIDRESPONSE']._serialized_end=447
+  _globals['_SEARCHRESPONSE']._serialized_start=449
+  _globals['_SEARCHRESPONSE']._serialized_end=552
+  _globals['_TRACESEARCHMETADATA']._serialized_start=555
+  _globals['_TRACESEARCHMETADATA']._serialized_end=905
+  _globals['_TRACESEARCHMETADATA_SERVICESTATSENTRY']._serialized_start=831
+  _globals['_TRACESEARCHMETADATA_SERVICESTATSENTRY']._serialized_end=905
+  _globals['_SERVICESTATS']._serialized_start=907
+  _globals['_SERVICESTATS']._serialized_end=960
+  _globals['_SPANSET']._serialized_start=962
+  _globals['_SPANSET']._serialized_end=1038
+  _globals['_SPAN']._serialized_start=1040
+  _globals['_SPAN']._serialized_end=1146
+  _globals['_SEARCHMETRICS']._serialized_start=1149
+  _globals['_SEARCHMETRICS']._serialized_end=1501
+  _globals['_SEARCHMETRICS_ADDITIONALMETRICSENTRY']._serialized_start=237
+  _globals['_SEARCHMETRICS_ADDITIONALMETRICSENTRY']._serialized_end=293
+  _globals['_QUERYINSTANTRESPONSE']._serialized_start=1504
+  _globals['_QUERYINSTANTRESPONSE']._serialized_end=1664
+  _globals['_INSTANTSERIES']._serialized_start=1666
+  _globals['_INSTANTSERIES']._serialized_end=1712
+  _globals['_QUERYRANGERESPONSE']._serialized_start=1715
+  _globals['_QUERYRANGERESPONSE']._serialized_end=1870
+  _globals['_EXEMPLAR']._serialized_start=1872
+  _globals['_EXEMPLAR']._serialized_end=1935
+  _globals['_SAMPLE']._serialized_start=1937
+  _globals['_SAMPLE']._serialized_end=1982
+  _globals['_TIMESERIES']._serialized_start=1984
+  _globals['_TIMESERIES']._serialized_end=2084
 # @@protoc_insertion_point(module_scope)
