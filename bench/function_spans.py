@@ -39,10 +39,9 @@ from benchkit import pct  # noqa: E402
 from store_data import CPU, HZ, SPANS_PER_WINDOW, STACKS_PER_SERVICE, T0_S, WINDOW_S, vocabulary  # noqa: E402
 
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
-from bridge.connect import Deadline  # noqa: E402
+from bridge.call import CallContext, Deadline  # noqa: E402
 from bridge.functions import FunctionMatch, FunctionQuery  # noqa: E402
 from bridge.store import Store, decode  # noqa: E402
-from bridge.upstream.base import CallContext  # noqa: E402
 
 CHECKPOINTS_MIN = (10, 60, 360)
 SERVICE = "svc-1"

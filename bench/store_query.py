@@ -41,11 +41,10 @@ from store_data import CPU, WINDOW_S, Generator, windows_per_hour  # noqa: E402
 
 from bridge import flamegraph  # noqa: E402
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
-from bridge.connect import Deadline  # noqa: E402
+from bridge.call import CallContext, Deadline  # noqa: E402
 from bridge.store import Store, rollup, traceql  # noqa: E402
 from bridge.store.database import DB_FILE  # noqa: E402
 from bridge.store.query import DEFAULT_MAX_NODES, window_ns  # noqa: E402
-from bridge.upstream.base import CallContext  # noqa: E402
 
 Stacks = list[tuple[tuple[str, ...], int]]
 

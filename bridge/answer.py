@@ -29,6 +29,7 @@ from google.protobuf import json_format
 
 from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
+from bridge.call import CallContext
 from bridge.config import Settings
 from bridge.errors import BridgeError, NotFound
 from bridge.grafana import span_window
@@ -45,8 +46,8 @@ from bridge.resolve import (
     quantity_of,
 )
 from bridge.selector import merge_selector
+from bridge.sources import ProfileSource
 from bridge.spans import Span, Trace
-from bridge.upstream.base import CallContext, ProfileSource
 
 Scope = Literal["span", "request"]
 SCOPES: Final = ("span", "request")

@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 
 from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
+from bridge.call import CallContext
 from bridge.config import Settings
 from bridge.errors import BridgeError
 from bridge.flamediff import function_totals
@@ -25,9 +26,9 @@ from bridge.profiletype import ProfileType
 from bridge.resolve import Resolver, quantity_of
 from bridge.selector import merge_selector
 from bridge.services import service_label
+from bridge.sources import FunctionIndex, ProfileSource
 from bridge.spans import Span
 from bridge.units import format_duration_ns, format_value, share
-from bridge.upstream.base import CallContext, FunctionIndex, ProfileSource
 
 LOOKUP_MARGIN_MS: Final = 10 * 60_000  # a span may have started before the range its samples fall in
 LOOKUP_CONCURRENCY: Final = 8

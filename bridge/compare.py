@@ -32,6 +32,7 @@ from bridge import flamegraph, ids
 from bridge._proto import querier_pb2 as qpb
 from bridge.answer import Answer, answer
 from bridge.burners import function_href, service_selector
+from bridge.call import CallContext
 from bridge.config import Settings, parse_seconds
 from bridge.errors import BridgeError, InvalidArgument
 from bridge.flamediff import (
@@ -48,7 +49,6 @@ from bridge.recent import span_path
 from bridge.resolve import REQUEST_MODES, Resolver
 from bridge.spans import Span
 from bridge.units import format_duration_ns, format_value
-from bridge.upstream.base import CallContext
 from bridge.views import ROW_HEIGHT, SVG_WIDTH, Frame, fit_label
 from bridge.wire.tempo import endpoint_query
 

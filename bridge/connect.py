@@ -8,14 +8,13 @@ from __future__ import annotations
 import enum
 import gzip
 import json
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Final, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
+from bridge.body import PROTOBUF_TYPES, media_type
 from bridge.compression import Budget, BudgetSpent, GzipError, GzipTooLarge, accepts_gzip, gunzip
 from bridge.errors import CODE_TO_HTTP, Code, InvalidArgument, ResourceExhausted
 
@@ -36,8 +35,8 @@ class Codec(enum.Enum):
 
 def codec_for(content_type: str | None) -> Codec:
     """The codec named by a request's Content-Type (parameters such as ``charset`` ignored)."""
-    base = (content_type or "").split(";", 1)[0].strip().lower()
-    if base in (PROTO, "application/x-protobuf", "application/protobuf"):
+    base = media_type(content_type)
+    if base in PROTOBUF_TYPES:
         return Codec.PROTO
     if base == JSON:
         return Codec.JSON
@@ -144,25 +143,6 @@ def parse_timeout_ms(value: str | None) -> float | None:
     return int(text) / 1000.0
 
 
-@dataclass(frozen=True, slots=True)
-class Deadline:
-    """One budget per request: every upstream call gets what remains. ``clock`` is injectable for tests."""
-
-    expires_at: float
-    clock: Callable[[], float] = time.monotonic
-
-    @classmethod
-    def start(cls, requested: float | None, cap: float, clock: Callable[[], float] = time.monotonic) -> Deadline:
-        budget = cap if requested is None else min(requested, cap)
-        return cls(clock() + budget, clock)
-
-    def remaining(self) -> float:
-        return max(0.0, self.expires_at - self.clock())
-
-    def expired(self) -> bool:
-        return self.remaining() <= 0.0
-
-
 def headers_get(headers: Mapping[str, str], name: str) -> str | None:
     """Case-insensitive header lookup on a plain mapping (aiohttp's CIMultiDict is already insensitive)."""
     value = headers.get(name)
@@ -178,7 +158,6 @@ def headers_get(headers: Mapping[str, str], name: str) -> str | None:
 __all__ = [
     "Code",
     "Codec",
-    "Deadline",
     "codec_for",
     "decode_error",
     "decode_message",

@@ -46,6 +46,10 @@ class Code(enum.StrEnum):
     UNAUTHENTICATED = "unauthenticated"
 
 
+# The same codes as gRPC numbers them (google.rpc.Code, grpc/grpc doc/statuscodes.md; Connect's codes are gRPC's in
+# this order, connectrpc.com/connect code.go): what the OTLP/gRPC server answers and an OTLP/HTTP error's Status.code
+CODE_TO_GRPC_NUMBER: Final[dict[Code, int]] = {code: number for number, code in enumerate(Code, start=1)}
+
 CODE_TO_HTTP: Final[dict[Code, int]] = {
     Code.CANCELED: 499,
     Code.UNKNOWN: 500,

@@ -10,7 +10,7 @@ Definitions, the same in both modes (``docs/functions-and-compare.md``):
 - *self in F*: the value of every sample whose leaf frame matches F;
 - a span's *linked value*: all its linked samples (``span_id`` = the span) in the range.
 
-The backends (``FunctionIndex`` in ``bridge.upstream.base``) are the store (``bridge.store.functions``) and
+The backends (``FunctionIndex`` in ``bridge.sources``) are the store (``bridge.store.functions``) and
 Pyroscope's span exemplars (``bridge.upstream.exemplars``); ``bridge.burners`` adds the spans' names and times.
 """
 

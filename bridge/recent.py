@@ -17,12 +17,13 @@ from typing import Final
 from urllib.parse import quote, urlencode
 
 from bridge.answer import answer
+from bridge.call import CallContext
 from bridge.config import Settings
 from bridge.errors import BridgeError
 from bridge.resolve import Mode, Resolver
+from bridge.sources import TraceSource
 from bridge.spans import Span, Trace
 from bridge.units import format_duration_ns
-from bridge.upstream.base import CallContext, TraceSource
 
 INDEX_SEARCH_LIMIT: Final = 200  # traces the search asks for
 INDEX_LIMIT: Final = 60  # of those, the slowest-looking ones per service it fetches

@@ -35,14 +35,15 @@ from cachetools import TTLCache
 
 from bridge import flamegraph, ids
 from bridge._proto import querier_pb2
+from bridge.call import CallContext
 from bridge.config import Settings
 from bridge.errors import InvalidArgument, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from bridge.metrics import Metrics
 from bridge.profiletype import PROFILE_TYPE_LABEL, BadProfileType, ProfileType
 from bridge.selector import merge_selector
+from bridge.sources import ProfileSource, TraceSource
 from bridge.spancache import SpanCache
 from bridge.spans import SERVICE_NAME, SearchHit, Span, Trace
-from bridge.upstream.base import CallContext, ProfileSource, TraceSource
 
 log = logging.getLogger("bridge.resolve")
 

@@ -18,10 +18,11 @@ from typing import Final
 from cachetools import LRUCache
 
 from bridge._proto import types_pb2 as tpb
+from bridge.call import CallContext
 from bridge.config import Settings
 from bridge.enrich import EnrichPolicy, Policy
 from bridge.errors import BridgeError
-from bridge.upstream.base import CallContext, ProfileSource
+from bridge.sources import ProfileSource
 from bridge.wire.pyroscope import SERVICE_LABEL
 
 log = logging.getLogger("bridge.tempo")

@@ -18,8 +18,9 @@ from typing import Protocol
 from aiohttp import web
 from google.protobuf.message import Message
 
+from bridge.call import CallContext, Deadline
 from bridge.config import Settings
-from bridge.connect import Codec, Deadline
+from bridge.connect import Codec
 from bridge.diskfull import DiskFull
 from bridge.metrics import Metrics
 from bridge.otlp.gateway import Gateway
@@ -27,9 +28,9 @@ from bridge.otlp.grpc_server import GrpcServer
 from bridge.otlp.pull import Puller
 from bridge.resolve import Resolver
 from bridge.services import ProfiledServices
+from bridge.sources import FunctionIndex, ProfileSource, TraceSource
 from bridge.spancache import SpanCache
 from bridge.store.decode import ProfileRecord, SpanBatch
-from bridge.upstream.base import CallContext, FunctionIndex, ProfileSource, TraceSource
 from bridge.wire.tempo import TempoAnswer
 
 SETTINGS = web.AppKey("settings", Settings)

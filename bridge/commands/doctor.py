@@ -49,6 +49,7 @@ from bridge import flamegraph, ids
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
 from bridge.answer import Scope
+from bridge.call import CallContext, Deadline
 from bridge.commands.resolve import (
     EXIT_FAILED,
     EXIT_OK,
@@ -60,12 +61,11 @@ from bridge.commands.resolve import (
     fetch_from_bridge,
 )
 from bridge.config import Settings
-from bridge.connect import Deadline
 from bridge.errors import BridgeError, InvalidArgument, UpstreamUnavailable
 from bridge.metrics import Metrics
 from bridge.profiletype import ProfileType
+from bridge.sources import ProfileSource, TraceSource
 from bridge.spans import PROFILE_ID_ATTR, SearchHit, Span, Trace
-from bridge.upstream.base import CallContext, ProfileSource, TraceSource
 from bridge.upstream.http import open_clients
 
 OK: Final = "✓"

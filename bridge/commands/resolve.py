@@ -31,16 +31,15 @@ from bridge import flamegraph, ids
 from bridge._proto import querier_pb2 as qpb
 from bridge.answer import SCOPES, Scope, answer, answer_json
 from bridge.auth import TOKEN_HEADER
+from bridge.call import CallContext, Deadline
 from bridge.compare import compare, compare_json, parse_compare_params
 from bridge.config import Settings
-from bridge.connect import Deadline
 from bridge.errors import BridgeError, InvalidArgument, UpstreamUnavailable
 from bridge.metrics import Metrics
 from bridge.profiletype import ProfileType
 from bridge.resolve import Resolver
 from bridge.spancache import SpanCache
 from bridge.units import format_duration_ns, format_value, share
-from bridge.upstream.base import CallContext
 from bridge.upstream.http import open_clients
 
 EXIT_OK: Final = 0

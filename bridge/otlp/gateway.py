@@ -13,12 +13,12 @@ from typing import Final, Protocol
 
 from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as svc
 
+from bridge.call import CallContext
 from bridge.config import Settings
 from bridge.errors import BridgeError, UpstreamUnavailable
 from bridge.metrics import Metrics
 from bridge.otlp import fastlink
 from bridge.otlp.link import LinkStats, link_request
-from bridge.upstream.base import CallContext
 from bridge.upstream.otlp_forward import ProfilesForwarder
 
 # requests larger than this are linked in a worker thread so the event loop keeps serving while they are linked

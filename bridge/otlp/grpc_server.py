@@ -28,14 +28,13 @@ from opentelemetry.proto.collector.profiles.v1development import profiles_servic
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as tsvc
 
 from bridge.auth import Auth, grpc_grant
+from bridge.call import CallContext, Deadline
 from bridge.config import Settings
-from bridge.connect import Deadline
-from bridge.errors import BridgeError, InvalidArgument
+from bridge.errors import CODE_TO_GRPC_NUMBER, BridgeError, InvalidArgument
 from bridge.otlp.gateway import Gateway
-from bridge.upstream.base import CallContext
-from bridge.upstream.otlp_forward import CODE_TO_GRPC
 
 log = logging.getLogger("bridge.otlp.grpc")
+_GRPC_STATUS: Final = {sc.value[0]: sc for sc in grpc.StatusCode}
 
 PROFILES_SERVICE: Final = "opentelemetry.proto.collector.profiles.v1development.ProfilesService"
 TRACE_SERVICE: Final = "opentelemetry.proto.collector.trace.v1.TraceService"
@@ -101,7 +100,7 @@ def _guarded(name: str, fn: Handler) -> Handler:
             return await fn(body, context)
         except BridgeError as exc:
             log.info("%s failed: %s (%s)", name, exc.message, exc.code.value)
-            code = CODE_TO_GRPC.get(exc.code, grpc.StatusCode.UNKNOWN)
+            code = _GRPC_STATUS.get(CODE_TO_GRPC_NUMBER[exc.code], grpc.StatusCode.UNKNOWN)
             await context.abort(code, exc.message, trailing_metadata=status_details(code, exc))
         except Exception:
             log.exception("unhandled error in %s", name)

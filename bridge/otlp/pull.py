@@ -23,9 +23,9 @@ from typing import Any, Final
 import aiohttp
 from yarl import URL
 
+from bridge.call import CallContext, Deadline
 from bridge.compression import Budget
 from bridge.config import Settings
-from bridge.connect import Deadline
 from bridge.errors import BridgeError
 from bridge.metrics import Metrics
 from bridge.otlp.gateway import Gateway
@@ -33,7 +33,6 @@ from bridge.otlp.link import LinkStats
 from bridge.otlp.pprof_convert import pprof_to_otlp
 from bridge.pprof import decode_pprof
 from bridge.tasks import cancel_all, spawn
-from bridge.upstream.base import CallContext
 from bridge.upstream.faults import map_client_error
 
 log = logging.getLogger("bridge.otlp.pull")

@@ -39,6 +39,7 @@ from aiohttp import web
 from bridge import flamegraph, ids
 from bridge.answer import SCOPES, Answer, Scope, answer, answer_json
 from bridge.burners import function_answer_json, spans_for_function
+from bridge.call import CallContext
 from bridge.compare import compare, compare_collapsed, compare_json, parse_compare_params
 from bridge.config import parse_seconds
 from bridge.errors import InvalidArgument
@@ -56,7 +57,6 @@ from bridge.recent import (
 )
 from bridge.resolve import answer_headers
 from bridge.state import CLOCK, SETTINGS, backends_of, call_context
-from bridge.upstream.base import CallContext
 
 FORMATS: Final = ("json", "pprof", "collapsed")
 MAX_NODES_LIMIT: Final = 1_000_000

@@ -32,22 +32,19 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
 
 from bridge._proto import push_pb2
+from bridge.body import PROTOBUF_TYPES, read_body
 from bridge.compression import Budget
 from bridge.connect import Codec, decode_request, decompress, encode_response
 from bridge.errors import BridgeError, Code, InvalidArgument, ResourceExhausted, Unimplemented
-from bridge.limits import RANGE_TEXT, unix_ns_ok
+from bridge.limits import DECODE_IN_THREAD_BYTES, RANGE_TEXT, unix_ns_ok
 from bridge.middleware import ROUTE_LABEL
 from bridge.routes.otlp import error_status, status_response
 from bridge.state import CLOCK, METRICS, SETTINGS, IngestSink, backends_of
 from bridge.store import decode
-from bridge.upstream.proxy import read_body
 
 T = TypeVar("T")
 
-OTLP_PROTOBUF: Final = ("application/x-protobuf", "application/protobuf")
 OTLP_JSON: Final = "application/json"
-# google.rpc.Code numbers for the OTLP/HTTP error body
-OFFLOAD_BYTES: Final = 256 * 1024
 INGEST_FORMATS: Final = ("pprof", "folded", "lines")
 
 
@@ -75,7 +72,7 @@ async def off_loop(request: web.Request, size: int, fn: Callable[..., T], *args:
     """Decode a body: inline when small, on a worker thread when large — or when it may inflate (``inflates``: a
     gzipped payload inside, which a small body can carry) — so one upload does not stall every other request on
     the event loop."""
-    if size >= OFFLOAD_BYTES or inflates:
+    if size >= DECODE_IN_THREAD_BYTES or inflates:
         return await request.app[SLOTS].run(fn, *args)
     return fn(*args)
 
@@ -127,7 +124,7 @@ async def v1_traces(request: web.Request) -> web.Response:
     metrics = request.app[METRICS]
     content_type = request.content_type.lower()
     as_json = content_type == OTLP_JSON
-    if content_type not in OTLP_PROTOBUF and not as_json:
+    if content_type not in PROTOBUF_TYPES and not as_json:
         metrics.ingest_rejected.labels("/v1/traces").inc()
         return status_response(
             Code.INVALID_ARGUMENT,

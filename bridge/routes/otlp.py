@@ -23,15 +23,13 @@ from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as svc
 
+from bridge.body import PROTOBUF_TYPES, media_type, read_body
 from bridge.connect import decompress
-from bridge.errors import CODE_TO_HTTP, BridgeError, Code, InvalidArgument
+from bridge.errors import CODE_TO_GRPC_NUMBER, CODE_TO_HTTP, BridgeError, Code, InvalidArgument
 from bridge.middleware import ROUTE_LABEL
 from bridge.state import SETTINGS, backends_of, call_context
-from bridge.upstream.otlp_forward import CODE_TO_GRPC
-from bridge.upstream.proxy import read_body
 
 PATH: Final = "/v1development/profiles"
-PROTOBUF_TYPES: Final = ("application/x-protobuf", "application/protobuf", "application/proto")
 JSON_TYPE: Final = "application/json"
 ID_SIZES: Final = {"traceId": 16, "trace_id": 16, "spanId": 8, "span_id": 8, "profileId": 16, "profile_id": 16}
 
@@ -93,7 +91,7 @@ def status_response(
     code: Code, message: str, as_json: bool, *, http_status: int | None = None, retry_after: int | None = None
 ) -> web.Response:
     """An OTLP/HTTP error: ``google.rpc.Status`` in the request's encoding; ``Retry-After`` when it is temporary."""
-    status = status_pb2.Status(code=CODE_TO_GRPC[code].value[0], message=message)
+    status = status_pb2.Status(code=CODE_TO_GRPC_NUMBER[code], message=message)
     http = http_status or CODE_TO_HTTP[code]
     headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
     if as_json:
@@ -112,7 +110,7 @@ def error_status(exc: BridgeError, as_json: bool) -> web.Response:
 
 async def export_profiles(request: web.Request) -> web.Response:
     request[ROUTE_LABEL] = "otlp_profiles"
-    ctype = (request.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+    ctype = media_type(request.headers.get("Content-Type"))
     as_json = ctype == JSON_TYPE
     if not as_json and ctype not in PROTOBUF_TYPES:
         message = f"unsupported Content-Type {ctype or '(none)'!r}: send application/x-protobuf or application/json"

@@ -17,6 +17,8 @@ from typing import Final
 
 from aiohttp import web
 
+from bridge.body import read_body
+from bridge.call import CallContext
 from bridge.connect import (
     Codec,
     codec_for,
@@ -30,8 +32,6 @@ from bridge.middleware import ROUTE_LABEL
 from bridge.resolve import Resolver, SpanQuery, answer_headers, measure_of
 from bridge.span_rpc import answer_of, clean_selector_of, span_query_of
 from bridge.state import METRICS, SETTINGS, backends_of, call_context
-from bridge.upstream.base import CallContext
-from bridge.upstream.proxy import read_body
 from bridge.wire.pyroscope import QUERIER_METHODS, SPAN_RPCS, method_label, rpc_method
 
 MOUNT: Final = "/pyroscope"

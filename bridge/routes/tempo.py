@@ -25,6 +25,8 @@ import aiohttp
 from aiohttp import web
 
 from bridge import offload
+from bridge.body import HOP_BY_HOP, end_to_end
+from bridge.call import CallContext
 from bridge.compression import EncodingError, accepts_gzip, undo_content_encoding
 from bridge.enrich import Enriched, EnrichPolicy, UndecodableBody, enrich_encoded, enrich_trace_body, load_trace
 from bridge.errors import InvalidArgument
@@ -34,8 +36,6 @@ from bridge.offload import OFFLOAD
 from bridge.services import enrich_policy
 from bridge.spans import Trace
 from bridge.state import METRICS, SETTINGS, SPAN_CACHE, backends_of, call_context
-from bridge.upstream.base import CallContext
-from bridge.upstream.proxy import HOP_BY_HOP, end_to_end
 from bridge.wire.tempo import TempoAnswer, is_protobuf_answer, trace_request
 
 log = logging.getLogger("bridge.tempo")
@@ -44,7 +44,7 @@ MOUNT: Final = "/tempo"
 GZIP_LEVEL: Final = 1  # answers go to Grafana next door: speed over ratio
 # answers this large (as received, usually gzipped: about 500 spans) are enriched in the helper process
 # (bridge.offload); below it the work takes a few milliseconds and the round trip would cost more than it saves
-OFFLOAD_BYTES: Final = 64 * 1024
+ENRICH_IN_HELPER_BYTES: Final = 64 * 1024
 _ANSWER_DROP: Final = HOP_BY_HOP | {"content-length", "content-encoding"}
 
 
@@ -72,7 +72,7 @@ async def trace_by_id(request: web.Request, version: int, trace_id: str, ctx: Ca
     policy = await enrich_policy(app[SETTINGS].enrich, backends.profiled_services, ctx)
     protobuf = is_protobuf_answer(answer.headers.get("Content-Type", ""), request.headers.get("Accept", ""))
     metrics = app[METRICS]
-    if len(answer.body) >= OFFLOAD_BYTES:
+    if len(answer.body) >= ENRICH_IN_HELPER_BYTES:
         return await _big_answer(request, answer, version, protobuf, policy, trace_id, ctx)
     try:
         plain = undo_content_encoding(answer.body, answer.encoding, app[SETTINGS].max_upstream_answer_bytes)

@@ -29,6 +29,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 from bridge._proto import profile_pb2
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
+from bridge.call import CallContext
 from bridge.functions import FunctionHits, FunctionQuery
 from bridge.metrics import Metrics
 from bridge.spans import SearchHit, Trace
@@ -40,7 +41,6 @@ from bridge.store.profiles import Profiles
 from bridge.store.query import SearchResult
 from bridge.store.retention import RetentionResult
 from bridge.store.traces import Traces
-from bridge.upstream.base import CallContext
 
 
 @dataclass(frozen=True, slots=True)

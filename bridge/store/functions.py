@@ -17,6 +17,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
+from bridge.call import CallContext
 from bridge.errors import InvalidArgument
 from bridge.functions import MAX_MATCHED_FUNCTIONS, FunctionHits, FunctionMatch, FunctionQuery, SpanValue, order_spans
 from bridge.profiletype import ProfileType
@@ -26,7 +27,6 @@ from bridge.store.database import Database
 from bridge.store.decode import int_to_span_id
 from bridge.store.query import window_ns
 from bridge.store.schema import unpack_frames
-from bridge.upstream.base import CallContext
 
 SOURCE: Final = "the store's per-sample span ids"
 MAX_REGEX_NAMES: Final = 1_000_000  # function names a pattern is tried against (every name the store holds)

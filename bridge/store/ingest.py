@@ -25,7 +25,9 @@ from typing import Final, TypeVar
 from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as otlp_profiles_svc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
 
+from bridge.call import tenant_key
 from bridge.errors import InvalidArgument
+from bridge.limits import DECODE_IN_THREAD_BYTES
 from bridge.metrics import Metrics
 from bridge.store import decode, rollup
 from bridge.store.database import Database
@@ -34,7 +36,6 @@ from bridge.store.schema import LINK_BUCKETS, SPAN_BUCKET_NS, SPAN_BUCKETS, mark
 
 K = TypeVar("K")
 
-OFFLOAD_BYTES: Final = 256 * 1024  # requests at least this large are decoded on a worker thread
 ID_CACHE_ENTRIES: Final = 200_000  # per id cache (functions, stacks, series, span bodies): bounded memory
 
 
@@ -127,7 +128,7 @@ class Ingest:
                 raise InvalidArgument(
                     self._too_old("profiles", len(old), min(old), cutoff) + "; nothing of this request was stored"
                 )
-        key = tenant or "anonymous"
+        key = tenant_key(tenant)
         stored = await self._db.commit(lambda conn: self._insert_profiles(conn, key, records))
         if self._metrics is not None:
             self._metrics.ingested.labels("profiles").inc(sum(1 for r in records if r.samples))
@@ -163,7 +164,7 @@ class Ingest:
                 req = fresh
         read = functools.partial(decode.records_from_otlp_profiles, req, now_ns=now_ns)
         try:
-            records = await asyncio.to_thread(read) if req.ByteSize() >= OFFLOAD_BYTES else read()
+            records = await asyncio.to_thread(read) if req.ByteSize() >= DECODE_IN_THREAD_BYTES else read()
         except InvalidArgument:
             if self._metrics is not None:
                 self._metrics.ingest_rejected.labels("otlp-profiles").inc()
@@ -281,7 +282,7 @@ class Ingest:
                 batch.message = f"{batch.message}; {why}" if batch.message else why
         if not batch.rows:
             return 0
-        key = tenant or "anonymous"
+        key = tenant_key(tenant)
         stored = await self._db.commit(lambda conn: self._insert_spans(conn, key, batch))
         if self._metrics is not None:
             self._metrics.ingested.labels("spans").inc(stored)
@@ -293,7 +294,7 @@ class Ingest:
         """The trace sink (``/v1/traces`` and gRPC TraceService): returns (rejected spans, message)."""
         batch = (
             await asyncio.to_thread(decode.rows_from_export, req)
-            if req.ByteSize() >= OFFLOAD_BYTES
+            if req.ByteSize() >= DECODE_IN_THREAD_BYTES
             else (decode.rows_from_export(req))
         )
         await self.ingest_spans(batch, tenant)

@@ -19,6 +19,7 @@ from bridge import flamegraph
 from bridge._proto import profile_pb2
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
+from bridge.call import CallContext, tenant_key
 from bridge.errors import BridgeError, Code, InvalidArgument, Unimplemented
 from bridge.pprof import encode_pprof
 from bridge.profiletype import ProfileType
@@ -33,7 +34,6 @@ from bridge.store.query import (
     window_ns,
 )
 from bridge.store.schema import unpack_frames
-from bridge.upstream.base import CallContext
 
 SERIES_LABELS_CACHE: Final = 100_000  # parsed label sets kept, keyed by their JSON text
 INT64_MAX: Final = 2**63 - 1
@@ -241,7 +241,7 @@ class Profiles:
     ) -> list[tuple[tuple[str, ...], int]]:
         """Merged (frames, value) rows of a query: what every flame-graph answer is built from."""
         return await self._db.read(
-            self._select_stacks, tenant or "anonymous", profile_type, selector, start_ms, end_ms, span_ids, trace_ids
+            self._select_stacks, tenant_key(tenant), profile_type, selector, start_ms, end_ms, span_ids, trace_ids
         )
 
     async def select_merge_stacktraces(

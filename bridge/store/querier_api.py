@@ -12,10 +12,10 @@ from google.protobuf.message import Message
 
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
+from bridge.call import CallContext
 from bridge.connect import Codec, decode_message
 from bridge.errors import Unimplemented
 from bridge.store.backend import Store
-from bridge.upstream.base import CallContext
 
 Handler = Callable[[Any, CallContext], Awaitable[Message]]
 RpcTable = dict[str, tuple[type[Message], Handler]]

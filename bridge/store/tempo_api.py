@@ -20,12 +20,12 @@ from multidict import CIMultiDict
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
 from bridge._proto import tempo_pb2
+from bridge.body import HOP_BY_HOP, end_to_end
+from bridge.call import CallContext
 from bridge.connect import headers_get
 from bridge.errors import BridgeError, InvalidArgument
 from bridge.store import traceql
 from bridge.store.backend import Store
-from bridge.upstream.base import CallContext
-from bridge.upstream.proxy import HOP_BY_HOP, end_to_end
 from bridge.wire.tempo import PROTOBUF, TempoAnswer, wants_protobuf
 
 Answer = tuple[int, dict[str, str], bytes]

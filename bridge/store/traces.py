@@ -20,13 +20,13 @@ from typing import Any, Final
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
 from bridge import ids
+from bridge.call import CallContext, tenant_key
 from bridge.errors import InvalidArgument
 from bridge.spans import SERVICE_NAME, SearchHit, Trace, spans_from_otlp
 from bridge.store import decode, traceql
 from bridge.store.database import Database
 from bridge.store.query import FAR_FUTURE_NS, SearchResult, TraceMatch, bound_attr_value, search_span
 from bridge.store.schema import SPAN_BUCKET_NS, SPAN_BUCKET_SQL, SPAN_BUCKETS, present_buckets
-from bridge.upstream.base import CallContext
 
 SEARCH_SCAN_BUDGET: Final = 200_000  # spans a search examines at most before it answers partial
 LONG_SPAN_NS: Final = 60 * 1_000_000_000  # the spans_long index's predicate (schema migration 6)
@@ -114,7 +114,7 @@ class Traces:
         norm = ids.trace_id(trace_id)
         if norm is None:
             raise InvalidArgument(f"trace id {trace_id!r} is not up to 32 hex characters")
-        return await self._db.read(self._trace_resource_spans, tenant or "anonymous", bytes.fromhex(norm))
+        return await self._db.read(self._trace_resource_spans, tenant_key(tenant), bytes.fromhex(norm))
 
     async def trace_by_id(
         self, trace_id: str, ctx: CallContext, start_s: int | None = None, end_s: int | None = None
@@ -170,7 +170,7 @@ class Traces:
         spans examined (``SEARCH_SCAN_BUDGET``), or the answer says it is partial."""
         return await self._db.read(
             self._search,
-            tenant or "anonymous",
+            tenant_key(tenant),
             query,
             start_s,
             end_s,
@@ -379,7 +379,7 @@ class Traces:
         def read(conn: sqlite3.Connection) -> dict[str, list[str]]:
             out: dict[str, list[str]] = {"resource": [], "span": []}
             for scope, key in conn.execute(
-                "SELECT DISTINCT scope, key FROM tags WHERE tenant = ? ORDER BY key", (tenant or "anonymous",)
+                "SELECT DISTINCT scope, key FROM tags WHERE tenant = ? ORDER BY key", (tenant_key(tenant),)
             ):
                 out.setdefault(scope, []).append(key)
             return out
@@ -387,7 +387,7 @@ class Traces:
         return await self._db.read(read)
 
     async def tag_values(self, tenant: str | None, tag: str, limit: int = 1000) -> list[str]:
-        key = tenant or "anonymous"
+        key = tenant_key(tenant)
         if tag in ("name", "span:name"):
             sql, params = "SELECT DISTINCT name FROM spans WHERE tenant = ? ORDER BY name LIMIT ?", (key, limit)
         else:

@@ -24,6 +24,7 @@ from typing import Final
 from bridge import flamegraph, ids
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
+from bridge.call import CallContext
 from bridge.errors import Code, Unimplemented, UpstreamError
 from bridge.functions import (
     FunctionHits,
@@ -34,7 +35,7 @@ from bridge.functions import (
     order_spans,
     through_function,
 )
-from bridge.upstream.base import CallContext, ProfileSource
+from bridge.sources import ProfileSource
 from bridge.wire.pyroscope import SPAN_EXEMPLARS_NEEDED, TRACE_ID_LABEL
 
 SOURCE: Final = "Pyroscope's span exemplars"

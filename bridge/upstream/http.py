@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError, Message
 
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
+from bridge.call import CallContext
 from bridge.config import Settings
 from bridge.connect import PROTO, decode_error
 from bridge.errors import (
@@ -30,7 +31,6 @@ from bridge.errors import (
 )
 from bridge.metrics import Metrics
 from bridge.spans import SearchHit, Span, Trace
-from bridge.upstream.base import CallContext
 from bridge.upstream.bounded import read_capped
 from bridge.upstream.faults import map_client_error
 from bridge.wire import pyroscope as pyroscope_wire

@@ -19,14 +19,15 @@ from aiohttp import web
 from google.protobuf.message import Message
 from multidict import CIMultiDict
 
+from bridge.body import HOP_BY_HOP, end_to_end
+from bridge.call import CallContext
 from bridge.config import Settings
 from bridge.connect import Codec, codec_for
 from bridge.errors import InvalidArgument, UpstreamError
 from bridge.metrics import Metrics
-from bridge.upstream.base import CallContext
 from bridge.upstream.bounded import read_capped
 from bridge.upstream.faults import map_client_error
-from bridge.upstream.proxy import HOP_BY_HOP, end_to_end, stream_through, target_url
+from bridge.upstream.proxy import stream_through, target_url
 from bridge.wire.pyroscope import SPAN_RPCS
 from bridge.wire.tempo import TempoAnswer
 

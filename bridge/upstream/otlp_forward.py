@@ -21,10 +21,11 @@ from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as svc
 
+from bridge.body import PROTOBUF_TYPES, media_type
+from bridge.call import CallContext
 from bridge.config import ConfigError, Settings
-from bridge.errors import Code, UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from bridge.errors import CODE_TO_GRPC_NUMBER, Code, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from bridge.metrics import Metrics
-from bridge.upstream.base import CallContext
 from bridge.upstream.faults import map_client_error
 
 OTLP_PATH: Final = "/v1development/profiles"
@@ -52,10 +53,8 @@ OTLP_HTTP_TO_CODE: Final[dict[int, Code]] = {
 }
 
 GRPC_TO_CODE: Final[dict[grpc.StatusCode, Code]] = {
-    grpc.StatusCode.CANCELLED: Code.CANCELED,
-    **{sc: Code[sc.name] for sc in grpc.StatusCode if sc.name not in ("OK", "CANCELLED")},
+    sc: code for code, number in CODE_TO_GRPC_NUMBER.items() for sc in grpc.StatusCode if sc.value[0] == number
 }
-CODE_TO_GRPC: Final[dict[Code, grpc.StatusCode]] = {code: sc for sc, code in GRPC_TO_CODE.items()}
 
 
 class ProfilesForwarder(Protocol):
@@ -82,8 +81,8 @@ def http_status_error(status: int, content_type: str, body: bytes) -> UpstreamEr
 
 
 def _error_text(content_type: str, body: bytes) -> str:
-    base = content_type.split(";", 1)[0].strip().lower()
-    if base in (PROTOBUF, "application/protobuf", "application/proto") and body:
+    base = media_type(content_type)
+    if base in PROTOBUF_TYPES and body:
         try:
             return str(status_pb2.Status.FromString(body).message)
         except DecodeError:

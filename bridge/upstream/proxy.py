@@ -15,18 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Final
 from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
-from aiohttp.web_protocol import RequestPayloadError
-from multidict import CIMultiDict, CIMultiDictProxy
+from multidict import CIMultiDict
 from yarl import URL
 
-from bridge.errors import InvalidArgument, ResourceExhausted, UpstreamError, UpstreamTimeout
+from bridge.body import HOP_BY_HOP, end_to_end, raw_body, read_body
+from bridge.errors import InvalidArgument, UpstreamError, UpstreamTimeout
 from bridge.metrics import Metrics
 from bridge.middleware import PASSED_THROUGH
 from bridge.upstream import relay
@@ -34,20 +34,6 @@ from bridge.upstream.faults import map_client_error
 
 log = logging.getLogger("bridge.proxy")
 
-HOP_BY_HOP: Final = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-    }
-)
 # set by aiohttp from the target URL / the body it sends; and the browser's cookies, which are the bridge's page
 # session at most, never the upstream's business
 _REQUEST_DROP: Final = HOP_BY_HOP | {"host", "expect", "cookie"}
@@ -64,47 +50,6 @@ RELAY_BUFFER: Final = 4 * 1024 * 1024
 # relay (a 1 MB flame graph) then never goes through Python. Only a body the bridge leaves as it came is passed back.
 PASS_BACK_HEADER: Final = "X-Profile-Bridge-Pass-Back"
 PASS_BACK_STATUS: Final = 421
-_RAW_BODY = web.RequestKey("raw_body", bytes)
-
-
-async def read_body(request: web.Request, max_bytes: int) -> tuple[bytes, str | None]:
-    """The request body as sent (the app's server never undoes its Content-Encoding: ``create_app`` turns aiohttp's
-    ``auto_decompress`` off), read in chunks and refused (``ResourceExhausted``) as soon as it passes ``max_bytes``;
-    with the ``Content-Encoding`` still to undo (None when there is none)."""
-    declared = request.content_length
-    if declared is not None and declared > max_bytes:
-        raise ResourceExhausted(f"request body of {declared} bytes is over the limit of {max_bytes} bytes")
-    parts: list[bytes] = []
-    size = 0
-    try:
-        async for chunk in request.content.iter_any():
-            size += len(chunk)
-            if size > max_bytes:
-                raise ResourceExhausted(f"request body is over the limit of {max_bytes} bytes")
-            parts.append(chunk)
-    except RequestPayloadError as exc:
-        raise InvalidArgument(f"request body cannot be read ({str(exc).strip()})") from exc
-    raw = request[_RAW_BODY] = b"".join(parts)
-    return raw, request.headers.get("Content-Encoding") or None
-
-
-def end_to_end(headers: Mapping[str, str], drop: Iterable[str] = HOP_BY_HOP) -> CIMultiDict[str]:
-    """Pure: the headers a proxy forwards — all but hop-by-hop ones and those the ``Connection`` header names."""
-    dropped = set(drop)
-    for value in _all(headers, "Connection"):
-        dropped.update(token.strip().lower() for token in value.split(",") if token.strip())
-    out: CIMultiDict[str] = CIMultiDict()
-    for key, value in headers.items():
-        if key.lower() not in dropped:
-            out.add(key, value)
-    return out
-
-
-def _all(headers: Mapping[str, str], name: str) -> list[str]:
-    if isinstance(headers, CIMultiDictProxy | CIMultiDict):
-        return list(headers.getall(name, []))
-    value = headers.get(name)
-    return [value] if value is not None else []
 
 
 def target_url(base_url: str, request: web.Request, mount: str) -> URL:
@@ -147,7 +92,7 @@ async def stream_through(
         raise UpstreamTimeout(upstream, f"no time left in the request's budget to ask {upstream}")
     url = target_url if isinstance(target_url, URL) else URL(target_url, encoded=True)
     request[PASSED_THROUGH] = True
-    if PASS_BACK_HEADER in request.headers and (body is None or body is request.get(_RAW_BODY)):
+    if PASS_BACK_HEADER in request.headers and (body is None or body is raw_body(request)):
         return web.Response(status=PASS_BACK_STATUS, headers={PASS_BACK_HEADER: "1"})
     headers = end_to_end(request.headers, _REQUEST_DROP)
     data: bytes | aiohttp.StreamReader | None = body

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from bridge._proto import querier_pb2 as qpb
+from bridge.call import Deadline
 from bridge.connect import (
     Codec,
-    Deadline,
     codec_for,
     decode_error,
     decode_message,

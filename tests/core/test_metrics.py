@@ -123,9 +123,8 @@ class CountingProfiles:
 
 async def test_profiled_services_remember_a_bounded_number_of_tenants() -> None:
     """The tenant is whatever the caller's header says: 5,000 made-up tenants keep at most ``max_tenants``."""
-    from bridge.connect import Deadline
+    from bridge.call import CallContext, Deadline
     from bridge.services import ProfiledServices
-    from bridge.upstream.base import CallContext
 
     known = ProfiledServices(CountingProfiles(), "service_name", 60.0, max_tenants=100)  # type: ignore[arg-type]
     for n in range(5_000):

@@ -16,11 +16,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from bridge import offload
 from bridge._proto import querier_pb2 as qpb
 from bridge.app import create_app
+from bridge.call import scope_key
 from bridge.config import DEFAULT_PROFILE_TYPE, Settings
 from bridge.enrich import EnrichPolicy, enrich_encoded
 from bridge.routes import tempo as tempo_route
 from bridge.state import METRICS, SPAN_CACHE
-from bridge.upstream.base import scope_key
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.shop import load_shop
 from tests.doubles.tempo import GARBAGE, TempoDouble
@@ -69,7 +69,7 @@ async def test_the_helper_process_answers_what_the_event_loop_would(
     tempo, client, app = await make(aiohttp_server, aiohttp_client, gzip_tempo=gzip_tempo)
     trace_id = load_shop().trace_ids()[0]
     inline = [await fetch(client, path.format(trace_id), protobuf, gzip_ok) for path, protobuf in SHAPES]
-    monkeypatch.setattr(tempo_route, "OFFLOAD_BYTES", 0)
+    monkeypatch.setattr(tempo_route, "ENRICH_IN_HELPER_BYTES", 0)
     helped = [await fetch(client, path.format(trace_id), protobuf, gzip_ok) for path, protobuf in SHAPES]
     assert helped == inline
     assert all(status == 200 for status, _, _ in helped)
@@ -80,7 +80,7 @@ async def test_the_helper_process_answers_what_the_event_loop_would(
 async def test_a_click_after_a_big_answer_parses_the_held_answer_instead_of_asking_tempo(
     aiohttp_server: Server, aiohttp_client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tempo_route, "OFFLOAD_BYTES", 0)
+    monkeypatch.setattr(tempo_route, "ENRICH_IN_HELPER_BYTES", 0)
     tempo, client, app = await make(aiohttp_server, aiohttp_client, gzip_tempo=True)
     shop = load_shop()
     child = shop.pick("frontend-child")
@@ -112,7 +112,7 @@ async def test_a_click_after_a_big_answer_parses_the_held_answer_instead_of_aski
 async def test_an_undecodable_big_answer_passes_through_unchanged(
     aiohttp_server: Server, aiohttp_client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tempo_route, "OFFLOAD_BYTES", 0)
+    monkeypatch.setattr(tempo_route, "ENRICH_IN_HELPER_BYTES", 0)
     tempo, client, app = await make(aiohttp_server, aiohttp_client, gzip_tempo=False)
     tempo.faults.garbage = True
     status, body, _ = await fetch(client, f"/api/v2/traces/{load_shop().trace_ids()[0]}", True, False)

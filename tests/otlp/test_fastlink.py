@@ -17,8 +17,8 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as svc
 from opentelemetry.proto.common.v1 import common_pb2
 
+from bridge.call import CallContext, Deadline
 from bridge.config import Settings
-from bridge.connect import Deadline
 from bridge.errors import InvalidArgument
 from bridge.metrics import Metrics
 from bridge.otlp import fastlink
@@ -26,7 +26,6 @@ from bridge.otlp.gateway import Gateway
 from bridge.otlp.link import LinkKeys, LinkStats, link_request
 from bridge.otlp.pprof_convert import pprof_to_otlp
 from bridge.pprof import decode_pprof
-from bridge.upstream.base import CallContext
 from tests.otlp.test_link import SPAN_A, SPAN_B, TRACE_A, TRACE_B, Builder
 from tests.otlp.test_pprof_convert import shop_pprofs
 

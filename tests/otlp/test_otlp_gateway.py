@@ -542,10 +542,9 @@ async def test_recorder_double_rejects_what_pyroscope_would(aiohttp_client: Any)
 async def test_standalone_bridge_stores_linked_samples_received_over_grpc(aiohttp_client: Any, tmp_path: Any) -> None:
     """OTLP over gRPC → the standalone bridge → its store: span profiles of the shop capture answer by span id."""
     from bridge._proto import querier_pb2 as qpb
-    from bridge.connect import Deadline
+    from bridge.call import CallContext, Deadline
     from bridge.otlp.pprof_convert import pprof_to_otlp
     from bridge.pprof import decode_pprof
-    from bridge.upstream.base import CallContext
 
     service, raw = next((s, r) for s, r in shop_pprofs() if s == "shop-backend")
     profile = decode_pprof(raw)

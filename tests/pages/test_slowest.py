@@ -12,13 +12,12 @@ from typing import Any
 import pytest
 
 from bridge import flamegraph, recent
+from bridge.call import CallContext, Deadline
 from bridge.config import Settings
-from bridge.connect import Deadline
 from bridge.errors import Code
 from bridge.recent import RESOLVE_CONCURRENCY, resolve_rows
 from bridge.resolve import Mode, Resolution, SpanQuery
 from bridge.spancache import SpanCache
-from bridge.upstream.base import CallContext
 from tests.doubles.pyroscope import Faults as PyroscopeFaults
 from tests.doubles.shop import load_shop
 from tests.doubles.tempo import Faults as TempoFaults

@@ -15,12 +15,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from bridge.body import end_to_end
 from bridge.errors import Code, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from bridge.metrics import Metrics
 from bridge.middleware import make_middleware
 from bridge.upstream import relay
 from bridge.upstream.faults import map_client_error
-from bridge.upstream.proxy import end_to_end, stream_through, target_url
+from bridge.upstream.proxy import stream_through, target_url
 
 BIG = os.urandom(3 * 1024 * 1024 + 17)
 HUGE = os.urandom(12 * 1024 * 1024 + 5)

@@ -264,8 +264,8 @@ async def test_span_unknown_to_tempo_answers_a_placeholder_that_grafana_draws_sa
 
 
 async def test_span_cache_answers_before_tempo_search(stack: Stack) -> None:
+    from bridge.call import scope_key
     from bridge.state import SPAN_CACHE
-    from bridge.upstream.base import scope_key
 
     shop = load_shop()
     linked = stack.linked_ids()

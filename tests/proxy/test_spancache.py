@@ -1,8 +1,8 @@
 from __future__ import annotations
 
+from bridge.call import scope_key
 from bridge.spancache import SpanCache
 from bridge.spans import SPAN_KIND_CLIENT, SPAN_KIND_INTERNAL, SPAN_KIND_SERVER, Span, Trace
-from bridge.upstream.base import scope_key
 
 T = "1" * 32
 

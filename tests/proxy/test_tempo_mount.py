@@ -21,13 +21,12 @@ from yarl import URL
 
 from bridge._proto import tempo_pb2
 from bridge.app import create_app
+from bridge.call import CallContext, Deadline, scope_key
 from bridge.config import Settings
-from bridge.connect import Deadline
 from bridge.errors import Code
 from bridge.services import ProfiledServices
 from bridge.spans import PROFILE_ID_ATTR
 from bridge.state import METRICS, RUNTIME, SPAN_CACHE, backends_of
-from bridge.upstream.base import CallContext, scope_key
 from bridge.wire.tempo import is_protobuf_answer, trace_request
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.shop import load_shop

@@ -10,11 +10,10 @@ from aiohttp.test_utils import TestServer
 
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
+from bridge.call import CallContext, Deadline
 from bridge.config import Settings
-from bridge.connect import Deadline
 from bridge.errors import Code, InvalidArgument, UpstreamError, UpstreamTimeout
 from bridge.metrics import Metrics
-from bridge.upstream.base import CallContext
 from bridge.upstream.http import PyroscopeClient, TempoClient, open_clients
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.shop import load_shop

@@ -17,10 +17,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
 from bridge.app import create_app
+from bridge.call import scope_key
 from bridge.config import DEFAULT_PROFILE_TYPE, Settings
 from bridge.spans import Span
 from bridge.state import SPAN_CACHE
-from bridge.upstream.base import scope_key
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.shop import SpanRole, load_shop
 from tests.doubles.tempo import TempoDouble

@@ -11,8 +11,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from bridge import flamegraph
+from bridge.call import CallContext, Deadline, scope_key
 from bridge.config import DEFAULT_PROFILE_TYPE, Settings
-from bridge.connect import Deadline
 from bridge.errors import InvalidArgument, UpstreamTimeout
 from bridge.metrics import Metrics
 from bridge.resolve import (
@@ -30,7 +30,6 @@ from bridge.resolve import (
 from bridge.selector import Matcher, format_selector, merge_selector, parse_selector
 from bridge.spancache import CachedSpan, SpanCache
 from bridge.spans import Span, Trace
-from bridge.upstream.base import CallContext, scope_key
 from bridge.upstream.http import open_clients
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.shop import capture_now, load_shop

@@ -25,11 +25,10 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as tsv
 
 from bridge.app import create_app
 from bridge.auth import Auth, credential
+from bridge.call import CallContext, Deadline
 from bridge.config import ConfigError, Settings, parse_token_entries
-from bridge.connect import Deadline
 from bridge.state import RUNTIME
 from bridge.store import Store
-from bridge.upstream.base import CallContext
 from tests.doubles.shop import capture_now
 from tests.paths import SHOP_CAPTURE
 from tests.serving import closed_port

@@ -23,14 +23,13 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as tsv
 
 from bridge._proto import types_pb2 as tpb
 from bridge.app import create_app
+from bridge.call import CallContext, Deadline
 from bridge.config import Settings
-from bridge.connect import Deadline
 from bridge.diskfull import DiskFull
 from bridge.errors import StorageFull
 from bridge.state import RUNTIME
 from bridge.store import Store
 from bridge.store.decode import ProfileRecord
-from bridge.upstream.base import CallContext
 from tests.paths import GO_CPU_PPROF, SHOP_CAPTURE
 from tests.store.test_store import CAPTURE_END_S
 

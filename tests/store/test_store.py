@@ -17,12 +17,11 @@ from bridge import flamegraph
 from bridge._proto import profile_pb2, push_pb2
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
-from bridge.connect import Deadline
+from bridge.call import CallContext, Deadline
 from bridge.errors import InvalidArgument, Unimplemented
 from bridge.pprof import decode_pprof, iter_samples
 from bridge.store import Store, decode, schema
 from bridge.store.database import DB_FILE
-from bridge.upstream.base import CallContext
 from tests.paths import SHOP_CAPTURE
 
 CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"

@@ -9,11 +9,10 @@ import sqlite3
 import struct
 from pathlib import Path
 
-from bridge.connect import Deadline
+from bridge.call import CallContext, Deadline
 from bridge.functions import FunctionMatch, FunctionQuery
 from bridge.store import Store, decode, schema
 from bridge.store.database import DB_FILE
-from bridge.upstream.base import CallContext
 
 CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
 T0_S = 1_700_000_000

@@ -358,8 +358,8 @@ async def test_tempo_search_answer_says_partial(
 ) -> None:
     import json
 
+    from bridge.call import CallContext
     from bridge.store import tempo_api, traces
-    from bridge.upstream.base import CallContext
 
     store, _ = span_store
     monkeypatch.setattr(traces, "SEARCH_SCAN_BUDGET", 50)

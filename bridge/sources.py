@@ -1,60 +1,16 @@
-"""What the resolver and the mounts need from the backends, whoever serves them: Tempo and Pyroscope over HTTP
-(proxy mode, ``TempoClient`` / ``PyroscopeClient``) or the embedded store (standalone mode)."""
+"""What the resolver, the pages and the mounts need from the backends, whoever serves them: Tempo and Pyroscope over
+HTTP (proxy mode, ``bridge.upstream.http``'s ``TempoClient`` / ``PyroscopeClient``) or the embedded store (standalone
+mode, ``bridge.store``). Protocols only: both modes implement them, neither is imported here."""
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Protocol
 
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
-from bridge.connect import Deadline
+from bridge.call import CallContext
 from bridge.functions import FunctionHits, FunctionQuery
 from bridge.spans import SearchHit, Trace
-
-# request headers carried from Grafana to every upstream call made on its behalf
-FORWARDED_HEADERS: Final = ("X-Scope-OrgID", "Authorization")
-
-
-@dataclass(frozen=True, slots=True)
-class CallContext:
-    """Who asked (tenant, credentials) and how long is left (deadline) for one incoming request."""
-
-    deadline: Deadline
-    tenant: str | None = None
-    authorization: str | None = None
-    extra_headers: Mapping[str, str] = field(default_factory=dict)
-
-    def headers(self) -> dict[str, str]:
-        out = dict(self.extra_headers)
-        if self.tenant:
-            out["X-Scope-OrgID"] = self.tenant
-        if self.authorization:
-            out["Authorization"] = self.authorization
-        return out
-
-    @property
-    def tenant_key(self) -> str:
-        """The tenant as the store keeps it: no tenant is ``anonymous``, as in Pyroscope without multi-tenancy."""
-        return self.tenant or "anonymous"
-
-    @property
-    def cache_scope(self) -> str:
-        """What the bridge's caches are keyed by (``scope_key``): an answer fetched for one caller is reused only for
-        a caller who sent the same tenant header and the same credentials."""
-        return scope_key(self.tenant, self.authorization)
-
-
-def scope_key(tenant: str | None, authorization: str | None = None) -> str:
-    """Pure: the cache scope of a caller. The tenant exactly as sent — no header is not ``anonymous`` nor any other
-    value — and a digest of the credentials when there are any: a caller without them (or with others) is never
-    shown what the upstream answered someone else."""
-    key = "-" if tenant is None else "t:" + tenant
-    if authorization:
-        key += "|" + hashlib.sha256(authorization.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    return key
 
 
 class TraceSource(Protocol):
