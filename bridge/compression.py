@@ -49,6 +49,16 @@ class Budget:
     def left(self) -> int:
         return max(0, self.limit - self.used)
 
+    def spend(self, n: int) -> None:
+        """Charge ``n`` bytes a decoder keeps in memory on the request's behalf (a JFR's constant pools) to the same
+        allowance: past the limit, ``BudgetSpent``."""
+        if n > self.left:
+            raise BudgetSpent(
+                f"over the request's decompression budget of {self.limit} bytes ({INFLATE_FACTOR} × the body "
+                "limit, PROFILE_BRIDGE_MAX_BODY_BYTES, for what a request inflates to and what its decoding keeps)"
+            )
+        self.used += n
+
     def gunzip(self, data: bytes, max_bytes: int | None = None) -> bytes:
         """Inflate one gzip member within ``max_bytes`` (this payload's own limit) and what is left of the budget."""
         own = max_bytes if max_bytes is not None else self.limit

@@ -10,7 +10,9 @@
   ``sample_type_config``) or as a raw body (``@pyroscope/nodejs``); folded text lines ``a;b;c 12``; ``lines``, one
   sample per line. 200 with an empty body, or 4xx with a message. Named and stamped as Pyroscope does
   (``docs/contracts/pyroscope-ingest.md``), except that the store keeps each profile at the true start of its
-  capture window; ``spyName`` becomes the ``pyroscope_spy`` label.
+  capture window; ``spyName`` becomes the ``pyroscope_spy`` label. ``format=jfr``: a JDK Flight Recorder recording
+  as Pyroscope's Java SDK sends it (multipart ``jfr`` part and optional ``labels`` part, each gzipped or not, or a
+  raw body), converted as Pyroscope converts it (``bridge/store/decode_jfr.py``, ``bridge/jfr/``).
 
 Each request is decoded whole before anything is written, then written in one transaction and acknowledged only
 after it has committed: a malformed body stores nothing.
@@ -40,12 +42,12 @@ from bridge.limits import DECODE_IN_THREAD_BYTES, RANGE_TEXT, unix_ns_ok
 from bridge.middleware import ROUTE_LABEL
 from bridge.routes.otlp import error_status, status_response
 from bridge.state import CLOCK, METRICS, SETTINGS, IngestSink, backends_of
-from bridge.store import decode
+from bridge.store import decode, decode_jfr
 
 T = TypeVar("T")
 
 OTLP_JSON: Final = "application/json"
-INGEST_FORMATS: Final = ("pprof", "folded", "lines")
+INGEST_FORMATS: Final = ("pprof", "folded", "lines", "jfr")
 
 
 DECODE_SLOTS: Final = 2  # decodes on worker threads at once: more only multiplies memory (the GIL serialises them)
@@ -244,47 +246,49 @@ async def _read_part(request: web.Request, part: BodyPartReader, max_bytes: int,
     return await off_loop(request, len(data), decompress, data, encoding, inflate.limit, inflate, inflates=True)
 
 
-async def _multipart_profile(
-    request: web.Request, max_bytes: int, inflate: Budget
-) -> tuple[bytes, set[str] | None, dict[str, str] | None]:
-    """The ``profile`` part, and from ``sample_type_config`` (when sent) the sample types to keep and their display
-    names (Pyroscope names the profile by them)."""
-    profile: bytes | None = None
-    only_types: set[str] | None = None
-    display_names: dict[str, str] | None = None
+async def _multipart_parts(request: web.Request, max_bytes: int, inflate: Budget) -> dict[str, bytes]:
+    """Every named part of a multipart/form-data body (the last of a name wins), together at most ``max_bytes``."""
     if request.content_length is not None and request.content_length > max_bytes:
         raise ResourceExhausted(f"request body of {request.content_length} bytes is over the limit of {max_bytes}")
     try:
         reader = await request.multipart()
     except (ValueError, AssertionError) as exc:
         raise InvalidArgument(f"multipart body cannot be read ({exc})") from exc
+    parts: dict[str, bytes] = {}
     budget = max_bytes
     while True:
         part = await reader.next()
         if part is None:
-            break
+            return parts
         if not isinstance(part, BodyPartReader):
             raise InvalidArgument("nested multipart bodies are not accepted")
-        name = part.name
         data = await _read_part(request, part, budget, inflate)
         budget -= len(data)
-        if name == "profile":
-            profile = bytes(data)
-        elif name == "sample_type_config":
-            try:
-                config = json.loads(bytes(data) or b"{}")
-            except ValueError as exc:
-                raise InvalidArgument(f"sample_type_config is not JSON ({exc})") from exc
-            if not isinstance(config, dict) or not all(isinstance(v, dict) for v in config.values()):
-                raise InvalidArgument(
-                    "sample_type_config must be a JSON object keyed by sample type, each value an "
-                    'object such as {"display-name": "cpu", "units": "samples"}'
-                )
-            only_types = set(config)
-            display_names = {k: str(v.get("display-name") or "") for k, v in config.items()}
+        if part.name:
+            parts[part.name] = bytes(data)
+
+
+async def _multipart_profile(
+    request: web.Request, max_bytes: int, inflate: Budget
+) -> tuple[bytes, set[str] | None, dict[str, str] | None]:
+    """The ``profile`` part, and from ``sample_type_config`` (when sent) the sample types to keep and their display
+    names (Pyroscope names the profile by them)."""
+    parts = await _multipart_parts(request, max_bytes, inflate)
+    profile = parts.get("profile")
     if profile is None:
         raise InvalidArgument("multipart body has no 'profile' part")
-    return profile, only_types, display_names
+    if "sample_type_config" not in parts:
+        return profile, None, None
+    try:
+        config = json.loads(parts["sample_type_config"] or b"{}")
+    except ValueError as exc:
+        raise InvalidArgument(f"sample_type_config is not JSON ({exc})") from exc
+    if not isinstance(config, dict) or not all(isinstance(v, dict) for v in config.values()):
+        raise InvalidArgument(
+            "sample_type_config must be a JSON object keyed by sample type, each value an "
+            'object such as {"display-name": "cpu", "units": "samples"}'
+        )
+    return profile, set(config), {k: str(v.get("display-name") or "") for k, v in config.items()}
 
 
 async def ingest(request: web.Request) -> web.Response:
@@ -313,12 +317,18 @@ async def _decode_ingest(request: web.Request) -> list[decode.ProfileRecord]:
     multipart = request.content_type.startswith("multipart/")
     fmt = request.query.get("format", "").strip().lower() or ("pprof" if multipart else "folded")
     if fmt not in INGEST_FORMATS:
-        raise InvalidArgument(f"format={fmt!r} is not accepted in standalone mode: send format=pprof, folded or lines")
+        raise InvalidArgument(
+            f"format={fmt!r} is not accepted in standalone mode: send format=pprof, jfr, folded or lines"
+        )
     now = _now_ns(request)
     inflate = _budget(request)
+    if fmt == "jfr":
+        return await _decode_jfr(request, name, multipart, from_s, until_s, sample_rate, spy, now, inflate)
     if multipart:
         if fmt != "pprof":
-            raise InvalidArgument("a multipart body must carry a pprof profile (format=pprof)")
+            raise InvalidArgument(
+                "a multipart body must carry a pprof profile (format=pprof) or a JFR recording (format=jfr)"
+            )
         profile, only_types, display_names = await _multipart_profile(request, settings.max_body_bytes, inflate)
         return await off_loop(
             request,
@@ -370,6 +380,49 @@ async def _decode_ingest(request: web.Request) -> list[decode.ProfileRecord]:
             lines=fmt == "lines",
             spy=spy,
         ),
+    )
+
+
+async def _decode_jfr(
+    request: web.Request,
+    name: decode.LegacyName,
+    multipart: bool,
+    from_s: int | None,
+    until_s: int | None,
+    sample_rate: int,
+    spy: str,
+    now_ns: int,
+    inflate: Budget,
+) -> list[decode.ProfileRecord]:
+    """``format=jfr``: the Java SDK's multipart body (``jfr`` and ``labels`` parts) or a raw recording."""
+    max_bytes = request.app[SETTINGS].max_body_bytes
+    labels: bytes | None = None
+    if multipart:
+        parts = await _multipart_parts(request, max_bytes, inflate)
+        if "jfr" not in parts:
+            raise InvalidArgument("multipart body has no 'jfr' part (the recording; 'labels' is optional)")
+        recording, labels = parts["jfr"], parts.get("labels")
+    else:
+        recording = await _body(request, max_bytes, inflate)
+    if not recording:
+        raise InvalidArgument("the JFR recording is empty")
+    return await off_loop(
+        request,
+        len(recording),
+        functools.partial(
+            decode_jfr.records_from_jfr,
+            recording,
+            name,
+            labels_raw=labels,
+            from_s=from_s,
+            until_s=until_s,
+            sample_rate=sample_rate,
+            now_ns=now_ns,
+            spy=spy,
+            max_bytes=max_bytes,
+            budget=inflate,
+        ),
+        inflates=True,
     )
 
 

@@ -399,7 +399,7 @@ def parse_legacy_name(text: str) -> LegacyName:
     return LegacyName(app, suffix, tuple(sorted(labels.items())))
 
 
-def _legacy_base(name: LegacyName, spy: str) -> dict[str, str]:
+def legacy_base(name: LegacyName, spy: str) -> dict[str, str]:
     base = {SERVICE_LABEL: name.service, **{k: v for k, v in name.labels if not k.startswith("__")}}
     base[SPY_LABEL] = spy or UNKNOWN_SPY
     return base
@@ -426,7 +426,7 @@ def records_from_legacy_pprof(
     _check_capture_time(start, duration)
     profile.time_nanos, profile.duration_nanos = start, duration
     kinds = [s_type for s_type, _ in sample_types(profile)]
-    base = _legacy_base(name, spy)
+    base = legacy_base(name, spy)
     base[NAME_LABEL] = pprof_profile_name(kinds, display_names)
     return records_from_pprof(profile, base, now_ns=now_ns, only_types=only_types)
 
@@ -472,7 +472,7 @@ def records_from_folded(
     until_ns = epoch_to_ns(until_s) if until_s else None
     time_ns = from_ns if from_ns is not None else now_ns
     duration = until_ns - from_ns if from_ns is not None and until_ns is not None and until_ns > from_ns else 0
-    return records_from_samples(_legacy_base(name, spy), ptype, time_ns, duration, samples)
+    return records_from_samples(legacy_base(name, spy), ptype, time_ns, duration, samples)
 
 
 def records_from_otlp_profiles(
