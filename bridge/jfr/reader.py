@@ -147,6 +147,39 @@ class Cursor:
         self.pos = pos
         return value
 
+    def varints(self, count: int) -> list[int]:
+        """``count`` varints in a row (the hot loop: stack frames, the fields of simple events)."""
+        buf, pos, end = self.buf, self.pos, self.end
+        out: list[int] = []
+        append = out.append
+        for _ in range(count):
+            if pos >= end:
+                self.pos = pos
+                raise self.fail("truncated (a number runs past the end)")
+            b = buf[pos]
+            pos += 1
+            if b < 0x80:
+                append(b)
+                continue
+            value = b & 0x7F
+            shift = 7
+            while True:
+                if pos >= end:
+                    self.pos = pos
+                    raise self.fail("truncated (a number runs past the end)")
+                b = buf[pos]
+                pos += 1
+                if shift == 56:
+                    value |= b << 56
+                    break
+                value |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+            append(value)
+        self.pos = pos
+        return out
+
     def signed(self) -> int:
         value = self.varint()
         return value - (1 << 64) if value >= 1 << 63 else value
@@ -411,7 +444,8 @@ def _pool_reader(types: Types, klass: Klass, pools: Pools) -> Callable[[Cursor, 
 
 
 def _stack_reader(types: Types, klass: Klass, pools: Pools) -> Callable[[Cursor, dict[int, Any]], None]:
-    """A stack trace is kept as the tuple of its frames' method references, leaf first."""
+    """A stack trace is kept as the tuple of its frames' method references, leaf first. Frames whose fields are all
+    numbers (the JDK's and async-profiler's layout) are read as one run of varints."""
     ops = types.ops(klass.id)
     frames_at = method_at = -1
     for i, f in enumerate(klass.fields):  # frames: an array of inline jdk.types.StackFrame structs
@@ -419,12 +453,23 @@ def _stack_reader(types: Types, klass: Klass, pools: Pools) -> Callable[[Cursor,
             frames_at = i
             method_at = types.bind(types.classes[f.type_id], (STACK_FRAME_METHOD,))[0]
             break
+    flat = frames_at >= 0 and all(op[0] == VARINT and not op[1] for op in ops[frames_at][2] or ())
+    width = len(ops[frames_at][2] or ()) if flat else 0
 
     def read_stack(cur: Cursor, into: dict[int, Any]) -> None:
         ref = cur.varint()
-        values = cur.read(ops)
-        frames = values[frames_at] if frames_at >= 0 and method_at >= 0 else ()
-        value = tuple(frame[method_at] for frame in frames)
+        value: tuple[int, ...] = ()
+        if flat and width:
+            for i, (kind, array, sub, _) in enumerate(ops):
+                if i != frames_at:
+                    cur.read(((kind, array, sub, True),))
+                    continue
+                numbers = cur.varints(cur.count("stack frame") * width)
+                value = tuple(numbers[method_at::width]) if method_at >= 0 else ()
+        else:
+            values = cur.read(ops)
+            frames = values[frames_at] if frames_at >= 0 and method_at >= 0 else ()
+            value = tuple(frame[method_at] for frame in frames)
         pools.charge(ENTRY_COST + REF_COST * len(value))
         into[ref] = value
 
@@ -543,7 +588,7 @@ class Chunk:
             plan = plans.get(cur.varint())
             if plan is not None:
                 name, ops, where, simple = plan
-                values = [cur.varint() for _ in ops] if simple else cur.read(ops)
+                values = cur.varints(len(ops)) if simple else cur.read(ops)
                 yield name, [values[i] if i >= 0 else None for i in where]
             cur.pos = pos + size
 
