@@ -11,6 +11,7 @@ FIXTURES: Final = ROOT / "tests" / "fixtures"
 SHOP_CAPTURE: Final = FIXTURES / "shop-capture"
 VULTURE_TRACE: Final = FIXTURES / "tempo" / "vulture-trace.json"
 GO_CPU_PPROF: Final = FIXTURES / "pyroscope" / "go-cpu.pprof"
+JFR_FIXTURES: Final = FIXTURES / "jfr"  # recordings and jfr-parser's expected outputs
 COMPOSE_SCHEMA: Final = ROOT / "tests" / "schemas" / "compose-spec.json"
 GOLDEN: Final = ROOT / "tests" / "golden"
 ARTIFACTS: Final = ROOT / "tests" / "artifacts"

@@ -1,4 +1,4 @@
-// A small Java service for the JFR ingest test (tests/test_jfr_jvm.py): "requests" on several threads, each an
+// A small Java service for the JFR ingest test (tests/sdk/test_jfr_jvm.py): "requests" on several threads, each an
 // OpenTelemetry root span sent to the bridge as OTLP/HTTP JSON with the JDK's own java.net.http.HttpClient.
 // GET /work burns CPU in hotPrimes (three threads), GET /alloc allocates in allocHeavy (one thread). The JVM records
 // JFR (-XX:StartFlightRecording, execution and allocation sampling); the test uploads the recording as the

@@ -4,15 +4,15 @@ recordings (``tests/fixtures/jfr/``): every profile type, every stack, every val
 from __future__ import annotations
 
 import gzip
-from pathlib import Path
 
 import pytest
 
 from bridge.compression import Budget
 from bridge.jfr.convert import convert, merge_generated_names, parse_labels
 from tests.jfr_expected import read_expected
+from tests.paths import JFR_FIXTURES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "jfr"
+FIXTURES = JFR_FIXTURES
 RECORDINGS = {
     "new_spancontext": "new_spancontext.labels.gz",
     "dump1": "dump1.labels.pb.gz",

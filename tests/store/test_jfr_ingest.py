@@ -25,10 +25,11 @@ from bridge.errors import BridgeError
 from bridge.store.decode import parse_legacy_name
 from bridge.store.decode_jfr import records_from_jfr
 from tests.jfr_writer import Recording
-from tests.test_ingest import Client, make_app, store_of
-from tests.test_store import ALL_MS, CAPTURE_END_S, CPU, ctx
+from tests.paths import JFR_FIXTURES
+from tests.store.test_ingest import Client, make_app, store_of
+from tests.store.test_store import ALL_MS, CAPTURE_END_S, CPU, ctx
 
-FIXTURES = Path(__file__).parent / "fixtures" / "jfr"
+FIXTURES = JFR_FIXTURES
 FROM_S = int(CAPTURE_END_S) - 60
 UNTIL_S = FROM_S + 10
 

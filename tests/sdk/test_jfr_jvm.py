@@ -29,12 +29,12 @@ from urllib.parse import urlencode
 import aiohttp
 import pytest
 
+from tests.paths import ROOT
 from tests.tools import require_tool
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
-PROGRAM = Path(__file__).parent / "java" / "JfrShop.java"
+PROGRAM = ROOT / "tests" / "java" / "JfrShop.java"
 SECONDS = 5.0
 CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
 TLAB_BYTES = "memory:alloc_in_new_tlab_bytes:bytes:space:bytes"
