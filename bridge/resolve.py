@@ -9,7 +9,7 @@
   found from the stamps of the service's profiles (``SelectSeries``) under its stamp convention (start for most
   SDKs, end for ``@pyroscope/nodejs``, from ``pyroscope_spy``; always start in the store). When the asked profile
   type holds nothing for the service, a type it uploads with the same sample type and unit answers (Node's CPU is
-  ``wall:cpu:nanoseconds:wall:nanoseconds``), and the reason says so.
+  ``process_cpu:cpu:nanoseconds:wall:nanoseconds``), and the reason says so.
 - ``none``: the span is unknown, or nothing in the window either: an empty flame graph whose root says why.
 
 Every non-linked answer is relabelled on the root bar (``total — <reason>``) so Grafana shows how it was found.
@@ -203,7 +203,7 @@ def stamp_of(spies: Iterable[str]) -> Stamp:
 
 def cpu_equivalents(asked: str, available: Iterable[str]) -> tuple[str, ...]:
     """The profile types to answer ``asked`` from, best first: ``asked`` itself when the service has it, then every
-    type it has with the same sample type and unit (``wall:cpu:nanoseconds:wall:nanoseconds`` holds the same CPU
+    type it has with the same sample type and unit (``process_cpu:cpu:nanoseconds:wall:nanoseconds`` holds the same CPU
     nanoseconds as ``process_cpu:cpu:nanoseconds:cpu:nanoseconds``) — same name first, then same period, then by
     id. Nothing known about the service → just ``asked``."""
     have = set(available)

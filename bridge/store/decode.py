@@ -183,9 +183,26 @@ def records_from_pprof(
         name = (name_for or {}).get(s_type) or base.get(NAME_LABEL, "")
         if not name:
             raise InvalidArgument("profile series has no __name__ label (the profile type's name, e.g. process_cpu)")
+        name, renamed = default_relabel(name, s_type)
+        labels = {**base, **renamed} if renamed else base
         ptype = ProfileType(name, s_type, s_unit, p_type, p_unit)
-        out.extend(records_from_samples(base, ptype, time_ns, profile.duration_nanos, iter_samples(profile, index)))
+        out.extend(records_from_samples(labels, ptype, time_ns, profile.duration_nanos, iter_samples(profile, index)))
     return out
+
+
+NAME_REPLACED_LABEL: Final = "__name_replaced__"
+
+
+def default_relabel(name: str, sample_type: str) -> tuple[str, dict[str, str]]:
+    """Pyroscope's default ingestion relabeling, which its distributor applies to every series before any tenant rule
+    (grafana/pyroscope ``pkg/validation/relabeling.go`` ``defaultRelabelRules``; position ``first`` by default,
+    ``pkg/validation/limits.go``; its own ``Test_defaultRelabelRules``): a ``wall`` series whose sample type is
+    ``cpu`` — the CPU time Node's wall profiler records — is renamed ``process_cpu`` and keeps its old name in
+    ``__name_replaced__``. (Its other rule, stripping ``godeltaprof_`` from scraped Go profiles, never meets a name
+    this store builds.) → (the name, the labels it adds)."""
+    if name == "wall" and sample_type == "cpu":
+        return "process_cpu", {NAME_REPLACED_LABEL: "wall"}
+    return name, {}
 
 
 def records_from_push(req: push_pb2.PushRequest, *, now_ns: int, budget: Budget | None = None) -> list[ProfileRecord]:

@@ -567,13 +567,20 @@ def ingested_profiles(query: Mapping[str, str], raw: bytes) -> list[StoredProfil
     name = ingest_metric_name([k for k, _ in kinds])
     return [
         StoredProfile(
-            type_id=f"{name}:{stype}:{sunit}:{ptype}:{punit}",
-            labels=dict(labels),
+            type_id=f"{relabeled(name, stype)}:{stype}:{sunit}:{ptype}:{punit}",
+            labels=dict(labels, __name_replaced__=name) if relabeled(name, stype) != name else dict(labels),
             time_ms=stamp // 1_000_000,
             samples=samples[index],
         )
         for index, (stype, sunit) in enumerate(kinds)
     ]
+
+
+def relabeled(name: str, sample_type: str) -> str:
+    """The series name after Pyroscope's default relabeling (``pkg/validation/relabeling.go``, applied first by every
+    distributor): the ``cpu`` sample type of a ``wall`` profile becomes ``process_cpu`` (the old name is kept in the
+    ``__name_replaced__`` label)."""
+    return "process_cpu" if (name, sample_type) == ("wall", "cpu") else name
 
 
 async def _multipart_parts(content_type: str, raw: bytes) -> dict[str, bytes]:

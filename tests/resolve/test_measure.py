@@ -89,6 +89,7 @@ def test_what_a_total_measures_table(resolution: Resolution, attribution: Attrib
     [
         (DEFAULT_PROFILE_TYPE, "CPU"),
         ("wall:cpu:nanoseconds:wall:nanoseconds", "CPU"),
+        ("process_cpu:cpu:nanoseconds:wall:nanoseconds", "CPU"),  # Node's CPU as Pyroscope relabels it
         ("wall:wall:nanoseconds:wall:nanoseconds", "wall time"),
         ("memory:alloc_space:bytes:space:bytes", "allocated memory"),
         ("block:delay:nanoseconds:contentions:count", "lock wait time"),

@@ -5,7 +5,7 @@ OpenTelemetry JS (OTLP/HTTP, protobuf and JSON) — see ``tests/node/service.js`
 The stock Node SDK labels no sample with a span id (only ``wrapWithLabels`` could), so every span of it resolves by
 ``time-window``; these tests say so and check what that answer must be on Grafana's DEFAULT profile type
 (``process_cpu:cpu:nanoseconds:cpu:nanoseconds``), which Node never uploads (its CPU is
-``wall:cpu:nanoseconds:wall:nanoseconds``):
+``process_cpu:cpu:nanoseconds:wall:nanoseconds``, its wall profile's CPU as Pyroscope relabels it):
 
 - the CPU-heavy span gets its service's samples of the capture window it ran in, its hot function on top, answered
   from Node's CPU type and saying so;
@@ -40,7 +40,9 @@ from tests.node_sdk import SERVICE, Capture, load_capture, record, require_node,
 Server = Callable[..., Awaitable[TestServer]]
 Client = Callable[..., Awaitable[TestClient[Any, Any]]]
 
-NODE_CPU: Final = "wall:cpu:nanoseconds:wall:nanoseconds"
+# the "cpu" sample type of Node's "wall" profile, renamed by Pyroscope's default ingestion relabeling
+# (pkg/validation/relabeling.go): the store and the double name it the same way
+NODE_CPU: Final = "process_cpu:cpu:nanoseconds:wall:nanoseconds"
 HOT: Final = "nodeHotFunction"
 # the service's profiler and tracer share one process clock: a small skew keeps the windows apart
 SKEW_S: Final = 0.25

@@ -21,7 +21,9 @@ from tests.node_sdk import load_capture
 S: Final = 1_000_000_000
 T0: Final = 1_796_000_000 * S  # a time in 2026, in ns
 CPU: Final = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
-NODE_CPU: Final = "wall:cpu:nanoseconds:wall:nanoseconds"
+# @pyroscope/nodejs's CPU: a "wall" profile's "cpu" sample type, renamed process_cpu by Pyroscope's default
+# ingestion relabeling (pkg/validation/relabeling.go) — the period stays wall
+NODE_CPU: Final = "process_cpu:cpu:nanoseconds:wall:nanoseconds"
 
 
 @pytest.mark.parametrize(
@@ -155,8 +157,8 @@ def test_stamp_of(spies: list[str], stamp: Stamp) -> None:
         ([NODE_CPU, "wall:wall:nanoseconds:wall:nanoseconds", "wall:samples:count:wall:nanoseconds"], (NODE_CPU,)),
         (["memory:alloc_space:bytes:space:bytes"], (CPU,)),  # no CPU at all: still the asked type
         (
-            ["process_cpu:cpu:nanoseconds::", NODE_CPU, "other:cpu:nanoseconds:cpu:nanoseconds"],
-            ("process_cpu:cpu:nanoseconds::", "other:cpu:nanoseconds:cpu:nanoseconds", NODE_CPU),
+            ["wall:cpu:nanoseconds:wall:nanoseconds", NODE_CPU, "other:cpu:nanoseconds:cpu:nanoseconds"],
+            (NODE_CPU, "other:cpu:nanoseconds:cpu:nanoseconds", "wall:cpu:nanoseconds:wall:nanoseconds"),
         ),  # same name, then period
         (["process_cpu:samples:count:cpu:nanoseconds"], (CPU,)),  # same name, other unit: not equivalent
     ],
@@ -233,6 +235,8 @@ def test_recorded_node_uploads_are_named_wall_and_stored_at_their_window_start()
             "wall:samples:count:wall:nanoseconds",
         }
         assert NODE_CPU in {r.profile_type for r in records}
+        for r in records:  # Pyroscope keeps the replaced name as a label of the renamed series only
+            assert dict(r.labels).get("__name_replaced__") == ("wall" if r.profile_type == NODE_CPU else None)
         for r in records:
             assert r.time_ns == profile.time_nanos - profile.duration_nanos  # the true start
             assert from_ns <= r.time_ns < from_ns + S and r.duration_ns == profile.duration_nanos
@@ -246,3 +250,24 @@ def test_recorded_node_uploads_are_named_wall_and_stored_at_their_window_start()
         stored = ingested_profiles(query, upload.body)
         assert {p.type_id for p in stored if p.samples} == {r.profile_type for r in records}
         assert {p.time_ms for p in stored} == {profile.time_nanos // 1_000_000}
+
+
+@pytest.mark.parametrize(
+    ("name", "sample_type", "renamed", "labels"),
+    [
+        ("wall", "cpu", "process_cpu", {"__name_replaced__": "wall"}),  # Node's wall profiler's CPU time
+        ("wall", "wall", "wall", {}),
+        ("wall", "samples", "wall", {}),
+        ("process_cpu", "cpu", "process_cpu", {}),
+        ("memory", "alloc_space", "memory", {}),
+    ],
+)
+def test_default_relabel_as_pyroscope_distributors_apply_it(
+    name: str, sample_type: str, renamed: str, labels: dict[str, str]
+) -> None:
+    """grafana/pyroscope pkg/validation/relabeling_test.go Test_defaultRelabelRules: "replace wall name with cpu
+    type"; the store and the Pyroscope double (its own code) agree."""
+    from tests.doubles.pyroscope import relabeled
+
+    assert decode.default_relabel(name, sample_type) == (renamed, labels)
+    assert relabeled(name, sample_type) == renamed
