@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
 import os
 import subprocess
@@ -93,6 +94,7 @@ async def ingest(session: aiohttp.ClientSession, data: peerdata.DataSet, args: a
             sends.append((f"{base}/ingest?{qs}", body, {"Content-Type": ctype}))
     for jfr in args.jfr if args.only != "tempo" else []:
         raw = Path(jfr).read_bytes()
+        raw = gzip.decompress(raw) if jfr.endswith(".gz") else raw  # e.g. tests/fixtures/jfr/*.jfr.gz
         qs = f"name=shop-java{{env=prod}}&from={data.start_ns // 10**9}&until={data.end_ns // 10**9}"
         qs += "&format=jfr&spyName=javaspy&sampleRate=100"
         for base in (args.pyroscope_ingest, bridge):
