@@ -1,7 +1,8 @@
-"""Build settings that pyproject.toml cannot express: the optional C accelerator of the link gateway.
+"""Build settings that pyproject.toml cannot express: the optional C accelerators.
 
-``bridge.otlp._fastlink`` links OTLP profile samples on the wire bytes (see bridge/otlp/fastlink.py). It is
-optional: without a C compiler (python slim images) the build skips it and the pure Python path runs instead.
+``bridge.otlp._fastlink`` links OTLP profile samples on the wire bytes (see bridge/otlp/fastlink.py);
+``bridge.jfr._fastjfr`` reads the JFR reader's runs of varints (bridge/jfr/reader.py). Both are optional: without a
+C compiler (python slim images) the build skips them and the pure Python paths run instead.
 """
 
 from setuptools import Extension, setup
@@ -13,6 +14,12 @@ setup(
             sources=["bridge/otlp/_fastlink.c"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
             optional=True,
-        )
+        ),
+        Extension(
+            "bridge.jfr._fastjfr",
+            sources=["bridge/jfr/_fastjfr.c"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
+            optional=True,
+        ),
     ],
 )

@@ -30,12 +30,21 @@ decompression ``Budget`` — so memory stays within it however many entries a fi
 
 from __future__ import annotations
 
+import importlib
 import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Final
 
 from bridge.compression import Budget, BudgetSpent
+
+_native: ModuleType | None
+try:  # the optional C loop (bridge/jfr/_fastjfr.c, built by setup.py when a C compiler is there)
+    _native = importlib.import_module("bridge.jfr._fastjfr")
+except ImportError:
+    _native = None
+NATIVE: Final = _native is not None
 
 MAGIC: Final = b"FLR\x00"
 HEADER_SIZE: Final = 68
@@ -148,7 +157,17 @@ class Cursor:
         return value
 
     def varints(self, count: int) -> list[int]:
-        """``count`` varints in a row (the hot loop: stack frames, the fields of simple events)."""
+        """``count`` varints in a row (the hot loop: stack frames, the fields of simple events): in C when
+        ``bridge.jfr._fastjfr`` is built, else ``varints_python``."""
+        if _native is None:
+            return self.varints_python(count)
+        try:
+            out, self.pos = _native.varints(self.buf, self.pos, self.end, count)
+        except ValueError:
+            raise self.fail("truncated (a number runs past the end)") from None
+        return out  # type: ignore[no-any-return]
+
+    def varints_python(self, count: int) -> list[int]:
         buf, pos, end = self.buf, self.pos, self.end
         out: list[int] = []
         append = out.append
