@@ -26,47 +26,71 @@ from bridge._proto import types_pb2 as bridge_dot___proto_dot_types__pb2
 from bridge._proto import profile_pb2 as bridge_dot___proto_dot_profile__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x62ridge/_proto/querier.proto\x12\nquerier.v1\x1a\x19\x62ridge/_proto/types.proto\x1a\x1b\x62ridge/_proto/profile.proto\"1\n\x13ProfileTypesRequest\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x03\"D\n\x14ProfileTypesResponse\x12,\n\rprofile_types\x18\x01 \x03(\x0b\x32\x15.types.v1.ProfileType\"\xe5\x02\n\x1dSelectMergeStacktracesRequest\x12\x16\n\x0eprofile_typeID\x18\x01 \x01(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\x12\r\n\x05start\x18\x03 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x03\x12\x16\n\tmax_nodes\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12)\n\x06\x66ormat\x18\x06 \x01(\x0e\x32\x19.querier.v1.ProfileFormat\x12?\n\x14stack_trace_selector\x18\x07 \x01(\x0b\x32\x1c.types.v1.StackTraceSelectorH\x01\x88\x01\x01\x12\x1b\n\x13profile_id_selector\x18\x08 \x03(\t\x12\x19\n\x11trace_id_selector\x18\n \x03(\t\x12\x15\n\rspan_selector\x18\x0b \x03(\tB\x0c\n\n_max_nodesB\x17\n\x15_stack_trace_selector\"g\n\x1eSelectMergeStacktracesResponse\x12*\n\nflamegraph\x18\x01 \x01(\x0b\x32\x16.querier.v1.FlameGraph\x12\x0c\n\x04tree\x18\x02 \x01(\x0c\x12\x0b\n\x03\x64ot\x18\x03 \x01(\t\"\xd3\x01\n\x1dSelectMergeSpanProfileRequest\x12\x16\n\x0eprofile_typeID\x18\x01 \x01(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\x12\x15\n\rspan_selector\x18\x03 \x03(\t\x12\r\n\x05start\x18\x04 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x05 \x01(\x03\x12\x16\n\tmax_nodes\x18\x06 \x01(\x03H\x00\x88\x01\x01\x12)\n\x06\x66ormat\x18\x07 \x01(\x0e\x32\x19.querier.v1.ProfileFormatB\x0c\n\n_max_nodes\"Z\n\x1eSelectMergeSpanProfileResponse\x12*\n\nflamegraph\x18\x01 \x01(\x0b\x32\x16.querier.v1.FlameGraph\x12\x0c\n\x04tree\x18\x02 \x01(\x0c\"_\n\nFlameGraph\x12\r\n\x05names\x18\x01 \x03(\t\x12!\n\x06levels\x18\x02 \x03(\x0b\x32\x11.querier.v1.Level\x12\r\n\x05total\x18\x03 \x01(\x03\x12\x10\n\x08max_self\x18\x04 \x01(\x03\"\x17\n\x05Level\x12\x0e\n\x06values\x18\x01 \x03(\x03\"\x8a\x01\n\x0e\x46lameGraphDiff\x12\r\n\x05names\x18\x01 \x03(\t\x12!\n\x06levels\x18\x02 \x03(\x0b\x32\x11.querier.v1.Level\x12\r\n\x05total\x18\x03 \x01(\x03\x12\x10\n\x08max_self\x18\x04 \x01(\x03\x12\x11\n\tleftTicks\x18\x05 \x01(\x03\x12\x12\n\nrightTicks\x18\x06 \x01(\x03\"\x80\x01\n\x0b\x44iffRequest\x12\x37\n\x04left\x18\x01 \x01(\x0b\x32).querier.v1.SelectMergeStacktracesRequest\x12\x38\n\x05right\x18\x02 \x01(\x0b\x32).querier.v1.SelectMergeStacktracesRequest\">\n\x0c\x44iffResponse\x12.\n\nflamegraph\x18\x01 \x01(\x0b\x32\x1a.querier.v1.FlameGraphDiff\"\xf7\x02\n\x13SelectSeriesRequest\x12\x16\n\x0eprofile_typeID\x18\x01 \x01(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\x12\r\n\x05start\x18\x03 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x03\x12\x10\n\x08group_by\x18\x05 \x03(\t\x12\x0c\n\x04step\x18\x06 \x01(\x01\x12=\n\x0b\x61ggregation\x18\x07 \x01(\x0e\x32#.types.v1.TimeSeriesAggregationTypeH\x00\x88\x01\x01\x12?\n\x14stack_trace_selector\x18\x08 \x01(\x0b\x32\x1c.types.v1.StackTraceSelectorH\x01\x88\x01\x01\x12\x12\n\x05limit\x18\t \x01(\x03H\x02\x88\x01\x01\x12-\n\rexemplar_type\x18\n \x01(\x0e\x32\x16.types.v1.ExemplarTypeB\x0e\n\x0c_aggregationB\x17\n\x15_stack_trace_selectorB\x08\n\x06_limit\"8\n\x14SelectSeriesResponse\x12 \n\x06series\x18\x01 \x03(\x0b\x32\x10.types.v1.Series\"R\n\rSeriesRequest\x12\x10\n\x08matchers\x18\x01 \x03(\t\x12\x13\n\x0blabel_names\x18\x02 \x03(\t\x12\r\n\x05start\x18\x03 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x03\"6\n\x0eSeriesResponse\x12$\n\nlabels_set\x18\x02 \x03(\x0b\x32\x10.types.v1.Labels\"\x9f\x02\n\x19SelectMergeProfileRequest\x12\x16\n\x0eprofile_typeID\x18\x01 \x01(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\x12\r\n\x05start\x18\x03 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x03\x12\x16\n\tmax_nodes\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12?\n\x14stack_trace_selector\x18\x06 \x01(\x0b\x32\x1c.types.v1.StackTraceSelectorH\x01\x88\x01\x01\x12\x1b\n\x13profile_id_selector\x18\x07 \x03(\t\x12\x19\n\x11trace_id_selector\x18\x08 \x03(\tB\x0c\n\n_max_nodesB\x17\n\x15_stack_trace_selector*\x99\x01\n\rProfileFormat\x12\x1e\n\x1aPROFILE_FORMAT_UNSPECIFIED\x10\x00\x12\x1d\n\x19PROFILE_FORMAT_FLAMEGRAPH\x10\x01\x12\x17\n\x13PROFILE_FORMAT_TREE\x10\x02\x12\x16\n\x12PROFILE_FORMAT_DOT\x10\x03\x12\x18\n\x14PROFILE_FORMAT_PPROF\x10\x04\x32\x8c\x06\n\x0eQuerierService\x12S\n\x0cProfileTypes\x12\x1f.querier.v1.ProfileTypesRequest\x1a .querier.v1.ProfileTypesResponse\"\x00\x12L\n\x0bLabelValues\x12\x1c.types.v1.LabelValuesRequest\x1a\x1d.types.v1.LabelValuesResponse\"\x00\x12I\n\nLabelNames\x12\x1b.types.v1.LabelNamesRequest\x1a\x1c.types.v1.LabelNamesResponse\"\x00\x12\x41\n\x06Series\x12\x19.querier.v1.SeriesRequest\x1a\x1a.querier.v1.SeriesResponse\"\x00\x12q\n\x16SelectMergeStacktraces\x12).querier.v1.SelectMergeStacktracesRequest\x1a*.querier.v1.SelectMergeStacktracesResponse\"\x00\x12q\n\x16SelectMergeSpanProfile\x12).querier.v1.SelectMergeSpanProfileRequest\x1a*.querier.v1.SelectMergeSpanProfileResponse\"\x00\x12Q\n\x12SelectMergeProfile\x12%.querier.v1.SelectMergeProfileRequest\x1a\x12.google.v1.Profile\"\x00\x12S\n\x0cSelectSeries\x12\x1f.querier.v1.SelectSeriesRequest\x1a .querier.v1.SelectSeriesResponse\"\x00\x12;\n\x04\x44iff\x12\x17.querier.v1.DiffRequest\x1a\x18.querier.v1.DiffResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x62ridge/_proto/querier.proto\x12\nquerier.v1\x1a\x19\x62ridge/_proto/types.proto\x1a\x1b\x62ridge/_proto/profile.proto\"1\n\x13ProfileTypesRequest\x12\r\n\x05start\x18\x01 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x03\"D\n\x14ProfileTypesResponse\x12,\n\rprofile_types\x18\x01 \x03(\x0b\x32\x15.types.v1.ProfileType\"\xa2\x03\n\x1dSelectMergeStacktracesRequest\x12\x16\n\x0eprofile_typeID\x18\x01 \x01(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\x12\r\n\x05start\x18\x03 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x03\x12\x16\n\tmax_nodes\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12)\n\x06\x66ormat\x18\x06 \x01(\x0e\x32\x19.querier.v1.ProfileFormat\x12?\n\x14stack_trace_selector\x18\x07 \x01(\x0b\x32\x1c.types.v1.StackTraceSelectorH\x01\x88\x01\x01\x12\x1b\n\x13profile_id_selector\x18\x08 \x03(\t\x12\x31\n\x05\x61sync\x18\t \x01(\x0b\x32\x1d.querier.v1.AsyncQueryRequestH\x02\x88\x01\x01\x12\x19\n\x11trace_id_selector\x18\n \x03(\t\x12\x15\n\rspan_selector\x18\x0b \x03(\tB\x0c\n\n_max_nodesB\x17\n\x15_stack_trace_selectorB\x08\n\x06_async\"\xce\x01\n\x1eSelectMergeStacktracesResponse\x12*\n\nflamegraph\x18\x01 \x01(\x0b\x32\x16.querier.v1.FlameGraph\x12\x0c\n\x04tree\x18\x02 \x01(\x0c\x12\x0b\n\x03\x64ot\x18\x03 \x01(\t\x12\x32\n\x05\x61sync\x18\x04 \x01(\x0b\x32\x1e.querier.v1.AsyncQueryResponseH\x00\x88\x01\x01\x12\'\n\x05pprof\x18\x05 \x01(\x0b\x32\x18.querier.v1.PprofProfileB\x08\n\x06_async\"3\n\x0cPprofProfile\x12#\n\x07profile\x18\x01 \x01(\x0b\x32\x12.google.v1.Profile\"Q\n\x11\x41syncQueryRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12(\n\x04type\x18\x02 \x01(\x0e\x32\x1a.querier.v1.AsyncQueryType\"m\n\x12\x41syncQueryResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12,\n\x06status\x18\x02 \x01(\x0e\x32\x1c.querier.v1.AsyncQueryStatus\x12\x15\n\rerror_message\x18\x03 \x01(\t\"\xd3\x01\n\x1dSelectMergeSpanProfileRequest\x12\x16\n\x0eprofile_typeID\x18\x01 \x01(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\x12\x15\n\rspan_selector\x18\x03 \x03(\t\x12\r\n\x05start\x18\x04 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x05 \x01(\x03\x12\x16\n\tmax_nodes\x18\x06 \x01(\x03H\x00\x88\x01\x01\x12)\n\x06\x66ormat\x18\x07 \x01(\x0e\x32\x19.querier.v1.ProfileFormatB\x0c\n\n_max_nodes\"Z\n\x1eSelectMergeSpanProfileResponse\x12*\n\nflamegraph\x18\x01 \x01(\x0b\x32\x16.querier.v1.FlameGraph\x12\x0c\n\x04tree\x18\x02 \x01(\x0c\"_\n\nFlameGraph\x12\r\n\x05names\x18\x01 \x03(\t\x12!\n\x06levels\x18\x02 \x03(\x0b\x32\x11.querier.v1.Level\x12\r\n\x05total\x18\x03 \x01(\x03\x12\x10\n\x08max_self\x18\x04 \x01(\x03\"\x17\n\x05Level\x12\x0e\n\x06values\x18\x01 \x03(\x03\"\x8a\x01\n\x0e\x46lameGraphDiff\x12\r\n\x05names\x18\x01 \x03(\t\x12!\n\x06levels\x18\x02 \x03(\x0b\x32\x11.querier.v1.Level\x12\r\n\x05total\x18\x03 \x01(\x03\x12\x10\n\x08max_self\x18\x04 \x01(\x03\x12\x11\n\tleftTicks\x18\x05 \x01(\x03\x12\x12\n\nrightTicks\x18\x06 \x01(\x03\"\x80\x01\n\x0b\x44iffRequest\x12\x37\n\x04left\x18\x01 \x01(\x0b\x32).querier.v1.SelectMergeStacktracesRequest\x12\x38\n\x05right\x18\x02 \x01(\x0b\x32).querier.v1.SelectMergeStacktracesRequest\">\n\x0c\x44iffResponse\x12.\n\nflamegraph\x18\x01 \x01(\x0b\x32\x1a.querier.v1.FlameGraphDiff\"\xf7\x02\n\x13SelectSeriesRequest\x12\x16\n\x0eprofile_typeID\x18\x01 \x01(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\x12\r\n\x05start\x18\x03 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x03\x12\x10\n\x08group_by\x18\x05 \x03(\t\x12\x0c\n\x04step\x18\x06 \x01(\x01\x12=\n\x0b\x61ggregation\x18\x07 \x01(\x0e\x32#.types.v1.TimeSeriesAggregationTypeH\x00\x88\x01\x01\x12?\n\x14stack_trace_selector\x18\x08 \x01(\x0b\x32\x1c.types.v1.StackTraceSelectorH\x01\x88\x01\x01\x12\x12\n\x05limit\x18\t \x01(\x03H\x02\x88\x01\x01\x12-\n\rexemplar_type\x18\n \x01(\x0e\x32\x16.types.v1.ExemplarTypeB\x0e\n\x0c_aggregationB\x17\n\x15_stack_trace_selectorB\x08\n\x06_limit\"8\n\x14SelectSeriesResponse\x12 \n\x06series\x18\x01 \x03(\x0b\x32\x10.types.v1.Series\"R\n\rSeriesRequest\x12\x10\n\x08matchers\x18\x01 \x03(\t\x12\x13\n\x0blabel_names\x18\x02 \x03(\t\x12\r\n\x05start\x18\x03 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x03\"6\n\x0eSeriesResponse\x12$\n\nlabels_set\x18\x02 \x03(\x0b\x32\x10.types.v1.Labels\"\x9f\x02\n\x19SelectMergeProfileRequest\x12\x16\n\x0eprofile_typeID\x18\x01 \x01(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\x12\r\n\x05start\x18\x03 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x03\x12\x16\n\tmax_nodes\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12?\n\x14stack_trace_selector\x18\x06 \x01(\x0b\x32\x1c.types.v1.StackTraceSelectorH\x01\x88\x01\x01\x12\x1b\n\x13profile_id_selector\x18\x07 \x03(\t\x12\x19\n\x11trace_id_selector\x18\x08 \x03(\tB\x0c\n\n_max_nodesB\x17\n\x15_stack_trace_selector\"\x81\x02\n\x14SelectHeatmapRequest\x12\x16\n\x0eprofile_typeID\x18\x01 \x01(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\x12\r\n\x05start\x18\x03 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x03\x12\x0c\n\x04step\x18\x05 \x01(\x01\x12\x10\n\x08group_by\x18\x06 \x03(\t\x12\x30\n\nquery_type\x18\x07 \x01(\x0e\x32\x1c.querier.v1.HeatmapQueryType\x12-\n\rexemplar_type\x18\x08 \x01(\x0e\x32\x16.types.v1.ExemplarType\x12\x12\n\x05limit\x18\t \x01(\x03H\x00\x88\x01\x01\x42\x08\n\x06_limit\"@\n\x15SelectHeatmapResponse\x12\'\n\x06series\x18\x01 \x03(\x0b\x32\x17.types.v1.HeatmapSeries\"@\n\x13\x41nalyzeQueryRequest\x12\r\n\x05start\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\x12\r\n\x05query\x18\x04 \x01(\t\"s\n\x14\x41nalyzeQueryResponse\x12,\n\x0cquery_scopes\x18\x01 \x03(\x0b\x32\x16.querier.v1.QueryScope\x12-\n\x0cquery_impact\x18\x02 \x01(\x0b\x32\x17.querier.v1.QueryImpact\"\xd7\x01\n\nQueryScope\x12\x16\n\x0e\x63omponent_type\x18\x01 \x01(\t\x12\x17\n\x0f\x63omponent_count\x18\x02 \x01(\x04\x12\x13\n\x0b\x62lock_count\x18\x03 \x01(\x04\x12\x14\n\x0cseries_count\x18\x04 \x01(\x04\x12\x15\n\rprofile_count\x18\x05 \x01(\x04\x12\x14\n\x0csample_count\x18\x06 \x01(\x04\x12\x13\n\x0bindex_bytes\x18\x07 \x01(\x04\x12\x15\n\rprofile_bytes\x18\x08 \x01(\x04\x12\x14\n\x0csymbol_bytes\x18\t \x01(\x04\"l\n\x0bQueryImpact\x12!\n\x19total_bytes_in_time_range\x18\x02 \x01(\x04\x12\x1c\n\x14total_queried_series\x18\x03 \x01(\x04\x12\x1c\n\x14\x64\x65\x64uplication_needed\x18\x04 \x01(\x08*\x99\x01\n\rProfileFormat\x12\x1e\n\x1aPROFILE_FORMAT_UNSPECIFIED\x10\x00\x12\x1d\n\x19PROFILE_FORMAT_FLAMEGRAPH\x10\x01\x12\x17\n\x13PROFILE_FORMAT_TREE\x10\x02\x12\x16\n\x12PROFILE_FORMAT_DOT\x10\x03\x12\x18\n\x14PROFILE_FORMAT_PPROF\x10\x04*K\n\x0e\x41syncQueryType\x12\x1d\n\x19\x41SYNC_QUERY_TYPE_DISABLED\x10\x00\x12\x1a\n\x16\x41SYNC_QUERY_TYPE_FORCE\x10\x01*\x96\x01\n\x10\x41syncQueryStatus\x12\x1e\n\x1a\x41SYNC_QUERY_STATUS_UNKNOWN\x10\x00\x12\"\n\x1e\x41SYNC_QUERY_STATUS_IN_PROGRESS\x10\x01\x12\x1e\n\x1a\x41SYNC_QUERY_STATUS_SUCCESS\x10\x02\x12\x1e\n\x1a\x41SYNC_QUERY_STATUS_FAILURE\x10\x03*v\n\x10HeatmapQueryType\x12\"\n\x1eHEATMAP_QUERY_TYPE_UNSPECIFIED\x10\x00\x12!\n\x1dHEATMAP_QUERY_TYPE_INDIVIDUAL\x10\x01\x12\x1b\n\x17HEATMAP_QUERY_TYPE_SPAN\x10\x02\x32\x93\x08\n\x0eQuerierService\x12S\n\x0cProfileTypes\x12\x1f.querier.v1.ProfileTypesRequest\x1a .querier.v1.ProfileTypesResponse\"\x00\x12L\n\x0bLabelValues\x12\x1c.types.v1.LabelValuesRequest\x1a\x1d.types.v1.LabelValuesResponse\"\x00\x12I\n\nLabelNames\x12\x1b.types.v1.LabelNamesRequest\x1a\x1c.types.v1.LabelNamesResponse\"\x00\x12\x41\n\x06Series\x12\x19.querier.v1.SeriesRequest\x1a\x1a.querier.v1.SeriesResponse\"\x00\x12q\n\x16SelectMergeStacktraces\x12).querier.v1.SelectMergeStacktracesRequest\x1a*.querier.v1.SelectMergeStacktracesResponse\"\x00\x12q\n\x16SelectMergeSpanProfile\x12).querier.v1.SelectMergeSpanProfileRequest\x1a*.querier.v1.SelectMergeSpanProfileResponse\"\x00\x12Q\n\x12SelectMergeProfile\x12%.querier.v1.SelectMergeProfileRequest\x1a\x12.google.v1.Profile\"\x00\x12S\n\x0cSelectSeries\x12\x1f.querier.v1.SelectSeriesRequest\x1a .querier.v1.SelectSeriesResponse\"\x00\x12V\n\rSelectHeatmap\x12 .querier.v1.SelectHeatmapRequest\x1a!.querier.v1.SelectHeatmapResponse\"\x00\x12;\n\x04\x44iff\x12\x17.querier.v1.DiffRequest\x1a\x18.querier.v1.DiffResponse\"\x00\x12X\n\x0fGetProfileStats\x12 .types.v1.GetProfileStatsRequest\x1a!.types.v1.GetProfileStatsResponse\"\x00\x12S\n\x0c\x41nalyzeQuery\x12\x1f.querier.v1.AnalyzeQueryRequest\x1a .querier.v1.AnalyzeQueryResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'bridge._proto.querier_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PROFILEFORMAT']._serialized_start=2316
-  _globals['_PROFILEFORMAT']._serialized_end=2469
+  _globals['_PROFILEFORMAT']._serialized_start=3565
+  _globals['_PROFILEFORMAT']._serialized_end=3718
+  _globals['_ASYNCQUERYTYPE']._serialized_start=3720
+  _globals['_ASYNCQUERYTYPE']._serialized_end=3795
+  _globals['_ASYNCQUERYSTATUS']._serialized_start=3798
+  _globals['_ASYNCQUERYSTATUS']._serialized_end=3948
+  _globals['_HEATMAPQUERYTYPE']._serialized_start=3950
+  _globals['_HEATMAPQUERYTYPE']._serialized_end=4068
   _globals['_PROFILETYPESREQUEST']._serialized_start=99
   _globals['_PROFILETYPESREQUEST']._serialized_end=148
   _globals['_PROFILETYPESRESPONSE']._serialized_start=150
   _globals['_PROFILETYPESRESPONSE']._serialized_end=218
   _globals['_SELECTMERGESTACKTRACESREQUEST']._serialized_start=221
-  _globals['_SELECTMERGESTACKTRACESREQUEST']._serialized_end=578
-  _globals['_SELECTMERGESTACKTRACESRESPONSE']._serialized_start=580
-  _globals['_SELECTMERGESTACKTRACESRESPONSE']._serialized_end=683
-  _globals['_SELECTMERGESPANPROFILEREQUEST']._serialized_start=686
-  _globals['_SELECTMERGESPANPROFILEREQUEST']._serialized_end=897
-  _globals['_SELECTMERGESPANPROFILERESPONSE']._serialized_start=899
-  _globals['_SELECTMERGESPANPROFILERESPONSE']._serialized_end=989
-  _globals['_FLAMEGRAPH']._serialized_start=991
-  _globals['_FLAMEGRAPH']._serialized_end=1086
-  _globals['_LEVEL']._serialized_start=1088
-  _globals['_LEVEL']._serialized_end=1111
-  _globals['_FLAMEGRAPHDIFF']._serialized_start=1114
-  _globals['_FLAMEGRAPHDIFF']._serialized_end=1252
-  _globals['_DIFFREQUEST']._serialized_start=1255
-  _globals['_DIFFREQUEST']._serialized_end=1383
-  _globals['_DIFFRESPONSE']._serialized_start=1385
-  _globals['_DIFFRESPONSE']._serialized_end=1447
-  _globals['_SELECTSERIESREQUEST']._serialized_start=1450
-  _globals['_SELECTSERIESREQUEST']._serialized_end=1825
-  _globals['_SELECTSERIESRESPONSE']._serialized_start=1827
-  _globals['_SELECTSERIESRESPONSE']._serialized_end=1883
-  _globals['_SERIESREQUEST']._serialized_start=1885
-  _globals['_SERIESREQUEST']._serialized_end=1967
-  _globals['_SERIESRESPONSE']._serialized_start=1969
-  _globals['_SERIESRESPONSE']._serialized_end=2023
-  _globals['_SELECTMERGEPROFILEREQUEST']._serialized_start=2026
-  _globals['_SELECTMERGEPROFILEREQUEST']._serialized_end=2313
-  _globals['_QUERIERSERVICE']._serialized_start=2472
-  _globals['_QUERIERSERVICE']._serialized_end=3252
+  _globals['_SELECTMERGESTACKTRACESREQUEST']._serialized_end=639
+  _globals['_SELECTMERGESTACKTRACESRESPONSE']._serialized_start=642
+  _globals['_SELECTMERGESTACKTRACESRESPONSE']._serialized_end=848
+  _globals['_PPROFPROFILE']._serialized_start=850
+  _globals['_PPROFPROFILE']._serialized_end=901
+  _globals['_ASYNCQUERYREQUEST']._serialized_start=903
+  _globals['_ASYNCQUERYREQUEST']._serialized_end=984
+  _globals['_ASYNCQUERYRESPONSE']._serialized_start=986
+  _globals['_ASYNCQUERYRESPONSE']._serialized_end=1095
+  _globals['_SELECTMERGESPANPROFILEREQUEST']._serialized_start=1098
+  _globals['_SELECTMERGESPANPROFILEREQUEST']._serialized_end=1309
+  _globals['_SELECTMERGESPANPROFILERESPONSE']._serialized_start=1311
+  _globals['_SELECTMERGESPANPROFILERESPONSE']._serialized_end=1401
+  _globals['_FLAMEGRAPH']._serialized_start=1403
+  _globals['_FLAMEGRAPH']._serialized_end=1498
+  _globals['_LEVEL']._serialized_start=1500
+  _globals['_LEVEL']._serialized_end=1523
+  _globals['_FLAMEGRAPHDIFF']._serialized_start=1526
+  _globals['_FLAMEGRAPHDIFF']._serialized_end=1664
+  _globals['_DIFFREQUEST']._serialized_start=1667
+  _globals['_DIFFREQUEST']._serialized_end=1795
+  _globals['_DIFFRESPONSE']._serialized_start=1797
+  _globals['_DIFFRESPONSE']._serialized_end=1859
+  _globals['_SELECTSERIESREQUEST']._serialized_start=1862
+  _globals['_SELECTSERIESREQUEST']._serialized_end=2237
+  _globals['_SELECTSERIESRESPONSE']._serialized_start=2239
+  _globals['_SELECTSERIESRESPONSE']._serialized_end=2295
+  _globals['_SERIESREQUEST']._serialized_start=2297
+  _globals['_SERIESREQUEST']._serialized_end=2379
+  _globals['_SERIESRESPONSE']._serialized_start=2381
+  _globals['_SERIESRESPONSE']._serialized_end=2435
+  _globals['_SELECTMERGEPROFILEREQUEST']._serialized_start=2438
+  _globals['_SELECTMERGEPROFILEREQUEST']._serialized_end=2725
+  _globals['_SELECTHEATMAPREQUEST']._serialized_start=2728
+  _globals['_SELECTHEATMAPREQUEST']._serialized_end=2985
+  _globals['_SELECTHEATMAPRESPONSE']._serialized_start=2987
+  _globals['_SELECTHEATMAPRESPONSE']._serialized_end=3051
+  _globals['_ANALYZEQUERYREQUEST']._serialized_start=3053
+  _globals['_ANALYZEQUERYREQUEST']._serialized_end=3117
+  _globals['_ANALYZEQUERYRESPONSE']._serialized_start=3119
+  _globals['_ANALYZEQUERYRESPONSE']._serialized_end=3234
+  _globals['_QUERYSCOPE']._serialized_start=3237
+  _globals['_QUERYSCOPE']._serialized_end=3452
+  _globals['_QUERYIMPACT']._serialized_start=3454
+  _globals['_QUERYIMPACT']._serialized_end=3562
+  _globals['_QUERIERSERVICE']._serialized_start=4071
+  _globals['_QUERIERSERVICE']._serialized_end=5114
 # @@protoc_insertion_point(module_scope)

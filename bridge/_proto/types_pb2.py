@@ -24,17 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x62ridge/_proto/types.proto\x12\x08types.v1\"(\n\tLabelPair\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"{\n\x0bProfileType\x12\n\n\x02ID\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0bsample_type\x18\x04 \x01(\t\x12\x13\n\x0bsample_unit\x18\x05 \x01(\t\x12\x13\n\x0bperiod_type\x18\x06 \x01(\t\x12\x13\n\x0bperiod_unit\x18\x07 \x01(\t\"-\n\x06Labels\x12#\n\x06labels\x18\x01 \x03(\x0b\x32\x13.types.v1.LabelPair\"N\n\x06Series\x12#\n\x06labels\x18\x01 \x03(\x0b\x32\x13.types.v1.LabelPair\x12\x1f\n\x06points\x18\x02 \x03(\x0b\x32\x0f.types.v1.Point\"\x82\x01\n\x05Point\x12\r\n\x05value\x18\x01 \x01(\x01\x12\x11\n\ttimestamp\x18\x02 \x01(\x03\x12\x30\n\x0b\x61nnotations\x18\x03 \x03(\x0b\x32\x1b.types.v1.ProfileAnnotation\x12%\n\texemplars\x18\x04 \x03(\x0b\x32\x12.types.v1.Exemplar\"/\n\x11ProfileAnnotation\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"v\n\x08\x45xemplar\x12\x11\n\ttimestamp\x18\x01 \x01(\x03\x12\x12\n\nprofile_id\x18\x02 \x01(\t\x12\x0f\n\x07span_id\x18\x03 \x01(\t\x12\r\n\x05value\x18\x04 \x01(\x03\x12#\n\x06labels\x18\x05 \x03(\x0b\x32\x13.types.v1.LabelPair\"P\n\x12LabelValuesRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08matchers\x18\x02 \x03(\t\x12\r\n\x05start\x18\x03 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x03\"$\n\x13LabelValuesResponse\x12\r\n\x05names\x18\x01 \x03(\t\"A\n\x11LabelNamesRequest\x12\x10\n\x08matchers\x18\x01 \x03(\t\x12\r\n\x05start\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\"#\n\x12LabelNamesResponse\x12\r\n\x05names\x18\x01 \x03(\t\"\x18\n\x08Location\x12\x0c\n\x04name\x18\x01 \x01(\t\":\n\x05GoPGO\x12\x16\n\x0ekeep_locations\x18\x01 \x01(\r\x12\x19\n\x11\x61ggregate_callees\x18\x02 \x01(\x08\"\\\n\x12StackTraceSelector\x12%\n\tcall_site\x18\x01 \x03(\x0b\x32\x12.types.v1.Location\x12\x1f\n\x06go_pgo\x18\x02 \x01(\x0b\x32\x0f.types.v1.GoPGO*k\n\x19TimeSeriesAggregationType\x12$\n TIME_SERIES_AGGREGATION_TYPE_SUM\x10\x00\x12(\n$TIME_SERIES_AGGREGATION_TYPE_AVERAGE\x10\x01*{\n\x0c\x45xemplarType\x12\x1d\n\x19\x45XEMPLAR_TYPE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45XEMPLAR_TYPE_NONE\x10\x01\x12\x1c\n\x18\x45XEMPLAR_TYPE_INDIVIDUAL\x10\x02\x12\x16\n\x12\x45XEMPLAR_TYPE_SPAN\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x62ridge/_proto/types.proto\x12\x08types.v1\"(\n\tLabelPair\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"{\n\x0bProfileType\x12\n\n\x02ID\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0bsample_type\x18\x04 \x01(\t\x12\x13\n\x0bsample_unit\x18\x05 \x01(\t\x12\x13\n\x0bperiod_type\x18\x06 \x01(\t\x12\x13\n\x0bperiod_unit\x18\x07 \x01(\t\"-\n\x06Labels\x12#\n\x06labels\x18\x01 \x03(\x0b\x32\x13.types.v1.LabelPair\"N\n\x06Series\x12#\n\x06labels\x18\x01 \x03(\x0b\x32\x13.types.v1.LabelPair\x12\x1f\n\x06points\x18\x02 \x03(\x0b\x32\x0f.types.v1.Point\"\x82\x01\n\x05Point\x12\r\n\x05value\x18\x01 \x01(\x01\x12\x11\n\ttimestamp\x18\x02 \x01(\x03\x12\x30\n\x0b\x61nnotations\x18\x03 \x03(\x0b\x32\x1b.types.v1.ProfileAnnotation\x12%\n\texemplars\x18\x04 \x03(\x0b\x32\x12.types.v1.Exemplar\"/\n\x11ProfileAnnotation\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"\x88\x01\n\x08\x45xemplar\x12\x11\n\ttimestamp\x18\x01 \x01(\x03\x12\x12\n\nprofile_id\x18\x02 \x01(\t\x12\x0f\n\x07span_id\x18\x03 \x01(\t\x12\r\n\x05value\x18\x04 \x01(\x03\x12#\n\x06labels\x18\x05 \x03(\x0b\x32\x13.types.v1.LabelPair\x12\x10\n\x08trace_id\x18\x06 \x01(\t\"Z\n\rHeatmapSeries\x12#\n\x06labels\x18\x01 \x03(\x0b\x32\x13.types.v1.LabelPair\x12$\n\x05slots\x18\x02 \x03(\x0b\x32\x15.types.v1.HeatmapSlot\"f\n\x0bHeatmapSlot\x12\x11\n\ttimestamp\x18\x01 \x01(\x03\x12\r\n\x05y_min\x18\x02 \x03(\x01\x12\x0e\n\x06\x63ounts\x18\x03 \x03(\x05\x12%\n\texemplars\x18\x04 \x03(\x0b\x32\x12.types.v1.Exemplar\"\x91\x01\n\tBlockInfo\x12\x0c\n\x04ulid\x18\x01 \x01(\t\x12\x10\n\x08min_time\x18\x02 \x01(\x03\x12\x10\n\x08max_time\x18\x03 \x01(\x03\x12-\n\ncompaction\x18\x04 \x01(\x0b\x32\x19.types.v1.BlockCompaction\x12#\n\x06labels\x18\x05 \x03(\x0b\x32\x13.types.v1.LabelPair\"B\n\x0f\x42lockCompaction\x12\r\n\x05level\x18\x01 \x01(\x05\x12\x0f\n\x07sources\x18\x02 \x03(\t\x12\x0f\n\x07parents\x18\x03 \x03(\t\"\x18\n\x16GetProfileStatsRequest\"j\n\x17GetProfileStatsResponse\x12\x15\n\rdata_ingested\x18\x01 \x01(\x08\x12\x1b\n\x13oldest_profile_time\x18\x02 \x01(\x03\x12\x1b\n\x13newest_profile_time\x18\x03 \x01(\x03\"P\n\x12LabelValuesRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08matchers\x18\x02 \x03(\t\x12\r\n\x05start\x18\x03 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x03\"$\n\x13LabelValuesResponse\x12\r\n\x05names\x18\x01 \x03(\t\"A\n\x11LabelNamesRequest\x12\x10\n\x08matchers\x18\x01 \x03(\t\x12\r\n\x05start\x18\x02 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x03\"#\n\x12LabelNamesResponse\x12\r\n\x05names\x18\x01 \x03(\t\"\x18\n\x08Location\x12\x0c\n\x04name\x18\x01 \x01(\t\":\n\x05GoPGO\x12\x16\n\x0ekeep_locations\x18\x01 \x01(\r\x12\x19\n\x11\x61ggregate_callees\x18\x02 \x01(\x08\"\\\n\x12StackTraceSelector\x12%\n\tcall_site\x18\x01 \x03(\x0b\x32\x12.types.v1.Location\x12\x1f\n\x06go_pgo\x18\x02 \x01(\x0b\x32\x0f.types.v1.GoPGO*k\n\x19TimeSeriesAggregationType\x12$\n TIME_SERIES_AGGREGATION_TYPE_SUM\x10\x00\x12(\n$TIME_SERIES_AGGREGATION_TYPE_AVERAGE\x10\x01*{\n\x0c\x45xemplarType\x12\x1d\n\x19\x45XEMPLAR_TYPE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45XEMPLAR_TYPE_NONE\x10\x01\x12\x1c\n\x18\x45XEMPLAR_TYPE_INDIVIDUAL\x10\x02\x12\x16\n\x12\x45XEMPLAR_TYPE_SPAN\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'bridge._proto.types_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TIMESERIESAGGREGATIONTYPE']._serialized_start=1039
-  _globals['_TIMESERIESAGGREGATIONTYPE']._serialized_end=1146
-  _globals['_EXEMPLARTYPE']._serialized_start=1148
-  _globals['_EXEMPLARTYPE']._serialized_end=1271
+  _globals['_TIMESERIESAGGREGATIONTYPE']._serialized_start=1604
+  _globals['_TIMESERIESAGGREGATIONTYPE']._serialized_end=1711
+  _globals['_EXEMPLARTYPE']._serialized_start=1713
+  _globals['_EXEMPLARTYPE']._serialized_end=1836
   _globals['_LABELPAIR']._serialized_start=39
   _globals['_LABELPAIR']._serialized_end=79
   _globals['_PROFILETYPE']._serialized_start=81
@@ -47,20 +47,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_POINT']._serialized_end=464
   _globals['_PROFILEANNOTATION']._serialized_start=466
   _globals['_PROFILEANNOTATION']._serialized_end=513
-  _globals['_EXEMPLAR']._serialized_start=515
-  _globals['_EXEMPLAR']._serialized_end=633
-  _globals['_LABELVALUESREQUEST']._serialized_start=635
-  _globals['_LABELVALUESREQUEST']._serialized_end=715
-  _globals['_LABELVALUESRESPONSE']._serialized_start=717
-  _globals['_LABELVALUESRESPONSE']._serialized_end=753
-  _globals['_LABELNAMESREQUEST']._serialized_start=755
-  _globals['_LABELNAMESREQUEST']._serialized_end=820
-  _globals['_LABELNAMESRESPONSE']._serialized_start=822
-  _globals['_LABELNAMESRESPONSE']._serialized_end=857
-  _globals['_LOCATION']._serialized_start=859
-  _globals['_LOCATION']._serialized_end=883
-  _globals['_GOPGO']._serialized_start=885
-  _globals['_GOPGO']._serialized_end=943
-  _globals['_STACKTRACESELECTOR']._serialized_start=945
-  _globals['_STACKTRACESELECTOR']._serialized_end=1037
+  _globals['_EXEMPLAR']._serialized_start=516
+  _globals['_EXEMPLAR']._serialized_end=652
+  _globals['_HEATMAPSERIES']._serialized_start=654
+  _globals['_HEATMAPSERIES']._serialized_end=744
+  _globals['_HEATMAPSLOT']._serialized_start=746
+  _globals['_HEATMAPSLOT']._serialized_end=848
+  _globals['_BLOCKINFO']._serialized_start=851
+  _globals['_BLOCKINFO']._serialized_end=996
+  _globals['_BLOCKCOMPACTION']._serialized_start=998
+  _globals['_BLOCKCOMPACTION']._serialized_end=1064
+  _globals['_GETPROFILESTATSREQUEST']._serialized_start=1066
+  _globals['_GETPROFILESTATSREQUEST']._serialized_end=1090
+  _globals['_GETPROFILESTATSRESPONSE']._serialized_start=1092
+  _globals['_GETPROFILESTATSRESPONSE']._serialized_end=1198
+  _globals['_LABELVALUESREQUEST']._serialized_start=1200
+  _globals['_LABELVALUESREQUEST']._serialized_end=1280
+  _globals['_LABELVALUESRESPONSE']._serialized_start=1282
+  _globals['_LABELVALUESRESPONSE']._serialized_end=1318
+  _globals['_LABELNAMESREQUEST']._serialized_start=1320
+  _globals['_LABELNAMESREQUEST']._serialized_end=1385
+  _globals['_LABELNAMESRESPONSE']._serialized_start=1387
+  _globals['_LABELNAMESRESPONSE']._serialized_end=1422
+  _globals['_LOCATION']._serialized_start=1424
+  _globals['_LOCATION']._serialized_end=1448
+  _globals['_GOPGO']._serialized_start=1450
+  _globals['_GOPGO']._serialized_end=1508
+  _globals['_STACKTRACESELECTOR']._serialized_start=1510
+  _globals['_STACKTRACESELECTOR']._serialized_end=1602
 # @@protoc_insertion_point(module_scope)

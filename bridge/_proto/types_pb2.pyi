@@ -84,18 +84,78 @@ class ProfileAnnotation(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
 class Exemplar(_message.Message):
-    __slots__ = ("timestamp", "profile_id", "span_id", "value", "labels")
+    __slots__ = ("timestamp", "profile_id", "span_id", "value", "labels", "trace_id")
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     PROFILE_ID_FIELD_NUMBER: _ClassVar[int]
     SPAN_ID_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     timestamp: int
     profile_id: str
     span_id: str
     value: int
     labels: _containers.RepeatedCompositeFieldContainer[LabelPair]
-    def __init__(self, timestamp: _Optional[int] = ..., profile_id: _Optional[str] = ..., span_id: _Optional[str] = ..., value: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[LabelPair, _Mapping]]] = ...) -> None: ...
+    trace_id: str
+    def __init__(self, timestamp: _Optional[int] = ..., profile_id: _Optional[str] = ..., span_id: _Optional[str] = ..., value: _Optional[int] = ..., labels: _Optional[_Iterable[_Union[LabelPair, _Mapping]]] = ..., trace_id: _Optional[str] = ...) -> None: ...
+
+class HeatmapSeries(_message.Message):
+    __slots__ = ("labels", "slots")
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    labels: _containers.RepeatedCompositeFieldContainer[LabelPair]
+    slots: _containers.RepeatedCompositeFieldContainer[HeatmapSlot]
+    def __init__(self, labels: _Optional[_Iterable[_Union[LabelPair, _Mapping]]] = ..., slots: _Optional[_Iterable[_Union[HeatmapSlot, _Mapping]]] = ...) -> None: ...
+
+class HeatmapSlot(_message.Message):
+    __slots__ = ("timestamp", "y_min", "counts", "exemplars")
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    Y_MIN_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    EXEMPLARS_FIELD_NUMBER: _ClassVar[int]
+    timestamp: int
+    y_min: _containers.RepeatedScalarFieldContainer[float]
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    exemplars: _containers.RepeatedCompositeFieldContainer[Exemplar]
+    def __init__(self, timestamp: _Optional[int] = ..., y_min: _Optional[_Iterable[float]] = ..., counts: _Optional[_Iterable[int]] = ..., exemplars: _Optional[_Iterable[_Union[Exemplar, _Mapping]]] = ...) -> None: ...
+
+class BlockInfo(_message.Message):
+    __slots__ = ("ulid", "min_time", "max_time", "compaction", "labels")
+    ULID_FIELD_NUMBER: _ClassVar[int]
+    MIN_TIME_FIELD_NUMBER: _ClassVar[int]
+    MAX_TIME_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    ulid: str
+    min_time: int
+    max_time: int
+    compaction: BlockCompaction
+    labels: _containers.RepeatedCompositeFieldContainer[LabelPair]
+    def __init__(self, ulid: _Optional[str] = ..., min_time: _Optional[int] = ..., max_time: _Optional[int] = ..., compaction: _Optional[_Union[BlockCompaction, _Mapping]] = ..., labels: _Optional[_Iterable[_Union[LabelPair, _Mapping]]] = ...) -> None: ...
+
+class BlockCompaction(_message.Message):
+    __slots__ = ("level", "sources", "parents")
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
+    PARENTS_FIELD_NUMBER: _ClassVar[int]
+    level: int
+    sources: _containers.RepeatedScalarFieldContainer[str]
+    parents: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, level: _Optional[int] = ..., sources: _Optional[_Iterable[str]] = ..., parents: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetProfileStatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetProfileStatsResponse(_message.Message):
+    __slots__ = ("data_ingested", "oldest_profile_time", "newest_profile_time")
+    DATA_INGESTED_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_PROFILE_TIME_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_PROFILE_TIME_FIELD_NUMBER: _ClassVar[int]
+    data_ingested: bool
+    oldest_profile_time: int
+    newest_profile_time: int
+    def __init__(self, data_ingested: _Optional[bool] = ..., oldest_profile_time: _Optional[int] = ..., newest_profile_time: _Optional[int] = ...) -> None: ...
 
 class LabelValuesRequest(_message.Message):
     __slots__ = ("name", "matchers", "start", "end")
