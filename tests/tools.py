@@ -34,14 +34,19 @@ def require_tool(*names: str, package: str, purpose: str) -> str:
 
 
 def go_pprof_top(profile: Path, work_dir: Path, *args: str) -> str:
-    """``go tool pprof -top [args] profile``'s output, from the Go toolchain found on PATH (Debian's golang-go puts it
+    """``go tool pprof -top [args] profile``'s output (``go_pprof``)."""
+    return go_pprof(profile, work_dir, "-top", *args)
+
+
+def go_pprof(profile: Path, work_dir: Path, *args: str) -> str:
+    """``go tool pprof [args] profile``'s output, from the Go toolchain found on PATH (Debian's golang-go puts it
     in /usr/bin, an upstream Go install in /usr/local/go/bin: the PATH given to the child is the one it was found on).
     Fails the test with pprof's own message when it cannot read the file."""
     import subprocess
 
     go = require_tool("go", package="golang-go", purpose=f"read {profile.name} with go tool pprof")
     done = subprocess.run(
-        [go, "tool", "pprof", "-top", *args, str(profile)],
+        [go, "tool", "pprof", *args, str(profile)],
         capture_output=True,
         text=True,
         timeout=600,
