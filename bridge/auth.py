@@ -8,7 +8,8 @@ Off unless tokens are configured (``PROFILE_BRIDGE_AUTH_TOKENS_FILE`` / ``PROFIL
   otherwise ``Authorization: Bearer <token>``, or ``Authorization: Basic`` with the token as the password (the user
   name is not checked) — what Grafana's data sources and a browser's login prompt send.
 - **What it may do**: ``ingest`` for the ingest routes (OTLP traces and profiles, Pyroscope Push and ``/ingest``,
-  and writes passed through the mounts: Pyroscope's push and ingest paths, any non-GET under ``/tempo``); ``read``
+  and writes passed through the mounts: Pyroscope's push and ingest paths, its tenant settings' ``Set`` and
+  ``Delete``, any non-GET under ``/tempo``); ``read``
   for everything else — Grafana's mounts, the API, the pages (a browser gets a login prompt: any user name, the
   token as password).
 - **Which tenant**: a token bound to a tenant acts for that tenant only: ``X-Scope-OrgID`` is set to it (absent) or
@@ -38,12 +39,14 @@ TENANT_HEADER: Final = "X-Scope-OrgID"
 REALM: Final = 'Bearer realm="profile-bridge", Basic realm="profile-bridge", charset="UTF-8"'
 OPEN_PATHS: Final = frozenset({"/healthz", "/readyz"})
 INGEST_PATHS: Final = frozenset({"/v1/traces", "/push.v1.PusherService/Push", "/ingest", "/v1development/profiles"})
-# writes that would pass through the /pyroscope mount to Pyroscope itself
+# writes under the /pyroscope mount: to Pyroscope itself, or (standalone) to the store's tenant settings
 PYROSCOPE_WRITES: Final = (
     "/pyroscope/push.v1.PusherService/",
     "/pyroscope/ingest",
     "/pyroscope/opentelemetry.proto.collector.",
     "/pyroscope/v1development/",
+    "/pyroscope/settings.v1.SettingsService/Set",
+    "/pyroscope/settings.v1.SettingsService/Delete",
 )
 
 

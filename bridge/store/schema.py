@@ -22,6 +22,8 @@ Layout (ids are integers; span ids are stored as signed 64-bit integers, trace i
   series' per-stack totals per minute, 10 minutes, hour and 6 hours (``rollup``), compacted in the background;
   ``store_state`` holds the rollups' watermarks and the time before which retention dropped everything;
   ``present_buckets`` (7) lists the 10-minute buckets that hold spans (kind 0) and linked profiles (kind 1).
+- ``tenant_settings`` (8): Pyroscope's ``settings.v1.SettingsService`` per tenant (name, value, modified at, in ms),
+  which Profiles Drilldown keeps its plugin settings in (``store/settings.py``).
 """
 
 from __future__ import annotations
@@ -203,6 +205,17 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     INSERT INTO present_buckets (kind, bucket) SELECT DISTINCT 0, start_ns / 600000000000 FROM spans;
     INSERT OR IGNORE INTO present_buckets (kind, bucket) SELECT DISTINCT 1, bucket FROM span_profiles;
     INSERT OR IGNORE INTO present_buckets (kind, bucket) SELECT DISTINCT 1, bucket FROM trace_profiles;
+    """,
+    # 8: settings.v1.SettingsService, per tenant (grafana/pyroscope pkg/settings/bucket.go keeps the same
+    # tenant → name → {name, value, modifiedAt} map in one object-store file)
+    """
+    CREATE TABLE tenant_settings (
+        tenant TEXT NOT NULL,
+        name TEXT NOT NULL,
+        value TEXT NOT NULL,
+        modified_at INTEGER NOT NULL,
+        PRIMARY KEY (tenant, name)
+    ) WITHOUT ROWID;
     """,
 )
 
