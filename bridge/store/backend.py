@@ -7,7 +7,9 @@ Pyroscope's querier and the ingest sinks — composed of the store's parts, each
   background (``compact``);
 - ``traces.Traces`` (``store.traces``): trace by id, span lookup, TraceQL search, tags;
 - ``profiles.Profiles`` (``store.profiles``): merged stacks, the querier RPCs, series, profile types, labels;
-- ``functions.FunctionSpans`` (``store.functions``): which spans burn a function.
+- ``functions.FunctionSpans`` (``store.functions``): which spans burn a function;
+- ``overview.Overview`` (``store.overview``): ``GetProfileStats``, ``AnalyzeQuery``, ``SelectHeatmap``, ``Diff``;
+- ``settings.TenantSettings`` (``store.settings``): Pyroscope's settings service, per tenant.
 
 ``Store`` only forwards (its methods are the public API the app, the routes and the tests use) and answers what
 belongs to the whole store: ``ready``, ``counts``, ``used_bytes``, ``compact``, ``analyze``, ``close``.
@@ -37,9 +39,11 @@ from bridge.store import decode, retention, rollup, traceql
 from bridge.store.database import DB_FILE, Database, StoreError
 from bridge.store.functions import FunctionSpans
 from bridge.store.ingest import Ingest
-from bridge.store.profiles import Profiles
+from bridge.store.overview import Overview
+from bridge.store.profiles import ProfileRow, Profiles
 from bridge.store.query import SearchResult
 from bridge.store.retention import RetentionResult
+from bridge.store.settings import TenantSettings
 from bridge.store.traces import Traces
 
 
@@ -80,6 +84,8 @@ class Store:
         self.traces = Traces(db)
         self.profiles = Profiles(db)
         self.functions = FunctionSpans(db)
+        self.overview = Overview(db, self.profiles)
+        self.settings = TenantSettings(db, clock)
 
     # ----------------------------------------------------------------------------------------- lifetime
 
@@ -254,6 +260,23 @@ class Store:
 
     async def select_series(self, req: qpb.SelectSeriesRequest, ctx: CallContext) -> qpb.SelectSeriesResponse:
         return await self.profiles.select_series(req, ctx)
+
+    async def profile_rows(
+        self, tenant: str, profile_type: str, selector: str, window: tuple[int, int]
+    ) -> list[ProfileRow]:
+        return await self.db.read(self.profiles.profile_rows, tenant, profile_type, selector, window)
+
+    async def select_heatmap(self, req: qpb.SelectHeatmapRequest, ctx: CallContext) -> qpb.SelectHeatmapResponse:
+        return await self.overview.select_heatmap(req, ctx)
+
+    async def diff(self, req: qpb.DiffRequest, ctx: CallContext) -> qpb.DiffResponse:
+        return await self.overview.diff(req, ctx)
+
+    async def get_profile_stats(self, req: tpb.GetProfileStatsRequest, ctx: CallContext) -> tpb.GetProfileStatsResponse:
+        return await self.overview.get_profile_stats(req, ctx)
+
+    async def analyze_query(self, req: qpb.AnalyzeQueryRequest, ctx: CallContext) -> qpb.AnalyzeQueryResponse:
+        return await self.overview.analyze_query(req, ctx)
 
     # ----------------------------------------------------------------------------------------- FunctionIndex
 

@@ -13,9 +13,10 @@ import json
 import math
 import sqlite3
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
-from bridge import flamegraph
+from bridge import dot, flamegraph, treeformat
 from bridge._proto import profile_pb2
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
@@ -29,14 +30,17 @@ from bridge.store.database import Database
 from bridge.store.query import (
     DEFAULT_MAX_NODES,
     filter_call_site,
+    parse_profile_ids,
     parse_span_selector,
     parse_trace_selector,
+    profile_uuid,
     window_ns,
 )
 from bridge.store.schema import unpack_frames
 
 SERIES_LABELS_CACHE: Final = 100_000  # parsed label sets kept, keyed by their JSON text
 INT64_MAX: Final = 2**63 - 1
+MAX_MAX_NODES: Final = 1 << 20  # Pyroscope's querier.max-flamegraph-nodes-max
 
 
 def _overflow() -> BridgeError:
@@ -58,12 +62,37 @@ def _read_snapshot(conn: sqlite3.Connection, fn: Any, *args: Any) -> Any:
         conn.execute("COMMIT")
 
 
-def _require_flamegraph_format(rpc: str, fmt: int) -> None:
-    """The store answers span and stack-trace queries as flame graphs only (no tree, dot or pprof format)."""
-    if fmt not in (qpb.PROFILE_FORMAT_UNSPECIFIED, qpb.PROFILE_FORMAT_FLAMEGRAPH):
-        raise Unimplemented(
-            f"standalone mode answers {rpc} as a flame graph only, not format {qpb.ProfileFormat.Name(fmt)}"
-        )
+def max_nodes_of(value: int | None) -> int:
+    """``max_nodes`` as Pyroscope's ``ValidateMaxNodes`` takes it: unset or 0 → 8192, at most 2^20, not negative."""
+    if not value:
+        return DEFAULT_MAX_NODES
+    if value > MAX_MAX_NODES:
+        raise InvalidArgument(f"max flamegraph nodes limit {value} is greater than allowed {MAX_MAX_NODES}")
+    if value < 0:
+        raise InvalidArgument(f"max flamegraph nodes limit must be set (max allowed {MAX_MAX_NODES})")
+    return value
+
+
+def present(
+    stacks: list[tuple[tuple[str, ...], int]], req: qpb.SelectMergeStacktracesRequest, max_nodes: int
+) -> qpb.SelectMergeStacktracesResponse:
+    """The merged stacks in the format asked for, as Pyroscope's v2 query frontend answers each
+    (``pkg/frontend/readpath/queryfrontend/query_select_merge_stacktraces.go``): ``TREE`` the tree bytes
+    (``bridge.treeformat``), ``PPROF`` a pprof profile, ``DOT`` a DOT graph (``bridge.dot``; nothing at all for no
+    samples), anything else — ``UNSPECIFIED``, ``FLAMEGRAPH`` and a value this version does not know — a flame
+    graph."""
+    if req.format == qpb.PROFILE_FORMAT_TREE:
+        return qpb.SelectMergeStacktracesResponse(tree=treeformat.encode_stacks(stacks, max_nodes))
+    if req.format in (qpb.PROFILE_FORMAT_PPROF, qpb.PROFILE_FORMAT_DOT):
+        lo, hi = window_ns(req.start, req.end)
+        profile = encode_pprof(stacks, req.profile_typeID, time_nanos=lo, duration_nanos=max(0, hi - 1_000_000 - lo))
+        if req.format == qpb.PROFILE_FORMAT_PPROF:
+            return qpb.SelectMergeStacktracesResponse(pprof=qpb.PprofProfile(profile=profile))
+        if not profile.sample:
+            return qpb.SelectMergeStacktracesResponse()
+        nodes = req.max_nodes if req.HasField("max_nodes") and req.max_nodes > 0 else dot.DEFAULT_NODES
+        return qpb.SelectMergeStacktracesResponse(dot=dot.from_profile(profile, nodes))
+    return qpb.SelectMergeStacktracesResponse(flamegraph=flamegraph.encode_stacks(stacks, max_nodes))
 
 
 class Profiles:
@@ -104,6 +133,12 @@ class Profiles:
                 out[sid] = labels
         return out
 
+    def series_in(
+        self, conn: sqlite3.Connection, tenant: str, matchers: Sequence[Matcher], window: tuple[int, int]
+    ) -> dict[int, dict[str, str]]:
+        """The tenant's series whose labels ``matchers`` match and that hold profiles captured in ``window``."""
+        return self._series(conn, tenant, [matchers], None, window)
+
     def _names_of(self, conn: sqlite3.Connection, ids: Iterable[int]) -> dict[int, str]:
         names = self._names
         missing = {i for i in ids if i not in names}
@@ -122,12 +157,18 @@ class Profiles:
         window: tuple[int, int],
         span_ids: Sequence[int] | None = None,
         trace_ids: Sequence[bytes] | None = None,
+        profile_ids: Sequence[tuple[int, int]] | None = None,
     ) -> list[tuple[tuple[str, ...], int]]:
         """``GROUP BY stack`` over the selected profiles → (frames root first, summed value) per distinct stack."""
         if not series_ids:
             return []
         series_json = json.dumps(list(series_ids))
-        if span_ids is None and trace_ids is None:
+        if profile_ids is not None:
+            chosen = self._chosen_rows(conn, series_json, window, profile_ids, span_ids, trace_ids)
+            if chosen is None:
+                return []
+            inner, params = chosen
+        elif span_ids is None and trace_ids is None:
             inner, params = self._rollup_rows(conn, series_json, window)
         else:
             linked = self._linked_rows(conn, series_json, window, span_ids, trace_ids)
@@ -175,6 +216,45 @@ class Profiles:
         return " UNION ALL ".join(arms), params
 
     @staticmethod
+    def _chosen_rows(
+        conn: sqlite3.Connection,
+        series_json: str,
+        window: tuple[int, int],
+        profile_ids: Sequence[tuple[int, int]],
+        span_ids: Sequence[int] | None,
+        trace_ids: Sequence[bytes] | None,
+    ) -> tuple[str, list[Any]] | None:
+        """(stack_id, value) rows of the profiles ``profile_id_selector`` names (``query.profile_uuid``: row id and
+        capture start, both must match) among the selected series and window; with a span or trace selector too,
+        only those spans' or traces' samples in them."""
+        wanted = set(profile_ids)
+        found = [
+            pid
+            for pid, time_ns in conn.execute(
+                "SELECT id, time_ns FROM profiles WHERE id IN (SELECT value FROM json_each(?)) "
+                "AND series_id IN (SELECT value FROM json_each(?)) AND time_ns >= ? AND time_ns < ?",
+                (json.dumps(sorted({pid for pid, _ in wanted})), series_json, *window),
+            )
+            if (pid, time_ns) in wanted
+        ]
+        if not found:
+            return None
+        ids = json.dumps(found)
+        if span_ids is None and trace_ids is None:
+            return "SELECT stack_id, value FROM profile_stacks WHERE profile_id IN (SELECT value FROM json_each(?))", [
+                ids
+            ]
+        column, keys = ("span_id", list(span_ids)) if span_ids is not None else ("trace_id", list(trace_ids or ()))
+        if not keys:
+            return None
+        marks = ",".join("?" * len(keys))
+        return (
+            f"SELECT stack_id, value FROM samples WHERE profile_id IN (SELECT value FROM json_each(?)) "
+            f"AND {column} IN ({marks})",
+            [ids, *keys],
+        )
+
+    @staticmethod
     def _linked_rows(
         conn: sqlite3.Connection,
         series_json: str,
@@ -216,6 +296,7 @@ class Profiles:
         end_ms: int,
         span_ids: Sequence[int] | None,
         trace_ids: Sequence[bytes] | None,
+        profile_ids: Sequence[tuple[int, int]] | None = None,
     ) -> list[tuple[tuple[str, ...], int]]:
         ProfileType.parse(profile_type)
         window = window_ns(start_ms, end_ms)
@@ -223,7 +304,7 @@ class Profiles:
 
         def merge(c: sqlite3.Connection) -> list[tuple[tuple[str, ...], int]]:
             series = self._series(c, tenant, selectors, profile_type)
-            return self._merged_stacks(c, list(series), window, span_ids, trace_ids)
+            return self._merged_stacks(c, list(series), window, span_ids, trace_ids, profile_ids)
 
         result: list[tuple[tuple[str, ...], int]] = _read_snapshot(conn, merge)
         return result
@@ -238,20 +319,31 @@ class Profiles:
         *,
         span_ids: Sequence[int] | None = None,
         trace_ids: Sequence[bytes] | None = None,
+        profile_ids: Sequence[tuple[int, int]] | None = None,
     ) -> list[tuple[tuple[str, ...], int]]:
         """Merged (frames, value) rows of a query: what every flame-graph answer is built from."""
         return await self._db.read(
-            self._select_stacks, tenant_key(tenant), profile_type, selector, start_ms, end_ms, span_ids, trace_ids
+            self._select_stacks,
+            tenant_key(tenant),
+            profile_type,
+            selector,
+            start_ms,
+            end_ms,
+            span_ids,
+            trace_ids,
+            profile_ids,
         )
 
-    async def select_merge_stacktraces(
+    async def stacks_of(
         self, req: qpb.SelectMergeStacktracesRequest, ctx: CallContext
-    ) -> qpb.SelectMergeStacktracesResponse:
-        _require_flamegraph_format("SelectMergeStacktraces", req.format)
+    ) -> list[tuple[tuple[str, ...], int]]:
+        """The merged stacks a ``SelectMergeStacktracesRequest`` selects: its label, span, trace and profile id
+        selectors and its call site applied (``Diff`` reads both sides this way)."""
         if req.span_selector and req.trace_id_selector:
             raise InvalidArgument("span_selector and trace_id_selector cannot be combined")
         span_ids = parse_span_selector(req.span_selector) if req.span_selector else None
         trace_ids = parse_trace_selector(req.trace_id_selector) if req.trace_id_selector else None
+        profile_ids = parse_profile_ids(req.profile_id_selector) if req.profile_id_selector else None
         stacks = await self.merged_stacks(
             ctx.tenant,
             req.profile_typeID,
@@ -260,28 +352,43 @@ class Profiles:
             req.end,
             span_ids=span_ids,
             trace_ids=trace_ids,
+            profile_ids=profile_ids,
         )
         if req.HasField("stack_trace_selector") and req.stack_trace_selector.call_site:
             stacks = filter_call_site(stacks, [loc.name for loc in req.stack_trace_selector.call_site])
-        max_nodes = req.max_nodes if req.HasField("max_nodes") and req.max_nodes > 0 else DEFAULT_MAX_NODES
-        return qpb.SelectMergeStacktracesResponse(flamegraph=flamegraph.encode_stacks(stacks, max_nodes))
+        return stacks
+
+    async def select_merge_stacktraces(
+        self, req: qpb.SelectMergeStacktracesRequest, ctx: CallContext
+    ) -> qpb.SelectMergeStacktracesResponse:
+        max_nodes = max_nodes_of(req.max_nodes if req.HasField("max_nodes") else None)
+        return present(await self.stacks_of(req, ctx), req, max_nodes)
 
     async def select_merge_span_profile(
         self, req: qpb.SelectMergeSpanProfileRequest, ctx: CallContext
     ) -> qpb.SelectMergeSpanProfileResponse:
-        _require_flamegraph_format("SelectMergeSpanProfile", req.format)
-        # An empty span selector selects everything, as Pyroscope's v2 read path does.
+        """Pyroscope's v2 read path: ``TREE`` answers tree bytes, every other format a flame graph
+        (``query_select_merge_span_profile.go``); an empty span selector selects everything."""
         span_ids = parse_span_selector(req.span_selector) if req.span_selector else None
         stacks = await self.merged_stacks(
             ctx.tenant, req.profile_typeID, req.label_selector, req.start, req.end, span_ids=span_ids
         )
-        max_nodes = req.max_nodes if req.HasField("max_nodes") and req.max_nodes > 0 else DEFAULT_MAX_NODES
+        max_nodes = max_nodes_of(req.max_nodes if req.HasField("max_nodes") else None)
+        if req.format == qpb.PROFILE_FORMAT_TREE:
+            return qpb.SelectMergeSpanProfileResponse(tree=treeformat.encode_stacks(stacks, max_nodes))
         return qpb.SelectMergeSpanProfileResponse(flamegraph=flamegraph.encode_stacks(stacks, max_nodes))
 
     async def select_merge_profile(self, req: qpb.SelectMergeProfileRequest, ctx: CallContext) -> profile_pb2.Profile:
         trace_ids = parse_trace_selector(req.trace_id_selector) if req.trace_id_selector else None
+        profile_ids = parse_profile_ids(req.profile_id_selector) if req.profile_id_selector else None
         stacks = await self.merged_stacks(
-            ctx.tenant, req.profile_typeID, req.label_selector, req.start, req.end, trace_ids=trace_ids
+            ctx.tenant,
+            req.profile_typeID,
+            req.label_selector,
+            req.start,
+            req.end,
+            trace_ids=trace_ids,
+            profile_ids=profile_ids,
         )
         if req.HasField("stack_trace_selector") and req.stack_trace_selector.call_site:
             stacks = filter_call_site(stacks, [loc.name for loc in req.stack_trace_selector.call_site])
@@ -341,37 +448,47 @@ class Profiles:
             out.labels_set.add().labels.extend(tpb.LabelPair(name=k, value=v) for k, v in pairs)
         return out
 
+    def profile_rows(
+        self, conn: sqlite3.Connection, tenant: str, profile_type: str, selector: str, window: tuple[int, int]
+    ) -> list[ProfileRow]:
+        """Every stored profile of the selected series captured in ``window`` (ns), oldest first: the rows time
+        series, timelines, individual heatmaps and exemplars are built from (on a reader connection)."""
+        series = self._series(conn, tenant, [parse_selector(selector)], profile_type)
+        if not series:
+            return []
+        rows = conn.execute(
+            "SELECT id, series_id, time_ns, total FROM profiles WHERE series_id IN (SELECT value FROM json_each(?)) "
+            "AND time_ns >= ? AND time_ns < ? ORDER BY time_ns",
+            (json.dumps(list(series)), *window),
+        ).fetchall()
+        return [ProfileRow(series[sid], pid, t, total) for pid, sid, t, total in rows]
+
     async def select_series(self, req: qpb.SelectSeriesRequest, ctx: CallContext) -> qpb.SelectSeriesResponse:
+        """Totals per step from ``start`` (and, with ``EXEMPLAR_TYPE_INDIVIDUAL``, each point's largest profile as
+        its exemplar, as Pyroscope's v2 read path keeps one per point: ``pkg/model/timeseries/aggregator.go``
+        ``DefaultMaxExemplarsPerPoint``). Span exemplars are Pyroscope's ``unimplemented`` too
+        (``pkg/querybackend/query_time_series.go``): ``SelectHeatmap`` serves them."""
         ProfileType.parse(req.profile_typeID)
         if not (math.isfinite(req.step) and req.step > 0):
             raise InvalidArgument(f"step {req.step} must be a positive, finite number of seconds")
         step_ms = int(req.step * 1000)
         if step_ms <= 0:
             raise InvalidArgument(f"step {req.step} must be at least a millisecond (0.001)")
+        if req.exemplar_type == tpb.EXEMPLAR_TYPE_SPAN:
+            raise Unimplemented("exemplar type span is not implemented")
+        exemplars = req.exemplar_type == tpb.EXEMPLAR_TYPE_INDIVIDUAL
         window = window_ns(req.start, req.end)
-        selector = parse_selector(req.label_selector)
+        parse_selector(req.label_selector)
         average = req.HasField("aggregation") and req.aggregation == tpb.TIME_SERIES_AGGREGATION_TYPE_AVERAGE
-
-        def read(conn: sqlite3.Connection) -> list[tuple[dict[str, str], int, int]]:
-            series = self._series(conn, ctx.tenant_key, [selector], req.profile_typeID)
-            if not series:
-                return []
-            rows = conn.execute(
-                "SELECT series_id, time_ns, total FROM profiles WHERE series_id IN (SELECT value FROM json_each(?)) "
-                "AND time_ns >= ? AND time_ns < ? ORDER BY time_ns",
-                (json.dumps(list(series)), *window),
-            ).fetchall()
-            return [(series[sid], t, total) for sid, t, total in rows]
-
-        rows = await self._db.read(read)
+        rows = await self._db.read(self.profile_rows, ctx.tenant_key, req.profile_typeID, req.label_selector, window)
         group_by = list(req.group_by)
-        buckets: dict[tuple[tuple[str, str], ...], dict[int, list[int]]] = {}
-        for labels, time_ns, total in rows:
-            key = tuple((g, labels[g]) for g in group_by if labels.get(g))
-            t_ms = time_ns // 1_000_000
+        buckets: dict[tuple[tuple[str, str], ...], dict[int, list[ProfileRow]]] = {}
+        for row in rows:
+            key = tuple((g, row.labels[g]) for g in group_by if row.labels.get(g))
+            t_ms = row.time_ns // 1_000_000
             ts = req.start + ((t_ms - req.start) // step_ms) * step_ms
-            buckets.setdefault(key, {}).setdefault(ts, []).append(total)
-        ordered = sorted(buckets.items(), key=lambda kv: (-sum(sum(v) for v in kv[1].values()), kv[0]))
+            buckets.setdefault(key, {}).setdefault(ts, []).append(row)
+        ordered = sorted(buckets.items(), key=lambda kv: (-sum(r.total for v in kv[1].values() for r in v), kv[0]))
         if req.HasField("limit") and req.limit > 0:
             ordered = ordered[: req.limit]
         out = qpb.SelectSeriesResponse()
@@ -379,7 +496,33 @@ class Profiles:
             s = out.series.add()
             s.labels.extend(tpb.LabelPair(name=k, value=v) for k, v in key)
             for ts in sorted(points):
-                values = points[ts]
-                value = sum(values) / len(values) if average else float(sum(values))
-                s.points.add(value=value, timestamp=ts)
+                members = points[ts]
+                total = sum(r.total for r in members)
+                point = s.points.add(value=total / len(members) if average else float(total), timestamp=ts)
+                if exemplars:
+                    point.exemplars.append(exemplar_of(max(members, key=lambda r: r.total), group_by))
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRow:
+    """One stored profile: its series' labels, row id, capture start (ns) and total."""
+
+    labels: dict[str, str]
+    row_id: int
+    time_ns: int
+    total: int
+
+    @property
+    def profile_id(self) -> str:
+        return profile_uuid(self.row_id, self.time_ns)
+
+
+def exemplar_of(row: ProfileRow, group_by: Sequence[str]) -> tpb.Exemplar:
+    """A profile as an individual exemplar: its id, time (ms), total and the labels its series is not grouped by."""
+    return tpb.Exemplar(
+        timestamp=row.time_ns // 1_000_000,
+        profile_id=row.profile_id,
+        value=row.total,
+        labels=[tpb.LabelPair(name=k, value=v) for k, v in sorted(row.labels.items()) if k not in group_by],
+    )

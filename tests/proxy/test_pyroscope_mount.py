@@ -701,9 +701,8 @@ async def test_standalone_mode_answers_from_the_store_and_resolves_spans(aiohttp
     assert headers["X-Profile-Bridge-Resolution"] == "local-root"
     assert "local root GET /checkout" in root_name(decode(qpb.SelectMergeSpanProfileResponse, raw).flamegraph)
 
-    status, _, raw = await call(client, "Diff", qpb.ProfileTypesRequest(), accept_gzip=False)
-    assert status == 501 and json.loads(raw)["code"] == "unimplemented"
-    resp = await client.get("/pyroscope/render?query=x")
+    # the rest of Pyroscope's API: tests/store/test_pyroscope_api.py; what no store answers stays unimplemented
+    resp = await client.post("/pyroscope/vcs.v1.VCSService/GithubApp", json={})
     assert resp.status == 501 and (await resp.json())["code"] == "unimplemented"
 
 

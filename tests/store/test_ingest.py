@@ -395,7 +395,7 @@ async def test_the_pyroscope_mount_answers_from_the_store(tmp_path: Path, aiohtt
     assert resp.status == 200
     fg = qpb.SelectMergeStacktracesResponse.FromString(await resp.read()).flamegraph
     assert fg.total == 3_590_000_000 and "other" in fg.names
-    resp = await client.post(base + "SelectHeatmap", data=b"", headers={"Content-Type": "application/proto"})
+    resp = await client.post("/pyroscope/adhocprofiles.v1.AdHocProfileService/Get", json={})
     assert resp.status == 501
     assert (await resp.json())["code"] == "unimplemented"
 

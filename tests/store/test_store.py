@@ -18,7 +18,7 @@ from bridge._proto import profile_pb2, push_pb2
 from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
 from bridge.call import CallContext, Deadline
-from bridge.errors import InvalidArgument, Unimplemented
+from bridge.errors import InvalidArgument
 from bridge.pprof import decode_pprof, iter_samples
 from bridge.store import Store, decode, schema
 from bridge.store.database import DB_FILE
@@ -188,11 +188,6 @@ async def test_trace_id_selector(store: Store) -> None:
     assert (await merge(store, trace_id_selector=[trace_id])).total == total
     with pytest.raises(InvalidArgument, match="cannot be combined"):
         await merge(store, trace_id_selector=[trace_id], span_selector=["619b43385a5e27a8"])
-
-
-async def test_other_formats_are_unimplemented(store: Store) -> None:
-    with pytest.raises(Unimplemented, match="flame graph only"):
-        await merge(store, format=qpb.PROFILE_FORMAT_DOT)
 
 
 async def test_empty_answer_is_pyroscope_no_data(store: Store) -> None:
