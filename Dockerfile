@@ -12,15 +12,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
-# setup.py declares the optional native linker (bridge/otlp/_fastlink.c, README "Speed"). gcc is installed only for
-# the `pip install .` that builds it and purged in the same layer, so the image carries the native linker but no
-# compiler.
+# setup.py declares the optional native linker (bridge/otlp/_fastlink.c, README "Speed") and the JFR reader's varint
+# loop (bridge/jfr/_fastjfr.c). gcc is installed only for the `pip install .` that builds them and purged in the same
+# layer, so the image carries both but no compiler.
 COPY pyproject.toml setup.py README.md ./
 COPY bridge ./bridge
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install . \
-    && python -c "import bridge.otlp._fastlink" \
+    && python -c "import bridge.otlp._fastlink, bridge.jfr._fastjfr" \
     && apt-get purge -y --auto-remove gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/* /src/build \
     && useradd --system --uid 10001 --home-dir /data --create-home bridge
