@@ -1,13 +1,17 @@
 """What every bench script shares: a free loopback port for the servers it starts, the machine's load average for
-its report lines, percentiles of the times it measured, waiting for the children it starts and stopping them."""
+its report lines, percentiles of the times it measured, two calls timed alternately as one ratio line (``pair``),
+waiting for the children it starts and stopping them."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import statistics
 import subprocess
-from collections.abc import Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -71,3 +75,33 @@ def stop_children(procs: Iterable[subprocess.Popen[bytes] | None], timeout: floa
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+async def pair(
+    label: str,
+    a_name: str,
+    a: Callable[[], Awaitable[Any]],
+    b_name: str,
+    b: Callable[[], Awaitable[Any]],
+    reps: int,
+    target: str = "",
+) -> tuple[Any, Any]:
+    t_a: list[float] = []
+    t_b: list[float] = []
+    got_a = got_b = None
+    for _ in range(reps):
+        started = time.perf_counter()
+        got_a = await a()
+        t_a.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        got_b = await b()
+        t_b.append(time.perf_counter() - started)
+    med_a, med_b = statistics.median(t_a), statistics.median(t_b)
+    p99_a, p99_b = pct(t_a, 0.99), pct(t_b, 0.99)
+    print(
+        f"{label:<34} {a_name}: median {med_a * 1000:8.1f} ms p99 {p99_a * 1000:8.1f} ms | {b_name}: median "
+        f"{med_b * 1000:8.1f} ms p99 {p99_b * 1000:8.1f} ms | ratio median {med_a / med_b:5.2f} p99 "
+        f"{p99_a / p99_b:5.2f}{'  (target ' + target + ')' if target else ''}",
+        flush=True,
+    )
+    return got_a, got_b

@@ -11,8 +11,7 @@ them. Each pair below is measured ``--reps`` times, alternating, in the same run
    are checked equal, and equal to a plain sum of every profile in the window.
 3. Span flame graph (one root span of the last hour, ``span_selector``, over the whole stored range as a Grafana
    panel asks) on the 6 h store vs the 1 h store. Target: flat (≈ 1).
-4. TraceQL ``{ span.http.status_code = 500 }`` (limit 20, stops early) and ``= 503`` (rare: walks the whole window)
-   over the last hour (which both stores hold whole), on the 6 h store vs the 1 h store. Target: ≤ 1.2.
+(TraceQL on the same spans: ``bench/store_traceql.py``.)
 
 Run: ``.venv/bin/python bench/store_query.py [--services 10] [--hours 6] [--reps 15]``.
 """
@@ -23,7 +22,6 @@ import argparse
 import asyncio
 import json
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time
@@ -36,13 +34,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from benchkit import loadavg, pct  # noqa: E402
+from benchkit import loadavg, pair  # noqa: E402
 from store_data import CPU, WINDOW_S, Generator, windows_per_hour  # noqa: E402
 
 from bridge import flamegraph  # noqa: E402
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
 from bridge.call import CallContext, Deadline  # noqa: E402
-from bridge.store import Store, rollup, traceql  # noqa: E402
+from bridge.store import Store, rollup  # noqa: E402
 from bridge.store.database import DB_FILE  # noqa: E402
 from bridge.store.query import DEFAULT_MAX_NODES, window_ns  # noqa: E402
 
@@ -122,36 +120,6 @@ def plain_sum(db: Path, services: list[str] | None, start_ms: int, end_ms: int) 
         return int(conn.execute(sql, params).fetchone()[0])
     finally:
         conn.close()
-
-
-async def pair(
-    label: str,
-    a_name: str,
-    a: Callable[[], Awaitable[Any]],
-    b_name: str,
-    b: Callable[[], Awaitable[Any]],
-    reps: int,
-    target: str = "",
-) -> tuple[Any, Any]:
-    t_a: list[float] = []
-    t_b: list[float] = []
-    got_a = got_b = None
-    for _ in range(reps):
-        started = time.perf_counter()
-        got_a = await a()
-        t_a.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        got_b = await b()
-        t_b.append(time.perf_counter() - started)
-    med_a, med_b = statistics.median(t_a), statistics.median(t_b)
-    p99_a, p99_b = pct(t_a, 0.99), pct(t_b, 0.99)
-    print(
-        f"{label:<34} {a_name}: median {med_a * 1000:8.1f} ms p99 {p99_a * 1000:8.1f} ms | {b_name}: median "
-        f"{med_b * 1000:8.1f} ms p99 {p99_b * 1000:8.1f} ms | ratio median {med_a / med_b:5.2f} p99 "
-        f"{p99_a / p99_b:5.2f}{'  (target ' + target + ')' if target else ''}",
-        flush=True,
-    )
-    return got_a, got_b
 
 
 async def main() -> None:
@@ -257,29 +225,6 @@ async def main() -> None:
             want = sum(v for r in window.records for _, v, s, _ in r.samples if s == span)
             assert sorted(got_big) == sorted(got_small) and sum(v for _, v in got_big) == want > 0
 
-            # 4: TraceQL search over the last hour, big store vs small store
-            hour_s = (end_s - 3600, end_s)  # the hour both stores hold whole
-            for text in ("{ span.http.status_code = 500 }", "{ span.http.status_code = 503 }"):
-                query = traceql.parse(text)
-
-                def search(store: Store, query: traceql.Query = query) -> Callable[[], Awaitable[Any]]:
-                    return lambda: store.search_traces(query, hour_s[0], hour_s[1], 20, 3, None)
-
-                r_big, r_small = await pair(
-                    f"search status {text.split()[-2]}, {long_name} vs 1h store",
-                    long_name,
-                    search(big),
-                    "1h",
-                    search(small),
-                    args.reps,
-                    "≤ 1.2",
-                )
-                assert [m.trace_id for m in r_big.traces] == [m.trace_id for m in r_small.traces]
-                print(
-                    f"{'':<34} {len(r_big.traces)} traces, {r_big.inspected_spans:,} spans examined in the "
-                    f"{long_name} store, {r_small.inspected_spans:,} in the 1h store; partial: "
-                    f"{r_big.partial is not None or r_small.partial is not None}"
-                )
         finally:
             await big.close()
             await small.close()

@@ -5,7 +5,7 @@ Pyroscope's querier and the ingest sinks — composed of the store's parts, each
 - ``ingest.Ingest`` (``store.ingest``): decoded profiles and spans into tables, the OTLP sinks;
 - ``retention``: the age and size budgets; ``rollup``: per-stack totals per minute … 6 hours, compacted in the
   background (``compact``);
-- ``traces.Traces`` (``store.traces``): trace by id, span lookup, TraceQL search, tags;
+- ``traces.Traces`` (``store.traces``): trace by id, span lookup, TraceQL search and metrics, tags;
 - ``profiles.Profiles`` (``store.profiles``): merged stacks, the querier RPCs, series, profile types, labels;
 - ``functions.FunctionSpans`` (``store.functions``): which spans burn a function;
 - ``overview.Overview`` (``store.overview``): ``GetProfileStats``, ``AnalyzeQuery``, ``SelectHeatmap``, ``Diff``;
@@ -35,16 +35,18 @@ from bridge.call import CallContext
 from bridge.functions import FunctionHits, FunctionQuery
 from bridge.metrics import Metrics
 from bridge.spans import SearchHit, Trace
-from bridge.store import decode, retention, rollup, traceql
+from bridge.store import decode, retention, rollup
 from bridge.store.database import DB_FILE, Database, StoreError
 from bridge.store.functions import FunctionSpans
 from bridge.store.ingest import Ingest
+from bridge.store.metrics import MetricsOutcome
 from bridge.store.overview import Overview
 from bridge.store.profiles import ProfileRow, Profiles
-from bridge.store.query import SearchResult
 from bridge.store.retention import RetentionResult
+from bridge.store.search import Outcome
 from bridge.store.settings import TenantSettings
 from bridge.store.traces import Traces
+from bridge.traceql.timeseries import QueryRange
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,15 +202,22 @@ class Store:
 
     async def search_traces(
         self,
-        query: traceql.Query,
+        query: str,
         start_s: int,
         end_s: int,
         limit: int,
         spss: int,
         tenant: str | None,
         budget: int | None = None,
-    ) -> SearchResult:
+    ) -> Outcome:
         return await self.traces.search_traces(query, start_s, end_s, limit, spss, tenant, budget)
+
+    async def query_range(self, q: QueryRange, tenant: str | None, budget: int | None = None) -> MetricsOutcome:
+        return await self.traces.query_range(q, tenant, budget)
+
+    def now_ns(self) -> int:
+        """The store's clock, in Unix nanoseconds (what "now" means to a query)."""
+        return int(self._clock() * 1_000_000_000)
 
     async def tag_names(self, tenant: str | None) -> dict[str, list[str]]:
         return await self.traces.tag_names(tenant)

@@ -2,9 +2,11 @@
 encodings (``bridge.wire.tempo``). The mount hands it the path after ``/tempo/``.
 
 Served: trace by ID (v2 ``api/v2/traces/<id>``, v1 ``api/traces/<id>``; protobuf when ``Accept`` names
-``application/protobuf``, JSON otherwise; v1 404 / v2 200 with an empty trace when unknown), ``api/search`` (the
-TraceQL subset of ``traceql``), ``api/search/tags``, ``api/v2/search/tags``, ``api/search/tag/<tag>/values``,
-``api/v2/search/tag/<tag>/values``, ``api/status/buildinfo``, ``ready``, ``api/echo``. Anything else: 501.
+``application/protobuf``, JSON otherwise; v1 404 / v2 200 with an empty trace when unknown), ``api/search`` (TraceQL,
+``bridge.traceql``), ``api/metrics/query_range`` and ``api/metrics/query`` (TraceQL metrics), ``api/search/tags``,
+``api/v2/search/tags``, ``api/search/tag/<tag>/values``, ``api/v2/search/tag/<tag>/values``, ``api/status/buildinfo``,
+``ready``, ``api/echo``. Search and metrics answer in JSON, or protobuf when asked (Tempo's frontend answers both in
+JSON over HTTP; protobuf is how its queriers and its gRPC stream carry the same messages). Anything else: 501.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from bridge.body import HOP_BY_HOP, end_to_end
 from bridge.call import CallContext
 from bridge.connect import headers_get
 from bridge.errors import BridgeError, InvalidArgument
-from bridge.store import traceql
 from bridge.store.backend import Store
+from bridge.traceql import params, wire
+from bridge.traceql.search import response_json
 from bridge.wire.tempo import PROTOBUF, TempoAnswer, wants_protobuf
 
 Answer = tuple[int, dict[str, str], bytes]
@@ -35,6 +38,8 @@ _V2_TRACE = re.compile(r"^api/v2/traces/([^/]+)$")
 _V1_TRACE = re.compile(r"^api/traces/([^/]+)$")
 _V2_VALUES = re.compile(r"^api/v2/search/tag/([^/]+)/values$")
 _V1_VALUES = re.compile(r"^api/search/tag/([^/]+)/values$")
+METRICS_RANGE: Final = "api/metrics/query_range"
+METRICS_INSTANT: Final = "api/metrics/query"
 
 
 def _json(doc: Any, status: int = 200) -> Answer:
@@ -43,16 +48,6 @@ def _json(doc: Any, status: int = 200) -> Answer:
 
 def _text(text: str, status: int) -> Answer:
     return status, {"Content-Type": "text/plain; charset=utf-8"}, (text + "\n").encode()
-
-
-def _int_param(query: Mapping[str, str], name: str, default: int) -> int:
-    raw = query.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise InvalidArgument(f"invalid {name} {raw!r}: not a whole number") from None
 
 
 def _resource_spans_json(rs: otlp_trace.ResourceSpans) -> dict[str, Any]:
@@ -118,7 +113,9 @@ async def _route(
     if match := _V1_TRACE.match(path):
         return await _trace_by_id(store, match.group(1), ctx, v2=False, protobuf=protobuf)
     if path == "api/search":
-        return await _search(store, query, ctx)
+        return await _search(store, query, headers, ctx)
+    if path in (METRICS_RANGE, METRICS_INSTANT):
+        return await _metrics(store, path, query, headers, ctx)
     if path == "api/search/tags":
         names = await store.tag_names(ctx.tenant)
         return _json({"tagNames": sorted({*names.get("resource", []), *names.get("span", [])})})
@@ -137,8 +134,8 @@ async def _route(
         values = await store.tag_values(ctx.tenant, match.group(1))
         return _json({"tagValues": values})
     return _text(
-        f"standalone mode does not serve /tempo/{path}: the embedded store answers trace by ID, search "
-        "(a TraceQL subset), tags, tag values, /ready and /api/echo; run Tempo (proxy mode) for the rest",
+        f"standalone mode does not serve /tempo/{path}: the embedded store answers trace by ID, TraceQL search and "
+        "metrics, tags, tag values, /ready and /api/echo; run Tempo (proxy mode) for the rest",
         501,
     )
 
@@ -168,44 +165,51 @@ async def _trace_by_id(store: Store, trace_id: str, ctx: CallContext, *, v2: boo
     return _json({"batches": batches})
 
 
-async def _search(store: Store, query: Mapping[str, str], ctx: CallContext) -> Answer:
-    q = query.get("q", "").strip() or "{}"
-    parsed = traceql.parse(q)
-    start = _int_param(query, "start", 0)
-    end = _int_param(query, "end", 0)
-    limit = _int_param(query, "limit", 20)
-    spss = _int_param(query, "spss", 3)
-    if limit <= 0:
-        limit = 20
-    if spss <= 0:
-        spss = 3
-    result = await store.search_traces(parsed, start, end, limit, spss, ctx.tenant)
-    traces = []
-    for m in result.traces:
-        spans = [{k: v for k, v in s.items() if not k.startswith("_")} for s in m.spans]
-        span_set = {"spans": spans, "matched": m.matched}
-        traces.append(
-            {
-                "traceID": m.trace_id.lstrip("0") or "0",
-                "rootServiceName": m.root_service,
-                **({"rootTraceName": m.root_name} if m.root_name else {}),
-                "startTimeUnixNano": str(m.start_ns),
-                "durationMs": (m.end_ns - m.start_ns) // 1_000_000,
-                "spanSet": span_set,
-                "spanSets": [span_set],
-            }
-        )
-    doc: dict[str, Any] = {
-        "metrics": {
-            "inspectedTraces": len(traces),
-            "inspectedSpans": str(result.inspected_spans),
-            "completedJobs": 1,
-            "totalJobs": 1,
-        }
-    }
-    if traces:
-        doc = {"traces": traces, **doc}
-    if result.partial is not None:  # as Tempo marks a partial trace by ID: the answer is not all there is
+async def _search(store: Store, query: Mapping[str, str], headers: Mapping[str, str], ctx: CallContext) -> Answer:
+    """``/api/search``: Tempo's parameters and answer; a partial answer says so (``status``, ``message``)."""
+    req = params.search(query)
+    outcome = await store.search_traces(req.query, req.start_s, req.end_s, req.limit, req.spss, ctx.tenant)
+    doc = response_json(outcome.traces, outcome.inspected_spans)
+    if outcome.partial is not None:  # as Tempo marks a partial trace by ID: the answer is not all there is
         doc["status"] = "PARTIAL"
-        doc["message"] = result.partial
+        doc["message"] = outcome.partial
+    if wants_protobuf(headers_get(headers, "Accept") or ""):
+        return 200, {"Content-Type": PROTOBUF}, wire.search_protobuf(doc)
+    return _json(doc)
+
+
+async def _metrics(
+    store: Store, path: str, query: Mapping[str, str], headers: Mapping[str, str], ctx: CallContext
+) -> Answer:
+    """``/api/metrics/query_range`` and ``/api/metrics/query`` (instant): TraceQL metrics in Tempo's answer shape."""
+    now = store.now_ns()
+    instant = path == METRICS_INSTANT
+    q = params.query_instant(query, now) if instant else params.query_range(query, now)
+    outcome = await store.query_range(q, ctx.tenant)
+    doc: dict[str, Any] = {}
+    series = outcome.run.answer()
+    if q.max_series and len(series) > q.max_series:
+        series = series[: q.max_series]
+        doc["status"] = "PARTIAL"
+        doc["message"] = (
+            f"Response exceeds maximum series limit of {q.max_series}, a partial response is returned. "
+            "Warning: the accuracy of each individual value is not guaranteed."
+        )
+    if series:
+        doc["series"] = series
+    doc["metrics"] = {"completedJobs": 1, "totalJobs": 1}
+    if outcome.inspected_spans:  # gogo jsonpb: a uint64 as a string, a zero left out
+        doc["metrics"]["inspectedSpans"] = str(outcome.inspected_spans)
+    if outcome.partial is not None:
+        doc["status"] = "PARTIAL"
+        doc["message"] = outcome.partial
+    doc = {k: doc[k] for k in ("series", "metrics", "status", "message") if k in doc}
+    protobuf = wants_protobuf(headers_get(headers, "Accept") or "")
+    if instant:
+        doc = wire.instant_json(doc)
+        if protobuf:
+            return 200, {"Content-Type": PROTOBUF}, wire.instant_protobuf(doc)
+        return _json(doc)
+    if protobuf:
+        return 200, {"Content-Type": PROTOBUF}, wire.query_range_protobuf(doc)
     return _json(doc)

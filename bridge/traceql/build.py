@@ -296,6 +296,13 @@ def _actions() -> dict[str, Callable[..., Any]]:
         "attr_link": _attr(Scope.LINK, False, 1),
         "attr_instrumentation": _attr(Scope.INSTRUMENTATION, False, 1),
     }
+    a.update(_generated_actions())
+    return a
+
+
+def _generated_actions() -> dict[str, Callable[..., Any]]:
+    """The families of actions: one per operator, aggregate, metric, intrinsic, status and kind."""
+    a: dict[str, Callable[..., Any]] = {}
     for name in ("EQ", "NEQ", "LT", "LTE", "GT", "GTE"):
         a[f"op_{name}"] = _const(Op[name])
     for op in Op:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Final
 
-from bridge.traceql.ast import MetricsCompare
+from bridge.traceql.ast import Attribute, MetricsCompare, Scope
 from bridge.traceql.engine import span_predicate
 from bridge.traceql.model import Span
 from bridge.traceql.timeseries import META_TYPE, Intervals, QueryRange, Series, SeriesSet, series_key
@@ -46,8 +46,6 @@ def span_attributes(s: Span) -> Iterator[tuple[str, Static]]:
 
 
 def _name(scope: str, key: str) -> str:
-    from bridge.traceql.ast import Attribute, Scope
-
     return str(Attribute(key, Scope[scope.upper()]))
 
 

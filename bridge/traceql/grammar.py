@@ -127,6 +127,28 @@ def _productions() -> list[tuple[str, str, str, str]]:
     add("spansetFilter", "OPEN_BRACE CLOSE_BRACE", "filter_empty")
     add("spansetFilter", "OPEN_BRACE fieldExpression CLOSE_BRACE", "filter")
 
+    _scalars(add)
+    _metrics(add)
+
+    add("wrappedMetricsPipeline", "OPEN_PARENS spansetPipeline PIPE metricsAggregation CLOSE_PARENS", "wrapped_metrics")
+    add(
+        "wrappedMetricsPipeline",
+        "OPEN_PARENS spansetPipeline PIPE metricsAggregation metricsSecondStagePipeline CLOSE_PARENS",
+        "wrapped_metrics_two_stage",
+    )
+
+    add("hint", "IDENTIFIER EQ static", "hint")
+    add("hints", "WITH OPEN_PARENS hintList CLOSE_PARENS", "third")
+    add("hintList", "hint", "list_new")
+    add("hintList", "hintList COMMA hint", "list_add")
+
+    _fields(add)
+    return p
+
+
+def _scalars(add: object) -> None:
+    """Scalar filters and aggregates (``count() > 2``, ``avg(duration) = 1s``, between pipelines)."""
+    assert callable(add)
     add("scalarFilter", "scalarExpression scalarFilterOperation scalarExpression", "scalar_filter")
     add("scalarFilter", "scalarExpression scalarFilterOperation scalar", "scalar_filter")
     add("scalarFilter", "scalar scalarFilterOperation scalarExpression", "scalar_filter")
@@ -158,23 +180,6 @@ def _productions() -> list[tuple[str, str, str, str]]:
     add("aggregate", "COUNT OPEN_PARENS CLOSE_PARENS", "agg_count")
     for token in ("MAX", "MIN", "AVG", "SUM"):
         add("aggregate", f"{token} OPEN_PARENS fieldExpression CLOSE_PARENS", f"agg_{token.lower()}")
-
-    _metrics(add)
-
-    add("wrappedMetricsPipeline", "OPEN_PARENS spansetPipeline PIPE metricsAggregation CLOSE_PARENS", "wrapped_metrics")
-    add(
-        "wrappedMetricsPipeline",
-        "OPEN_PARENS spansetPipeline PIPE metricsAggregation metricsSecondStagePipeline CLOSE_PARENS",
-        "wrapped_metrics_two_stage",
-    )  # noqa: E501
-
-    add("hint", "IDENTIFIER EQ static", "hint")
-    add("hints", "WITH OPEN_PARENS hintList CLOSE_PARENS", "third")
-    add("hintList", "hint", "list_new")
-    add("hintList", "hintList COMMA hint", "list_add")
-
-    _fields(add)
-    return p
 
 
 def _metrics(add: object) -> None:

@@ -24,12 +24,16 @@ from bridge.traceql.ast import (
     I,
     Op,
     Pipeline,
+    Scope,
+    SelectOp,
     SpansetFilter,
     SpansetOp,
     UnaryOp,
 )
 from bridge.traceql.engine import span_predicate
-from bridge.traceql.model import Span
+from bridge.traceql.errors import QueryError
+from bridge.traceql.model import Scope as SpanScope
+from bridge.traceql.model import Span, TraceInfo
 from bridge.traceql.values import Static, T
 
 TRACE_WIDE: Final = frozenset(
@@ -132,7 +136,10 @@ def compile_need(n: Need) -> Callable[[Span], bool] | None:
     if isinstance(n, Root):
         return lambda s: not s.parent_id
     if isinstance(n, Expr):
-        found = [compile_need(Root()) if isinstance(c, Root) else span_predicate(c) for c in local_conjuncts(n.expr)]
+        found = [
+            compile_need(Root()) if isinstance(c, Root) else _tolerant(span_predicate(c))
+            for c in local_conjuncts(n.expr)
+        ]
         return _all([t for t in found if t is not None])
     if isinstance(n, All):
         return _all([t for t in (compile_need(p) for p in n.parts) if t is not None])
@@ -141,6 +148,57 @@ def compile_need(n: Need) -> Callable[[Span], bool] | None:
         return None
     either: list[Callable[[Span], bool]] = [a for a in alternatives if a is not None]
     return lambda s: any(t(s) for t in either)
+
+
+def attributes_in(expr: object) -> list[Attribute]:
+    if isinstance(expr, Attribute):
+        return [expr]
+    if isinstance(expr, BinaryOp):
+        return attributes_in(expr.lhs) + attributes_in(expr.rhs)
+    if isinstance(expr, UnaryOp):
+        return attributes_in(expr.expr)
+    return []
+
+
+def _bare_span() -> Span:
+    return Span(TraceInfo(b""), b"", b"", 0, 0, "", 0, 0, "", {}, SpanScope({}), SpanScope({}))
+
+
+def required_attributes(n: Need) -> list[Attribute]:
+    """Attributes every span of the answer has: those a conjunct reads alone (``span.x``, ``resource.x``, ``.x``)
+    and is false without — found by asking the conjunct about a span that has no attributes at all. Storage can skip
+    a span whose stored bytes do not name them without decoding it."""
+    if isinstance(n, All):
+        return [a for p in n.parts for a in required_attributes(p)]
+    if not isinstance(n, Expr):
+        return []
+    out = []
+    for c in local_conjuncts(n.expr):
+        attrs = attributes_in(c)
+        if len(attrs) != 1 or attrs[0].intrinsic is not I.NONE or attrs[0].parent:
+            continue
+        if attrs[0].scope not in (Scope.SPAN, Scope.RESOURCE, Scope.NONE):
+            continue
+        try:
+            absent_passes = span_predicate(c)(_bare_span())
+        except QueryError:
+            continue
+        if not absent_passes:
+            out.append(attrs[0])
+    return out
+
+
+def _tolerant(test: Callable[[Span], bool]) -> Callable[[Span], bool]:
+    """A test that cannot decide (``{ !.a }`` on a span without ``a``) keeps the span: the whole query, run on the
+    trace, decides — with Tempo's rules on which spans storage hands it — and fails there if Tempo fails."""
+
+    def run(s: Span) -> bool:
+        try:
+            return test(s)
+        except QueryError:
+            return True
+
+    return run
 
 
 def _all(tests: list[Callable[[Span], bool]]) -> Callable[[Span], bool] | None:
@@ -154,8 +212,6 @@ def _all(tests: list[Callable[[Span], bool]]) -> Callable[[Span], bool] | None:
 def span_by_span(p: Pipeline) -> bool:
     """Is the pipeline a chain of filters (and ``select``) that each span passes or fails by itself — a query a metric
     can run span by span, without the trace (Tempo ``NeedsFullTrace`` false, and nothing trace-wide read)?"""
-    from bridge.traceql.ast import SelectOp
-
     for e in p.elements:
         if isinstance(e, SelectOp):
             continue

@@ -227,13 +227,16 @@ def to_answer(ss: SeriesSet, iv: Intervals) -> list[dict[str, Any]]:
             continue
         doc: dict[str, Any] = {"labels": labels_json(s.labels), "samples": [sample_json(t, v) for t, v in samples]}
         exemplars = []
+        at: dict[int, float] = {}  # interval → its sample's value, for exemplars that carry none
         for e in sorted(s.exemplars, key=lambda e: e.ts_ms):
             i = iv.index_ms(e.ts_ms)
             if i < 0 or i >= len(s.values) or math.isnan(s.values[i]):
                 continue
             value = e.value
             if math.isnan(value):
-                value = next((v for t, v in samples if iv.index_ms(t) == i), NAN)
+                if not at:
+                    at = {iv.index_ms(t): v for t, v in samples}
+                value = at.get(i, NAN)
             exemplars.append(
                 {
                     "labels": labels_json(e.labels),

@@ -288,9 +288,10 @@ def test_bridge_dashboard_queries_only_metrics_the_bridge_exports() -> None:
 
 
 def test_span_table_traceql_is_understood_by_standalone_mode_too() -> None:
-    """With the variables at their defaults (and a service chosen), the table's TraceQL stays inside the subset the
-    standalone store answers, so the dashboard also works against a bridge without Tempo."""
-    from bridge.store.traceql import parse
+    """With the variables at their defaults (and a service chosen), the table's TraceQL is a search the standalone
+    store answers, so the dashboard also works against a bridge without Tempo."""
+    from bridge.traceql.conditions import extract
+    from bridge.traceql.search import compile_search
 
     dashboard = _load(DASHBOARD_DIR / "span-profiles.json")
     variables = _variables(dashboard)
@@ -303,5 +304,5 @@ def test_span_table_traceql_is_understood_by_standalone_mode_too() -> None:
     query = table["targets"][0]["query"]
     for name, value in values.items():
         query = query.replace(f"${name}", value)
-    parsed = parse(query)
-    assert len(parsed.conds) == 3
+    plan = compile_search(query)
+    assert len(next(iter(extract(plan.root).values())).conditions) == 3

@@ -1,0 +1,216 @@
+"""Standalone Tempo's TraceQL endpoints over HTTP semantics: every example of Tempo's language list answers the
+status Tempo answers (valid → 200 on its endpoint, parse / validation failures → 400, Tempo's own unsupported
+constructs → 400 ``unsupported: …``; never 500 or 501), ``/api/metrics/query_range`` and ``/api/metrics/query`` in
+Tempo's JSON and protobuf (``tempopb.QueryRangeResponse`` / ``QueryInstantResponse``), their parameters read as Tempo
+reads them, and a real server routing them through the ``/tempo`` mount."""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from opentelemetry.proto.common.v1 import common_pb2
+
+from bridge._proto import tempo_pb2
+from bridge.app import create_app
+from bridge.config import Settings
+from bridge.store import Store, tempo_api
+from bridge.traceql.parser import parse
+from tests.store.test_store import ctx
+from tests.traceql.test_language import EXAMPLES, SECTIONS
+from tests.traceql.test_search_cases import store_trace
+
+NOW_S = 1_000_000.0  # the store's clock: far after the trace (at 1,000 s), so the end cutoff never bites
+WINDOW = {"start": "900", "end": "1100", "step": "10s"}
+PROTO = {"Accept": "application/protobuf"}
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    s = await Store.open(tmp_path, clock=lambda: NOW_S)
+    await s.ingest_otlp_traces(store_trace(), None)
+    yield s
+    await s.close()
+
+
+async def call(
+    store: Store, path: str, query: dict[str, str], headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    handler = functools.partial(tempo_api.answer, store)
+    result: tuple[int, dict[str, str], bytes] = await handler("GET", path, query, headers or {}, ctx())
+    return result
+
+
+async def status_of(store: Store, text: str) -> tuple[int, bytes]:
+    """What Grafana gets for the text: a metrics query goes to query_range, anything else to search."""
+    try:
+        metrics = parse(text).is_metrics
+    except Exception:
+        metrics = False
+    if metrics:
+        status, _, body = await call(store, "api/metrics/query_range", {"q": text, **WINDOW})
+    else:
+        status, _, body = await call(store, "api/search", {"q": text, "start": "900", "end": "1100"})
+    return status, body
+
+
+async def test_every_example_answers_tempos_status(store: Store) -> None:
+    counts: Counter[tuple[str, int]] = Counter()
+    wrong = []
+    for section in SECTIONS:
+        for text in EXAMPLES[section]:
+            status, body = await status_of(store, text)
+            counts[section, status] += 1
+            expected = 200 if section == "valid" else 400
+            if status != expected or (section == "unsupported" and not body.startswith(b"unsupported: ")):
+                wrong.append((section, text, status, body[:200]))
+    assert wrong == []
+    expected = {("valid", 200): 284, ("parse_fails", 400): 87, ("validate_fails", 400): 70, ("unsupported", 400): 22}
+    assert counts == expected
+
+
+async def test_a_query_on_the_wrong_endpoint_says_where_it_belongs(store: Store) -> None:
+    status, _, body = await call(store, "api/search", {"q": "{} | rate()"})
+    assert status == 400 and b"/api/metrics/query_range" in body
+    status, _, body = await call(store, "api/metrics/query_range", {"q": "{ .foo }", **WINDOW})
+    assert status == 400 and b"not a metrics query" in body
+
+
+def intervals() -> list[str]:
+    """The window 900..1100 s at 10 s: aligned one step further back (890), so 21 samples, 900 s … 1,100 s."""
+    return [str(ms) for ms in range(900_000, 1_100_001, 10_000)]
+
+
+def samples_at_1000(value: float) -> list[dict[str, Any]]:
+    return [{"timestampMs": t, **({"value": value} if t == "1000000" else {})} for t in intervals()]
+
+
+async def test_query_range_json_is_tempos(store: Store) -> None:
+    q = "{} | count_over_time() by (resource.service.name)"
+    status, headers, body = await call(store, "api/metrics/query_range", {"q": q, **WINDOW})
+    assert status == 200 and headers["Content-Type"] == "application/json"
+    doc = json.loads(body)
+    assert list(doc) == ["series", "metrics"]
+    services = ["BrokenService", "MyService", "RootService", "Service3"]  # Tempo's sort: label text
+    assert [s["labels"] for s in doc["series"]] == [
+        [{"key": "resource.service.name", "value": {"stringValue": svc}}] for svc in services
+    ]
+    assert all(s["samples"] == samples_at_1000(1.0) for s in doc["series"])
+    exemplars = [e for s in doc["series"] for e in s.get("exemplars", [])]
+    assert len(exemplars) == 1  # one per trace
+    (e,) = exemplars
+    assert e["timestampMs"] == "1000000" and e["value"] == 1.0
+    assert e["labels"][0] == {"key": "trace:id", "value": {"stringValue": "3a0f6cbd0be8f1e2a43c5d9e7b618f02"}}
+    assert doc["metrics"] == {"inspectedSpans": "4", "completedJobs": 1, "totalJobs": 1}
+
+
+async def test_query_range_protobuf_carries_the_same(store: Store) -> None:
+    q = "{ span.foo = `Bar` } | rate() by (span.foo)"
+    _, _, body = await call(store, "api/metrics/query_range", {"q": q, **WINDOW})
+    status, headers, raw = await call(store, "api/metrics/query_range", {"q": q, **WINDOW}, PROTO)
+    assert status == 200 and headers["Content-Type"] == "application/protobuf"
+    doc, proto = json.loads(body), tempo_pb2.QueryRangeResponse.FromString(raw)
+    (series,) = doc["series"]
+    assert series["samples"] == samples_at_1000(0.2)  # two spans in 10 s
+    (ps,) = proto.series
+    assert [common_pb2.KeyValue.FromString(b).value.string_value for b in ps.labels] == ["Bar"]
+    assert [(str(s.timestamp_ms), s.value) for s in ps.samples] == [
+        (s["timestampMs"], s.get("value", 0.0)) for s in series["samples"]
+    ]
+    assert len(ps.exemplars) == len(series["exemplars"]) == 1
+    assert proto.metrics.inspectedSpans == 2 and proto.status == tempo_pb2.COMPLETE  # only spans holding foo, Bar
+
+
+async def test_instant_query_is_one_value_per_series(store: Store) -> None:
+    q = "{} | quantile_over_time(duration, .5, 1) by (resource.service.name)"
+    query = {"q": q, "start": "900", "end": "1100"}
+    status, _, body = await call(store, "api/metrics/query", query)
+    assert status == 200
+    doc = json.loads(body)
+    root = [s for s in doc["series"] if s["labels"][0]["value"] == {"stringValue": "RootService"}]
+    assert [(s["labels"][1], s["value"]) for s in root] == [
+        ({"key": "p", "value": {"doubleValue": 0.5}}, 2.147483648),  # Tempo's log2 buckets of nanoseconds: 2^31
+        ({"key": "p", "value": {"doubleValue": 1}}, 2.147483648),
+    ]
+    _, _, raw = await call(store, "api/metrics/query", query, PROTO)
+    proto = tempo_pb2.QueryInstantResponse.FromString(raw)
+    assert sorted(s.value for s in proto.series) == sorted(s["value"] for s in doc["series"])
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ({"start": "1100", "end": "900"}, "end must be greater than start"),
+        ({"start": "0", "end": "100000"}, "exceeds the maximum allowed duration of 24h0m0s"),
+        ({"start": "900", "end": "1100", "step": "1ms"}, "step of 1ms is too small, minimum step for given range"),
+        ({"start": "900", "end": "1100", "step": "often"}, 'cannot parse "often" to a valid duration'),
+        ({"start": "yesterday", "end": "1100"}, "could not parse 'start' parameter"),
+        ({"start": "999990", "end": "1000000"}, "query window falls entirely within query_end_cutoff"),
+    ],
+)
+async def test_bad_parameters_are_400s_in_tempos_words(store: Store, query: dict[str, str], message: str) -> None:
+    status, _, body = await call(store, "api/metrics/query_range", {"q": "{} | rate()", **query})
+    assert status == 400 and message in body.decode()
+
+
+async def test_step_defaults_as_tempos(store: Store) -> None:
+    """No ``step``: ``DefaultQueryRangeStep`` — 200 s / 240 is under a second, so 1 s: 201 samples."""
+    _, _, body = await call(store, "api/metrics/query_range", {"q": "{} | rate()", "start": "900", "end": "1100"})
+    (series,) = json.loads(body)["series"]
+    assert len(series["samples"]) == 201
+    assert [s["value"] for s in series["samples"] if "value" in s] == [4.0]
+
+
+async def test_partial_when_series_exceed_max_series(store: Store) -> None:
+    q = "{} | count_over_time() by (name)"
+    _, _, body = await call(store, "api/metrics/query_range", {"q": q, "maxSeries": "2", **WINDOW})
+    doc = json.loads(body)
+    assert len(doc["series"]) == 2 and doc["status"] == "PARTIAL"
+    assert doc["message"].startswith("Response exceeds maximum series limit of 2")
+
+
+async def test_a_real_server_routes_the_metrics_paths(tmp_path: Path) -> None:
+    """Through ``bridge.app`` as served: OTLP in, ``/tempo/api/metrics/query_range`` and ``query`` out. The server
+    keeps its real clock (and its retention), so the trace is moved to ten minutes ago."""
+    now_s = int(time.time())
+    base = now_s - 600 - (now_s - 600) % 100
+    shift_ns = (base + 50 - 1000) * 1_000_000_000  # the trace's spans (at 1,000 s) start at base + 50 s
+    trace = store_trace()
+    for rs in trace.resource_spans:
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                span.start_time_unix_nano += shift_ns
+                span.end_time_unix_nano += shift_ns
+    settings = Settings.for_tests(mode="standalone", data_dir=str(tmp_path / "data"))
+    runner = web.AppRunner(create_app(settings), auto_decompress=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        timeout = aiohttp.ClientTimeout(total=15, connect=2)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            body = trace.SerializeToString()
+            headers = {"Content-Type": "application/x-protobuf"}
+            async with session.post(f"{url}/v1/traces", data=body, headers=headers) as resp:
+                assert resp.status == 200
+            window = {"start": str(base - 100), "end": str(base + 200)}  # aligned: 4 steps, from base - 200
+            q = {"q": "{ status = error } | rate()", **window, "step": "100s"}
+            async with session.get(f"{url}/tempo/api/metrics/query_range", params=q) as resp:
+                assert resp.status == 200
+                doc = await resp.json()
+            assert [s.get("value") for s in doc["series"][0]["samples"]] == [None, None, 0.01, None]
+            async with session.get(f"{url}/tempo/api/metrics/query", params=q, headers=PROTO) as resp:
+                assert resp.status == 200
+                (series,) = tempo_pb2.QueryInstantResponse.FromString(await resp.read()).series
+            assert series.value == pytest.approx(1 / 300)  # one error span in the 300 s window
+    finally:
+        await runner.cleanup()
