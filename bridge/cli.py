@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Render Grafana provisioning for this bridge into a directory: data sources (Tempo and "
             "Profiles through the bridge), the dashboards provider and the dashboards. Grafana must reach the bridge "
             "at --bridge-url (or PROFILE_BRIDGE_PROVISION_BRIDGE_URL); --compose renders for docker-compose.yaml's "
-            "service names instead."
+            "service names instead. The Grafana app plugin is enabled only with --app-plugin (or --compose)."
         ),
         epilog=provision_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -162,7 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--compose",
         action="store_true",
         help="render for the docker compose stack: bridge:4041, tempo:3200, pyroscope:4040, "
-        "prometheus:9090 unless set otherwise",
+        "prometheus:9090 unless set otherwise; enables the app plugin (its Grafana image carries it)",
+    )
+    prov.add_argument(
+        "--app-plugin",
+        action="store_true",
+        help="also enable the Grafana app plugin (plugins/profile-bridge-app.yaml): only for a Grafana that has it "
+        "installed, which otherwise refuses to start; without this flag a plugin file an earlier render wrote "
+        "is removed",
     )
 
     res = sub.add_parser(
@@ -308,7 +315,16 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         if args.command == "provision":
             from bridge.provisioning.render import run_provision
 
-            return int(run_provision(settings, Path(args.out), env, bridge_url=args.bridge_url, compose=args.compose))
+            return int(
+                run_provision(
+                    settings,
+                    Path(args.out),
+                    env,
+                    bridge_url=args.bridge_url,
+                    compose=args.compose,
+                    app_plugin=args.app_plugin,
+                )
+            )
         if args.command == "resolve":
             from bridge.commands.resolve import run_resolve
 

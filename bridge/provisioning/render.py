@@ -4,8 +4,10 @@ Pure core: ``ProvisionSettings.from_env(environ, settings, compose=…)`` parses
 ``PROFILE_BRIDGE_PROVISION_*`` settings, ``render(p)`` returns ``{relative path: text}`` (same input, same bytes):
 data sources, a dashboards provider, and the dashboards themselves (``dashboards/json/*.json``, from the package's
 ``dashboards/`` — their one source), so the rendered tree is complete without this repository, and the Grafana app
-plugin's settings (``plugins/profile-bridge-app.yaml``). Thin shell:
-``write_files`` and ``run_provision``. The bridge's own data sources take their uids from
+plugin's settings (``plugins/profile-bridge-app.yaml``) — only when asked (``--app-plugin``, or ``--compose``), since
+Grafana refuses to start when a provisioned app is not installed. Thin shell: ``write_files`` and ``run_provision``,
+which also removes a plugin file an earlier render wrote when this one leaves it out (recognised by
+``PLUGIN_HEADER``; a file of anyone else's is left, and said so). The bridge's own data sources take their uids from
 ``PROFILE_BRIDGE_GRAFANA_TEMPO_UID`` and ``PROFILE_BRIDGE_GRAFANA_PROFILES_UID``, the settings the span pages use for
 their Explore links, so the two always agree.
 """
@@ -33,6 +35,7 @@ from bridge.provisioning.settings import (
 
 __all__ = [
     "DASHBOARDS_OUT",
+    "PLUGIN_HEADER",
     "PLUGIN_OUT",
     "PROVISION_FIELDS",
     "PROVISION_PREFIX",
@@ -42,6 +45,7 @@ __all__ = [
     "provision_help",
     "provision_markdown",
     "render",
+    "remove_stale_plugin",
     "render_dashboard",
     "run_provision",
     "write_files",
@@ -50,6 +54,13 @@ __all__ = [
 
 # the Grafana app plugin (grafana/profile-bridge-app) enabled with the bridge's URLs (apps provisioning)
 PLUGIN_OUT: Final = "plugins/profile-bridge-app.yaml"
+# the first lines of every plugin file `provision` has written (the template's, unchanged since the file was first
+# rendered): how a later render recognises its own file before removing it
+PLUGIN_HEADER: Final = (
+    "# The profile-bridge Grafana app plugin (grafana/profile-bridge-app): enabled, with the bridge's URLs.\n"
+    "# Rendered by `profile-bridge provision`: change the PROFILE_BRIDGE_* settings and render again instead of "
+    "editing.\n"
+)
 
 # output path (relative, POSIX) -> template name
 TEMPLATES: Final[dict[str, str]] = {
@@ -127,13 +138,13 @@ def render_dashboard(text: str, provision: ProvisionSettings) -> str:
 
 
 def render(provision: ProvisionSettings) -> dict[str, str]:
-    """``{relative POSIX path: file text}``, in a fixed order: the YAML files (the app plugin's only with a browser
-    URL), then ``dashboards/json/<name>.json`` for every shipped dashboard."""
+    """``{relative POSIX path: file text}``, in a fixed order: the YAML files (the app plugin's only when
+    ``provision.app_plugin``), then ``dashboards/json/<name>.json`` for every shipped dashboard."""
     env = _environment()
     files = {
         path: env.get_template(name).render(p=provision)
         for path, name in TEMPLATES.items()
-        if path != PLUGIN_OUT or provision.browser_url
+        if path != PLUGIN_OUT or provision.app_plugin
     }
     for name, text in dashboard_sources().items():
         files[f"{DASHBOARDS_OUT}/{name}"] = render_dashboard(text, provision)
@@ -160,6 +171,27 @@ def write_files(files: Mapping[str, str], out_dir: Path) -> list[Path]:
     return written
 
 
+def remove_stale_plugin(out_dir: Path) -> str | None:
+    """A render without the app plugin: the plugin file an earlier render wrote into ``out_dir`` would still enable
+    it, so it is removed — only when it is that render's own file (it starts with ``PLUGIN_HEADER``). What was done,
+    as one line for the user, or None when there is no such file."""
+    target = out_dir / PLUGIN_OUT
+    try:
+        with target.open("rb") as fh:
+            head = fh.read(len(PLUGIN_HEADER.encode()))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"left {target}: cannot read it ({exc.strerror or exc}); it enables the app plugin if Grafana reads it"
+    if head != PLUGIN_HEADER.encode():
+        return f"left {target}: not written by `profile-bridge provision` (it enables the app plugin, if it is valid)"
+    try:
+        target.unlink()
+    except OSError as exc:
+        raise ConfigError("--out", str(out_dir), f"cannot remove {PLUGIN_OUT}: {exc.strerror or exc}") from None
+    return f"removed {target}: an earlier render wrote it, this one leaves the app plugin out"
+
+
 def run_provision(
     settings: Settings,
     out_dir: Path,
@@ -168,15 +200,21 @@ def run_provision(
     *,
     bridge_url: str | None = None,
     compose: bool = False,
+    app_plugin: bool = False,
 ) -> int:
-    """``profile-bridge provision --out DIR [--bridge-url URL] [--compose]``: writes the files, then says what they
-    wire and what they leave out. A bad or missing setting raises ``ConfigError`` (the CLI prints it, exit 2) before
+    """``profile-bridge provision --out DIR [--bridge-url URL] [--compose] [--app-plugin]``: writes the files (and
+    removes the app plugin's, when an earlier render wrote it and this one leaves it out), then says what they wire
+    and what they leave out. A bad or missing setting raises ``ConfigError`` (the CLI prints it, exit 2) before
     anything is written."""
-    provision = ProvisionSettings.from_env(environ, settings, compose=compose, bridge_url=bridge_url)
+    provision = ProvisionSettings.from_env(
+        environ, settings, compose=compose, bridge_url=bridge_url, app_plugin=app_plugin
+    )
     files = render(provision)
     stream = sys.stdout if out is None else out
     for path in write_files(files, out_dir):
         print(f"wrote {path}", file=stream)
+    if PLUGIN_OUT not in files and (removed := remove_stale_plugin(out_dir)) is not None:
+        print(removed, file=stream)
     if compose:
         print("rendered for the docker compose stack (--compose): unset URLs are its service names", file=stream)
     for line in provision.summary():

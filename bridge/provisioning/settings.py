@@ -119,8 +119,8 @@ PROVISION_FIELDS: Final[tuple[ProvisionField, ...]] = (
         parse_optional_url,
         SAME_AS_BRIDGE,
         "the bridge's base URL as the browser reaches it, for the Grafana app plugin's links "
-        "(plugins/profile-bridge-app.yaml); empty leaves that file out: Grafana refuses to start when a provisioned "
-        "app is not installed",
+        "(plugins/profile-bridge-app.yaml, written only with --app-plugin or --compose: Grafana refuses to start "
+        "when a provisioned app is not installed); empty leaves that file out",
         "http://localhost:4041",
     ),
     _p("TEMPO_NAME", "tempo_name", parse_name, "Tempo", "name of the Tempo data source that goes through the bridge"),
@@ -222,12 +222,19 @@ class ProvisionSettings:
     dashboards_path: str
     dashboards_folder: str
     token_env: str = ""
+    app_plugin: bool = False  # plugins/profile-bridge-app.yaml is written (asked for, with a browser URL)
     dashboards_folder_uid: str = "profile-bridge"
     plugin_id: str = "profile-bridge-app"
 
     @classmethod
     def from_env(
-        cls, environ: Mapping[str, str], settings: Settings, *, compose: bool = True, bridge_url: str | None = None
+        cls,
+        environ: Mapping[str, str],
+        settings: Settings,
+        *,
+        compose: bool = True,
+        bridge_url: str | None = None,
+        app_plugin: bool = False,
     ) -> ProvisionSettings:
         """Parse ``PROFILE_BRIDGE_PROVISION_*``; raises ``ConfigError`` naming the first bad or unknown key.
 
@@ -235,7 +242,12 @@ class ProvisionSettings:
         ``pyroscope:4040``, ``prometheus:9090``) — the committed ``provisioning/``. Without it the bridge URL must be
         given (``bridge_url``, the ``--bridge-url`` flag, beats the environment) and the direct and Prometheus data
         sources are left out unless their URLs are set: a render for someone's own Grafana never points at host
-        names that only exist inside the compose network."""
+        names that only exist inside the compose network.
+
+        ``app_plugin`` (``--app-plugin``; ``--compose`` asks too, its Grafana image carries the plugin): enable the
+        Grafana app plugin (``plugins/profile-bridge-app.yaml``). Never by default — Grafana refuses to start when a
+        provisioned app is not installed. Asked for with ``PROFILE_BRIDGE_PROVISION_BROWSER_URL`` set empty, it is a
+        ``ConfigError``; with ``--compose`` alone an empty browser URL leaves the file out."""
         for key in sorted(environ):
             if key.startswith(PROVISION_PREFIX) and key not in PROVISION_FIELDS_BY_KEY:
                 raise ConfigError(key, environ[key], "unknown setting (see docs/grafana.md)")
@@ -276,6 +288,14 @@ class ProvisionSettings:
                 values[attr] = parse_uid(text)
             except ValueError as exc:
                 raise ConfigError(PREFIX + key, text, str(exc)) from None
+        if app_plugin and not values["browser_url"]:
+            raise ConfigError(
+                PROVISION_PREFIX + "BROWSER_URL",
+                "",
+                "empty, but --app-plugin enables the Grafana app plugin, whose links need the bridge's URL as the "
+                "browser reaches it",
+            )
+        values["app_plugin"] = (app_plugin or compose) and bool(values["browser_url"])
         provision = cls(**values)
         provision.check_unique()
         return provision
@@ -334,11 +354,24 @@ class ProvisionSettings:
         ):
             lines.append(f"{name!r} → {url}" if url else f"{name!r} left out ({PROVISION_PREFIX}{key} not set)")
         lines.append(f"dashboards in folder {self.dashboards_folder!r}, read by Grafana from {self.dashboards_path}")
+        lines.append(self.plugin_summary())
         if self.token_env:
             lines.append(
                 f"the bridge's token: from Grafana's environment variable {self.token_env} (X-Profile-Bridge-Token)"
             )
         return lines
+
+    def plugin_summary(self) -> str:
+        """Whether the render enables the Grafana app plugin, and what that asks of Grafana."""
+        if self.app_plugin:
+            return (
+                f"the Grafana app plugin {self.plugin_id} is enabled (plugins/{self.plugin_id}.yaml): Grafana refuses "
+                "to start unless the plugin is installed (docs/grafana-plugin.md)"
+            )
+        return (
+            f"the Grafana app plugin {self.plugin_id} is not enabled: install it in Grafana, then render again with "
+            "--app-plugin (docs/grafana-plugin.md)"
+        )
 
 
 def _default_text(spec: ProvisionField) -> str:

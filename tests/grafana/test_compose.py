@@ -332,16 +332,31 @@ def test_every_mounted_path_exists_and_named_volumes_are_declared() -> None:
     assert binds >= 3  # tempo.yaml, prometheus.yml, provisioning/ (which holds the dashboards too)
 
 
-def test_no_published_host_port_collides() -> None:
-    published: dict[str, str] = {}
+def _published(service: dict[str, Any]) -> dict[int, tuple[str, int]]:
+    """``{host port: (host address, container port)}`` of a service's ``ports`` (``ADDRESS:HOST:CONTAINER``)."""
+    out: dict[int, tuple[str, int]] = {}
+    for port in service.get("ports", []):
+        address, host, container = str(port).split(":")
+        out[int(host)] = (address, int(container))
+    return out
+
+
+def test_every_port_is_published_on_loopback_only() -> None:
+    """Issue 19: Grafana is anonymous Admin and the bridge has no tokens in this stack; a port published without an
+    address listens on every interface of the host (README says the stack is for this machine)."""
     for name, service in _services().items():
         for port in service.get("ports", []):
-            parts = str(port).split(":")
-            assert len(parts) in (2, 3), f"{name}: publish ports as HOST:CONTAINER ({port})"
-            host = ":".join(parts[:-1])
+            assert isinstance(port, str) and port.count(":") == 2, f"{name}: publish as 127.0.0.1:HOST:CONTAINER"
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"
+
+
+def test_no_published_host_port_collides() -> None:
+    published: dict[int, str] = {}
+    for name, service in _services().items():
+        for host in _published(service):
             assert host not in published, f"{name} and {published.get(host)} both publish {host}"
             published[host] = name
-    assert {"3000", "4041", "3200", "4040", "9090", "8080"} <= set(published)
+    assert {3000, 4041, 3200, 4040, 9090, 8080} <= set(published)
 
 
 def _host_path(mounts: dict[str, str], container_path: str) -> Path:
@@ -497,7 +512,7 @@ def test_docs_describe_the_stack_as_composed() -> None:
         if "build" not in service:
             assert f"`{service['image']}`" in row, name
         cells = [c.strip() for c in row.split("|")]
-        host_ports = {str(p).split(":")[0] for p in service.get("ports", [])}
+        host_ports = {str(host) for host in _published(service)}
         assert host_ports == {p.strip() for p in cells[3].split(",")}, name
 
 
@@ -562,8 +577,8 @@ def test_grafana_provisions_the_plugin_with_urls_that_reach_the_bridge() -> None
     server = urlsplit(data["bridgeServerUrl"])
     assert server.hostname == "bridge" and server.port in _container_ports(services["bridge"])
     browser = urlsplit(data["bridgeUrl"])
-    published = {str(p).split(":")[0]: int(str(p).split(":")[-1]) for p in services["bridge"]["ports"]}
-    assert browser.hostname == "localhost" and published[str(browser.port)] == server.port
+    published = _published(services["bridge"])
+    assert browser.hostname == "localhost" and published[browser.port] == ("127.0.0.1", server.port)
     # the span pages the links open are the ones the bridge's Explore links point back from
     assert services["bridge"]["environment"]["PROFILE_BRIDGE_GRAFANA_URL"] == "http://localhost:3000"
 

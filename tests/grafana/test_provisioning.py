@@ -212,7 +212,8 @@ def test_cli_render_is_deterministic_and_matches_render(tmp_path: Path, capsys: 
     first, second = tmp_path / "a", tmp_path / "b"
     assert main(["provision", "--out", str(first)], environ=CUSTOM_ENV) == 0
     assert main(["provision", "--out", str(second)], environ=CUSTOM_ENV) == 0
-    assert _read_tree(first) == _read_tree(second) == _render_env(CUSTOM_ENV)
+    assert _read_tree(first) == _read_tree(second) == _render_env(CUSTOM_ENV, compose=False)
+    assert PLUGIN_OUT not in _read_tree(first)  # not asked for (--app-plugin)
     out = capsys.readouterr().out
     assert f"wrote {first / 'datasources' / 'profile-bridge.yaml'}" in out
     # rendering over an existing render replaces the files, leaves nothing else behind
@@ -275,6 +276,8 @@ def test_run_provision_writes_to_the_given_stream(tmp_path: Path) -> None:
         "'Pyroscope (direct)' → http://pyroscope:4040",
         "'Prometheus (profile-bridge)' → http://prometheus:9090",
         "dashboards in folder 'profile-bridge', read by Grafana from /etc/grafana/provisioning/dashboards/json",
+        "the Grafana app plugin profile-bridge-app is enabled (plugins/profile-bridge-app.yaml): Grafana refuses to "
+        "start unless the plugin is installed (docs/grafana-plugin.md)",
     ]
     assert not [p for p in tmp_path.rglob("*.tmp")]
 
