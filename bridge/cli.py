@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from bridge.config import FIELDS_BY_KEY, PREFIX, ConfigError, Settings, load_toml, parse_url, settings_help
-from bridge.errors import BridgeError
+from bridge.errors import BridgeError, StoreDamaged
 from bridge.provisioning.settings import provision_help
 
 if TYPE_CHECKING:
@@ -217,6 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--expect-function", metavar="NAME", help="a function that must be in the span's profile")
     doc.add_argument("--profile-type", metavar="ID", help="default: PROFILE_BRIDGE_PROFILE_TYPE")
 
+    from bridge.commands.store import add_parser as add_store_parser
+
+    add_store_parser(sub, common)
+
     demo = sub.add_parser(
         "demo",
         parents=[common],
@@ -355,6 +359,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             )
         if args.command == "demo":
             return run_loop(demo(settings, args, env))
+        if args.command == "store":
+            from bridge.commands.store import run_store
+
+            return run_store(settings, args.store_action, args.data_dir, sys.stdout, sys.stderr)
     except ConfigError as exc:
         print(f"profile-bridge: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -532,6 +540,10 @@ async def serve(
     runner = web.AppRunner(app, access_log=None, handle_signals=False, auto_decompress=False)
     try:
         await runner.setup()
+    except StoreDamaged as exc:  # one ERROR line, saying what to do (bridge.store.database)
+        log.error("%s", exc.message)
+        await _quiet_cleanup(runner)
+        return EXIT_FAILED
     except (OSError, BridgeError, ConfigError) as exc:
         print(f"profile-bridge: {_start_failure(settings, exc)}", file=sys.stderr)
         await _quiet_cleanup(runner)

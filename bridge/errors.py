@@ -6,6 +6,7 @@ The tree, specialised only where a caller branches on it::
     ├── InvalidArgument                        the caller sent something unusable (400)
     ├── ResourceExhausted                      a body (or what it inflates to) over its size limit (413)
     ├── StorageFull                            the store's disk is full: retry later (unavailable, 503 Retry-After)
+    ├── StoreDamaged                           the store's file is damaged: retry later (unavailable, 503 Retry-After)
     ├── NotFound                               an id that is not there (404)
     ├── Unauthenticated                        no token, or one the bridge does not accept (401)
     ├── PermissionDenied                       a token without the permission or the tenant asked for (403)
@@ -132,6 +133,20 @@ class StorageFull(BridgeError):
 
     code = Code.UNAVAILABLE
     RETRY_AFTER_S: Final = 30
+
+    @property
+    def retry_after(self) -> int | None:
+        return self.RETRY_AFTER_S
+
+
+class StoreDamaged(BridgeError):
+    """The store's file is damaged (SQLite: "database disk image is malformed"): the store takes no more writes until
+    an operator repairs it (``profile-bridge store repair``). Like a full disk, the answer is ``unavailable`` (503
+    with ``Retry-After``; gRPC ``UNAVAILABLE``) — exporters and SDKs retry it — and nothing of the request was
+    stored: never a 500, which exporters drop, and never an acknowledgement of data written into a damaged file."""
+
+    code = Code.UNAVAILABLE
+    RETRY_AFTER_S: Final = 60
 
     @property
     def retry_after(self) -> int | None:

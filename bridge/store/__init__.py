@@ -9,7 +9,9 @@ OTLP sinks, read through the same ``TraceSource`` / ``ProfileSource`` protocols 
   TraceQL subset; ``query``: pure query pieces (time window, span/trace selectors, TraceQL attribute values, Tempo
   search spans);
 - ``querier_api``: the ``pyroscope_local`` RPC table; ``tempo_api``: the ``tempo_local`` handler;
-- ``runtime``: standalone mode's lifetime in the app (open, publish in ``app[BACKENDS]``, retention task, close).
+- ``runtime``: standalone mode's lifetime in the app (open, publish in ``app[BACKENDS]``, retention task, close);
+- ``integrity``: is the file damaged (at start, on ``/readyz``, for ``store check``); ``repair`` and ``salvage``:
+  ``store repair``, the rows a damaged file still holds.
 """
 
 from bridge.store.backend import Store

@@ -39,6 +39,7 @@ from bridge.store import decode, retention, rollup
 from bridge.store.database import DB_FILE, Database, StoreError
 from bridge.store.functions import FunctionSpans
 from bridge.store.ingest import Ingest
+from bridge.store.integrity import header_problem
 from bridge.store.metrics import MetricsOutcome
 from bridge.store.overview import Overview
 from bridge.store.profiles import ProfileRow, Profiles
@@ -111,14 +112,25 @@ class Store:
         await self.db.close()
 
     async def ready(self, ctx: CallContext) -> str:
-        def check(conn: sqlite3.Connection) -> str:
-            conn.execute("SELECT 1 FROM schema_version").fetchone()
-            return f"standalone store at {self.path}"
+        """``/readyz``: cheap — the file's header and size (``integrity.header_problem``) and one read; a store known
+        to be damaged, or found so now, is not ready (``StoreDamaged``)."""
+        if self.db.damage is not None:
+            raise self.db.damaged_error()
+
+        def check(conn: sqlite3.Connection) -> str | None:
+            problem = header_problem(self.path)
+            if problem is None:
+                conn.execute("SELECT 1 FROM schema_version").fetchone()
+            return problem
 
         try:
-            return await self.db.read(check)
+            problem = await self.db.read(check)
         except sqlite3.Error as exc:
             raise StoreError(f"the store at {self.path} does not answer: {exc}") from exc
+        if problem is not None:
+            self.db.mark_damaged(problem)
+            raise self.db.damaged_error()
+        return f"standalone store at {self.path}"
 
     # ----------------------------------------------------------------------------------------- ingest
 

@@ -8,6 +8,12 @@
 - A full disk (SQLite's ``SQLITE_FULL``, also when it surfaces as what failed next) is always ``StorageFull``, on
   every path (group commit, ``write``, ``read``): the failed transaction is rolled back whole, and the next write that
   finds room succeeds, with nothing to reset.
+- A damaged file (``bridge.store.integrity``) is refused at open — checked whole first when it is at most
+  ``START_CHECK_BYTES``, else checked whole in the background once open (``check_whole``) — and, when SQLite reports
+  damage later on any path, the store is marked damaged (logged at ERROR once, with what to do): from then on every
+  write is refused with ``StoreDamaged`` (503 with ``Retry-After``, gRPC ``UNAVAILABLE``) without touching the file,
+  and a group commit in which one job met the damage is rolled back whole — nothing is acknowledged that was written
+  into a damaged file. Reads go on; one that meets the damage is ``StoreDamaged`` too, never a 500.
 - Writers may cache row ids (``ingest``'s get-or-insert caches) and other state read from the database (the rollups'
   watermarks); they register a hook with ``on_forget_ids``, called whenever what they hold may be stale: after any
   rollback, when retention drops rows (``forget_ids``), and when another process has written to the database since
@@ -26,7 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from bridge.errors import BridgeError, StorageFull
+from bridge.errors import BridgeError, StorageFull, StoreDamaged
+from bridge.store.integrity import START_CHECK_BYTES, damage_of, header_problem, quick_check, summary
 from bridge.store.schema import current_version, migrate
 
 log = logging.getLogger("bridge.store")
@@ -75,6 +82,8 @@ class Database:
         self._flush_scheduled = False
         self._forget_hooks: list[Callable[[], None]] = []
         self._data_version: int | None = None
+        self.damage: str | None = None  # why the file is known to be damaged: no write is attempted any more
+        self.deferred_check = False  # too large to check whole before opening: ``check_whole`` runs once open
 
     # ----------------------------------------------------------------------------------------- lifetime
 
@@ -95,9 +104,19 @@ class Database:
         return conn
 
     def _open_writer(self) -> None:
+        conn: sqlite3.Connection | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            problem = header_problem(self.path)
+            if problem is not None:
+                raise StoreDamaged(self._refusal(problem))
+            size = self.path.stat().st_size if self.path.exists() else 0
             conn = self._connect()
+            if 0 < size <= START_CHECK_BYTES:
+                problems = quick_check(conn)
+                if problems:
+                    raise StoreDamaged(self._refusal(f"SQLite's quick_check: {summary(problems)}"))
+            self.deferred_check = size > START_CHECK_BYTES
             conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # takes effect on a new database only
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
@@ -105,9 +124,85 @@ class Database:
             before = current_version(conn)
             if migrate(conn) != before and before:
                 conn.executescript("PRAGMA incremental_vacuum;")  # give back what a migration freed (dropped indexes)
-        except (OSError, sqlite3.Error, RuntimeError) as exc:
+        except (OSError, sqlite3.Error, RuntimeError, StoreDamaged) as exc:
+            if conn is not None:
+                conn.close()
+            if isinstance(exc, StoreDamaged):
+                raise
+            if (found := damage_of(exc)) is not None:
+                raise StoreDamaged(self._refusal(str(found))) from exc
             raise StoreError(f"cannot open the store at {self.path}: {exc}") from exc
         self._wconn = conn
+
+    # ----------------------------------------------------------------------------------------- damage
+
+    def _repair_hint(self) -> str:
+        return (
+            f"`profile-bridge store repair --data-dir {self.path.parent}` rebuilds it from every row that can still be "
+            "read and keeps the damaged file beside it (docs/standalone.md)"
+        )
+
+    def _refusal(self, reason: str) -> str:
+        """The one line a bridge that will not open a damaged store says."""
+        return (
+            f"the store at {self.path} is damaged ({reason}): the bridge does not start on it. {self._repair_hint()};"
+            " or start with another PROFILE_BRIDGE_DATA_DIR"
+        )
+
+    def damaged_error(self) -> StoreDamaged:
+        """What a request meets once the store is known to be damaged (it names no path: callers read it)."""
+        return StoreDamaged(
+            f"the standalone store is damaged ({self.damage}): nothing of this request was stored; retry later "
+            "(the bridge's operator repairs it with `profile-bridge store repair`)"
+        )
+
+    def mark_damaged(self, reason: str) -> None:
+        """The file is damaged: refuse every write from now on; logged at ERROR once, with what to do."""
+        with self._lock:
+            if self.damage is not None:
+                return
+            self.damage = reason
+        log.error(
+            "store: the store at %s is damaged (%s): ingest is refused (HTTP 503 with Retry-After: %d, gRPC "
+            "UNAVAILABLE; SDKs and exporters retry) and /readyz says not ready. Stop the bridge: %s; then start it "
+            "again",
+            self.path,
+            reason,
+            StoreDamaged.RETRY_AFTER_S,
+            self._repair_hint(),
+        )
+
+    def fault(self, exc: BaseException) -> BridgeError | None:
+        """The bridge's error for a failed SQLite call: ``StorageFull``, ``StoreDamaged`` (the store marked damaged),
+        or None for anything else."""
+        full = storage_full(exc)
+        if full is not None:
+            return full
+        found = damage_of(exc)
+        if found is None:
+            return None
+        self.mark_damaged(str(found))
+        return self.damaged_error()
+
+    def _refuse_if_damaged(self) -> None:
+        if self.damage is not None:
+            raise self.damaged_error()
+
+    async def check_whole(self) -> list[str]:
+        """SQLite's ``quick_check`` over the whole file, on a read-only connection of its own and a thread of its own
+        (the readers and the writer go on meanwhile); damage found marks the store damaged."""
+
+        def run() -> list[str]:
+            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+            try:
+                return quick_check(conn)
+            finally:
+                conn.close()
+
+        problems = await asyncio.to_thread(run)
+        if problems:
+            self.mark_damaged(f"SQLite's quick_check: {summary(problems)}")
+        return problems
 
     async def close(self) -> None:
         """Checkpoint the WAL and close every connection; a second call does nothing."""
@@ -128,6 +223,8 @@ class Database:
         if self._wconn is not None:
             try:
                 self._wconn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as exc:  # a damaged file: what the log holds stays there for a repair to fold in
+                log.warning("store: the write-ahead log could not be folded into %s on close: %s", self.path, exc)
             finally:
                 self._wconn.close()
                 self._wconn = None
@@ -152,27 +249,29 @@ class Database:
                 self._reader_conns.append(conn)
         try:
             return fn(conn, *args)
-        except sqlite3.Error as exc:  # a sort or temporary index spilling to a full disk
-            full = storage_full(exc)
-            if full is None:
+        except sqlite3.Error as exc:  # a sort or temporary index spilling to a full disk; a damaged page
+            fault = self.fault(exc)
+            if fault is None:
                 raise
-            raise full from exc
+            raise fault from exc
 
     # ----------------------------------------------------------------------------------------- writes
 
     async def write(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(writer connection, *args)`` on the writer thread, outside any transaction: ``fn`` opens its own with
-        ``transaction`` (retention does, several times)."""
+        ``transaction`` (retention does, several times). Refused once the store is known to be damaged."""
+        self._refuse_if_damaged()
         return await asyncio.get_running_loop().run_in_executor(self._writer, self._with_writer, fn, args)
 
     def _with_writer(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         try:
+            self._refuse_if_damaged()
             return fn(self._w(), *args)
         except sqlite3.Error as exc:
-            full = storage_full(exc)
-            if full is None:
+            fault = self.fault(exc)
+            if fault is None:
                 raise
-            raise full from exc
+            raise fault from exc
 
     def _w(self) -> sqlite3.Connection:
         if self._wconn is None:
@@ -216,7 +315,10 @@ class Database:
 
         Group commit: jobs that arrive while the writer is busy are written together in the next transaction, each
         inside its own savepoint — one job's failure rolls back only that job, and the commit (one fsync) is
-        shared. Each caller is answered only after the shared COMMIT."""
+        shared. Each caller is answered only after the shared COMMIT. A job that meets a damaged file fails the whole
+        group (rolled back: nothing of it is acknowledged); once the store is known to be damaged, jobs are refused
+        without touching the file."""
+        self._refuse_if_damaged()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         with self._lock:
@@ -237,6 +339,7 @@ class Database:
             return
         outcomes: list[tuple[Any, BaseException | None]] = []
         try:
+            self._refuse_if_damaged()
             conn = self._w()
             self._begin(conn)
             try:
@@ -245,6 +348,8 @@ class Database:
                     try:
                         outcomes.append((job(conn), None))
                     except Exception as exc:  # noqa: BLE001 - handed to the job's caller below
+                        if damage_of(exc) is not None:
+                            raise  # the whole group: nothing written into a damaged file is acknowledged
                         conn.execute(f"ROLLBACK TO job{n}")
                         self.forget_ids()  # ids handed out inside the rolled-back job no longer exist
                         outcomes.append((None, storage_full(exc) or exc))
@@ -259,7 +364,7 @@ class Database:
             error: BaseException = (
                 group_exc
                 if isinstance(group_exc, BridgeError)
-                else storage_full(group_exc) or StoreError(f"the store could not commit: {group_exc}")
+                else self.fault(group_exc) or StoreError(f"the store could not commit: {group_exc}")
             )
             outcomes = [(None, error)] * len(jobs)
         for (_, future, loop), (result, failure) in zip(jobs, outcomes, strict=True):

@@ -1,7 +1,9 @@
-"""The store's background work while the app runs, on one task: compaction of the rollups (every
+"""The store's background work while the app runs, on one task: first, for a store too large to check whole before
+it opened, SQLite's quick_check over the whole file (``Database.check_whole``); then compaction of the rollups (every
 ``COMPACT_INTERVAL`` seconds), retention by age and by size (every minute, or more often when data expires sooner),
 and the query planner's statistics (``ANALYZE``, every ``ANALYZE_INTERVAL`` seconds, first once compaction has caught
-up at start)."""
+up at start). On a store found damaged every step is skipped (the damage was logged at ERROR once, with what to
+do)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from collections.abc import Awaitable
 from typing import Final, TypeVar
 
 from bridge.config import Settings
-from bridge.errors import StorageFull
+from bridge.errors import StorageFull, StoreDamaged
 from bridge.store.backend import Store
 
 log = logging.getLogger("bridge.store")
@@ -32,6 +34,10 @@ async def maintenance_loop(store: Store, settings: Settings, interval: float) ->
     """Compaction, retention (every ``interval`` seconds) and ``ANALYZE``; a failed step is logged and retried on its
     next turn."""
     tick = min(interval, COMPACT_INTERVAL)
+    if store.db.deferred_check:
+        log.info("store: checking the whole file in the background (too large to check before it opened)")
+        if await _step("check", store.db.check_whole()) == []:
+            log.info("store: the whole file is intact (SQLite's quick_check)")
     next_retention = next_analyze = time.monotonic()
     while True:
         now = time.monotonic()
@@ -60,6 +66,8 @@ async def _step(name: str, work: Awaitable[T]) -> T | None:
         return await work
     except StorageFull as exc:
         log.info("store %s postponed: %s", name, exc.message)
+    except StoreDamaged:
+        log.debug("store %s skipped: the store is damaged", name)
     except Exception:  # noqa: BLE001 - logged, retried on the next turn
         log.exception("store %s failed", name)
     return None
