@@ -243,6 +243,8 @@ def _damage_inside(path: Path, intact: Path) -> set[int]:
 # --------------------------------------------------------------------------------------------- at start
 
 
+@pytest.mark.slow  # `profile-bridge serve` in its own process (seconds); the store's data is stamped in the past and
+# never read against the clock here: date-safe
 def test_a_damaged_store_is_refused_at_start_with_one_error_line(intact: Path, tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     _damage_tail(_copy(intact, data_dir))
