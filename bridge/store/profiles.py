@@ -41,6 +41,7 @@ from bridge.store.schema import unpack_frames
 SERIES_LABELS_CACHE: Final = 100_000  # parsed label sets kept, keyed by their JSON text
 INT64_MAX: Final = 2**63 - 1
 MAX_MAX_NODES: Final = 1 << 20  # Pyroscope's querier.max-flamegraph-nodes-max
+MAX_STEP_S: Final = 10**12  # SelectSeries steps are cut to this (31,700 years): longer than any window
 
 
 def _overflow() -> BridgeError:
@@ -471,7 +472,9 @@ class Profiles:
         ProfileType.parse(req.profile_typeID)
         if not (math.isfinite(req.step) and req.step > 0):
             raise InvalidArgument(f"step {req.step} must be a positive, finite number of seconds")
-        step_ms = int(req.step * 1000)
+        # a step longer than every window (1970–2200) gives one point, whatever its size: cut before it overflows
+        # (fuzzed: "step": 1e308 made int() of an infinity, a 500)
+        step_ms = int(min(req.step, MAX_STEP_S) * 1000)
         if step_ms <= 0:
             raise InvalidArgument(f"step {req.step} must be at least a millisecond (0.001)")
         if req.exemplar_type == tpb.EXEMPLAR_TYPE_SPAN:
