@@ -15,6 +15,7 @@ from aiohttp import web
 
 from bridge.auth import Auth
 from bridge.config import Settings
+from bridge.drain import close_when_draining
 from bridge.gate import make_gate
 from bridge.logs import server_logger
 from bridge.metrics import Metrics
@@ -57,6 +58,7 @@ def create_app(settings: Settings, *, wall_clock: Callable[[], float] = time.tim
     if settings.pprof_targets:
         metrics.allow("target", *settings.pprof_targets)
     app.cleanup_ctx.append(_running(mode))
+    app.on_response_prepare.append(close_when_draining)  # a stopping worker ends each connection after its answer
     return app
 
 

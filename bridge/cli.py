@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("bridge.cli")
 
-WORKER_DRAIN_SECONDS: Final = 0.5  # a stopping worker's grace for connections it accepted just before
-
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -558,11 +556,11 @@ async def serve(
             await stop.wait()
         finally:
             watch.cancel()
-            # stop accepting first, then give connections this worker accepted a moment ago the time to send their
-            # request: closing them at once (as a cleanup does with connections that have not spoken yet) would
-            # reset a client that was just writing its body, while the socket's other workers serve everyone else
-            await worker_site.stop()
-            await asyncio.sleep(WORKER_DRAIN_SECONDS)
+            # stop accepting, answer what still arrives on open connections with Connection: close, and wait for
+            # the clients to close them (bridge.drain): the worker replacing this one serves everything new
+            from bridge.drain import drain
+
+            await drain(runner, worker_site)
             await runner.cleanup()
         return EXIT_OK
     site = web.TCPSite(runner, settings.listen_host, settings.listen_port)

@@ -354,6 +354,9 @@ class Settings:
     log_format: Literal["text", "json"] = "text"
     # where the settings came from, for /readyz and doctor (not a setting)
     explicit: frozenset[str] = field(default_factory=frozenset, compare=False)
+    # (not a setting) a worker that replaces another on SIGHUP binds the OTLP gRPC port once the other lets go of
+    # it, for up to this many seconds (bridge.workers); 0: a port in use stops the start
+    otlp_grpc_wait: float = field(default=0.0, compare=False)
 
     @classmethod
     def from_env(

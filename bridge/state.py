@@ -111,12 +111,14 @@ class Backends:
 
 
 class Runtime:
-    """Holds the backends while the app runs (an aiohttp app's own state is frozen by the time they exist)."""
+    """Holds the backends while the app runs (an aiohttp app's own state is frozen by the time they exist), and
+    whether it is draining: a stopping worker's responses end their connections (``bridge.drain``)."""
 
-    __slots__ = ("backends",)
+    __slots__ = ("backends", "draining")
 
     def __init__(self) -> None:
         self.backends: Backends | None = None
+        self.draining = False
 
 
 RUNTIME = web.AppKey("runtime", Runtime)

@@ -14,8 +14,12 @@
   flags given at start; the environment as it was) and the workers are replaced one slot at a time — the new
   worker serves before the old one is told to stop. A worker that dies is started again, after a back-off.
 - **Once per bridge.** The OTLP gRPC receiver (its own port, bound without ``SO_REUSEPORT``) and the pprof puller
-  (each target scraped once, not once per worker) run in slot 0 only; on SIGHUP slot 0's old worker stops before
-  its new one starts, so the gRPC port is free again (exporters retry meanwhile).
+  (each target scraped once, not once per worker) run in slot 0 only. On SIGHUP slot 0 is replaced like the others —
+  the new worker serves HTTP first — and its gRPC receiver binds the port as soon as the old worker, which stops its
+  receiver first when told to stop, lets go of it (``Settings.otlp_grpc_wait``; exporters retry meanwhile).
+- **Zero loss.** A worker told to stop drains (``bridge.drain``): it stops accepting, answers what still arrives on
+  its keep-alive connections with ``Connection: close`` and waits for its clients to close them; new connections
+  wait in the slot's socket for the new worker. No request in flight is lost (``tests/proxy/test_reload.py``).
 - **Metrics.** Every worker writes its counters and histograms to files in one directory (prometheus_client's
   multiprocess mode), and ``/metrics`` on any worker answers the sum over all of them, so a scraper on the shared
   port sees one bridge whose counters only go up, whichever worker answers (``bridge.metrics``).
@@ -27,6 +31,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import logging
 import os
@@ -147,7 +152,7 @@ class _Restart:
 
     settings: Settings
     slots: list[int]
-    old: _Worker | None = None  # the worker of the slot being replaced (stopped before or after its successor)
+    old: _Worker | None = None  # the worker of the slot being replaced (stopped once its successor serves)
     new: _Worker | None = None
 
 
@@ -368,12 +373,6 @@ class Master:
                 self._terminate(restart.new)
                 self._restart = None
             return
-        if restart.old is not None:  # slot 0: its old worker must be gone before the new one binds the gRPC port
-            if restart.old.pid in self.workers:
-                return
-            restart.new = self._spawn(restart.old.slot, restart.settings)
-            restart.old = None
-            return
         if not restart.slots:
             self.settings = restart.settings
             self._restart = None
@@ -381,14 +380,11 @@ class Master:
             return
         slot = restart.slots.pop(0)
         current = next((w for w in self.workers.values() if w.slot == slot and not w.stopping), None)
-        if current is None:
-            restart.new = self._spawn(slot, restart.settings)
-        elif slot == 0 and _has_singletons(restart.settings):
-            restart.old = current
-            self._terminate(current)
-        else:
-            restart.old = current
-            restart.new = self._spawn(slot, restart.settings)
+        restart.old = current
+        # the new worker serves before the old one stops, in every slot: slot 0's takes the OTLP gRPC port over once
+        # the old one (which stops its receiver first) lets go of it
+        settings = dataclasses.replace(restart.settings, otlp_grpc_wait=READY_TIMEOUT_S) if current else None
+        restart.new = self._spawn(slot, settings or restart.settings)
 
     # ------------------------------------------------------------------------------------------- processes
 
@@ -452,20 +448,12 @@ def _worker_process(master: Master, settings: Settings, slot: int, ready_w: int)
 
 def slot_settings(settings: Settings, slot: int) -> Settings:
     """What runs once per bridge runs in slot 0: other slots have no gRPC receiver and no pprof puller."""
-    import dataclasses
-
     if slot == 0:
         return settings
     return dataclasses.replace(settings, otlp_grpc_enabled=False, pprof_targets=())
 
 
-def _has_singletons(settings: Settings) -> bool:
-    return settings.otlp_grpc_enabled or bool(settings.pprof_targets)
-
-
 def _keep_address(settings: Settings, old: Settings) -> Settings:
-    import dataclasses
-
     return dataclasses.replace(settings, listen_host=old.listen_host, listen_port=old.listen_port, mode=old.mode)
 
 

@@ -14,7 +14,9 @@ onto gRPC status codes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
@@ -40,6 +42,7 @@ PROFILES_SERVICE: Final = "opentelemetry.proto.collector.profiles.v1development.
 TRACE_SERVICE: Final = "opentelemetry.proto.collector.trace.v1.TraceService"
 
 M = TypeVar("M", bound=Message)
+BIND_RETRY_S: Final = 0.05  # how often a receiver waiting for its port tries it again
 
 
 class TraceSink(Protocol):
@@ -48,12 +51,20 @@ class TraceSink(Protocol):
 
 @dataclass(slots=True)
 class GrpcServer:
-    server: grpc.aio.Server
+    server: grpc.aio.Server | None  # None while it waits for its port (``start_grpc_server``'s ``wait_for_port``)
     host: str
     port: int  # the bound port (useful when the setting asked for port 0)
+    waiting: asyncio.Task[None] | None = None
 
     async def stop(self, grace: float = 2.0) -> None:
-        await self.server.stop(grace)
+        """Stop serving (new calls refused, calls under way get ``grace`` seconds); a second call does nothing."""
+        if self.waiting is not None:
+            self.waiting.cancel()
+            await asyncio.gather(self.waiting, return_exceptions=True)
+            self.waiting = None
+        server, self.server = self.server, None
+        if server is not None:
+            await server.stop(grace)
 
 
 def call_context(context: grpc.aio.ServicerContext, settings: Settings, auth: Auth | None = None) -> CallContext:
@@ -159,7 +170,27 @@ def build_handlers(settings: Settings, gateway: Gateway, trace_sink: TraceSink |
 
 
 async def start_grpc_server(settings: Settings, gateway: Gateway, trace_sink: TraceSink | None = None) -> GrpcServer:
-    """Bind and start. A port that cannot be bound raises ``OSError`` naming the address."""
+    """Bind and start. A port that cannot be bound raises ``OSError`` naming the address — unless
+    ``settings.otlp_grpc_wait`` is set (a worker replacing the one that holds the port, ``bridge.workers``): then the
+    receiver binds in the background as soon as the port is free, for up to that many seconds."""
+    host, port = settings.otlp_grpc_listen
+    try:
+        return await _bind_and_start(settings, gateway, trace_sink)
+    except OSError as exc:
+        if settings.otlp_grpc_wait <= 0:
+            raise
+        log.info(
+            "OTLP gRPC port %s:%d still taken (%s): binding it once the worker this one replaces lets go",
+            host,
+            port,
+            exc,
+        )
+    server = GrpcServer(None, host, port)
+    server.waiting = asyncio.create_task(_bind_when_free(server, settings, gateway, trace_sink))
+    return server
+
+
+async def _bind_and_start(settings: Settings, gateway: Gateway, trace_sink: TraceSink | None) -> GrpcServer:
     host, port = settings.otlp_grpc_listen
     server = grpc.aio.server(
         options=[
@@ -179,3 +210,20 @@ async def start_grpc_server(settings: Settings, gateway: Gateway, trace_sink: Tr
     services = "profiles" + (" and traces" if trace_sink is not None else "")
     log.info("OTLP gRPC receiver for %s on %s:%d", services, host, bound)
     return GrpcServer(server, host, bound)
+
+
+async def _bind_when_free(
+    holder: GrpcServer, settings: Settings, gateway: Gateway, trace_sink: TraceSink | None
+) -> None:
+    deadline = time.monotonic() + settings.otlp_grpc_wait
+    while True:
+        await asyncio.sleep(BIND_RETRY_S)
+        try:
+            started = await _bind_and_start(settings, gateway, trace_sink)
+        except OSError as exc:
+            if time.monotonic() < deadline:
+                continue
+            log.error("OTLP gRPC receiver not started: %s after %.0f s", exc, settings.otlp_grpc_wait)
+            return
+        holder.server, holder.port = started.server, started.port
+        return
