@@ -4,6 +4,10 @@ payloads). Each caller turns the reason into its own error type; the reason read
 ``Budget``: one request's decompression allowance, shared by its body and every gzipped payload nested in it (a
 Push's pprof samples, ``/ingest``'s profile and multipart parts): at most ``INFLATE_FACTOR`` ×
 ``PROFILE_BRIDGE_MAX_BODY_BYTES`` inflated bytes per request, whatever the number of payloads inside.
+
+What inflating costs in memory (``gunzip``): a payload whose gzip trailer states a size over its limit costs nothing
+(refused unread); any other is inflated in ``CHUNK`` steps and costs at most its limit before it is refused — plus,
+when it fits, as much again for a moment while its pieces are joined.
 """
 
 from __future__ import annotations
@@ -12,6 +16,10 @@ import zlib
 from typing import Final
 
 GZIP_MAGIC: Final = b"\x1f\x8b"
+GZIP_MIN_BYTES: Final = 18  # a member's 10-byte header and 8-byte trailer
+CHUNK: Final = 1024 * 1024  # inflated at a time: a bomb is refused within this much of its limit
+# deflate's largest ratio: a 258-byte match in two one-bit codes (zlib's FAQ, "What's the maximum compression ratio")
+DEFLATE_MAX_RATIO: Final = 1032
 
 
 class GzipError(ValueError):
@@ -76,18 +84,53 @@ class Budget:
         return out
 
 
+def stated_size(data: bytes) -> int | None:
+    """The size a gzip member's trailer states (RFC 1952 §2.3.1: ISIZE, the input's length modulo 2^32, the last
+    four bytes); None for data too short to hold a member, or whose last four bytes cannot be a trailer: more than
+    deflate's ``DEFLATE_MAX_RATIO`` times the data (a gzip cut short, junk after it)."""
+    if len(data) < GZIP_MIN_BYTES:
+        return None
+    stated = int.from_bytes(data[-4:], "little")
+    return stated if stated <= DEFLATE_MAX_RATIO * len(data) else None
+
+
 def gunzip(data: bytes, max_bytes: int) -> bytes:
-    """Inflate one gzip member, never producing more than ``max_bytes`` (a gzip bomb stops at the limit)."""
-    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        out = inflater.decompress(data, max_bytes + 1)
-    except zlib.error as exc:
-        raise GzipError(f"not valid gzip ({exc})") from exc
-    if len(out) > max_bytes:
-        raise GzipTooLarge(f"over {max_bytes} bytes after gzip decompression")
-    if not inflater.eof:
-        raise GzipError("truncated gzip")
-    return out
+    """Inflate gzip — every member, as RFC 1952 §2.2 allows several — never holding more than ``max_bytes`` of what
+    it inflates to (a bomb costs at most the limit, never twice it):
+
+    - a last member whose trailer states more than ``max_bytes`` is refused before anything is inflated (whatever
+      came before it, the whole is larger still);
+    - otherwise the data is inflated ``CHUNK`` bytes at a time, and refused as soon as it passes the limit (a trailer
+      can lie: it is checked only when the member ends, by zlib)."""
+    stated = stated_size(data)
+    if stated is not None and stated > max_bytes:
+        raise GzipTooLarge(f"over {max_bytes} bytes after gzip decompression (its gzip trailer says {stated})")
+    parts: list[bytes] = []
+    size = 0
+    rest = data
+    while True:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        pending = rest
+        try:
+            while pending and not inflater.eof:
+                piece = inflater.decompress(pending, CHUNK)
+                size += len(piece)
+                if size > max_bytes:
+                    raise GzipTooLarge(f"over {max_bytes} bytes after gzip decompression")
+                parts.append(piece)
+                pending = inflater.unconsumed_tail
+            while not inflater.eof and (piece := inflater.decompress(b"", CHUNK)):  # what zlib still holds
+                size += len(piece)
+                if size > max_bytes:
+                    raise GzipTooLarge(f"over {max_bytes} bytes after gzip decompression")
+                parts.append(piece)
+        except zlib.error as exc:
+            raise GzipError(f"not valid gzip ({exc})") from exc
+        if not inflater.eof:
+            raise GzipError("truncated gzip")
+        rest = inflater.unused_data
+        if not rest.startswith(GZIP_MAGIC):  # the end (bytes after the last member are ignored, as gzip(1) does)
+            return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def accepts_gzip(accept_encoding: str | None) -> bool:
