@@ -19,8 +19,7 @@ from bridge.wire.pyroscope import SPAN_RPCS
 from tests import fuzzing
 from tests.span_stack import start_stack, start_standalone
 
-PER_FIELD = 2  # hostile values per field in this pass (all of them: scripts/fuzz.py)
-PER_KEY = 2
+PER_FIELD = 1  # hostile values per field and per query key in this pass (all of them: scripts/fuzz.py)
 
 
 def cases_for(app: Any, rpcs: dict[str, Any], *, seed: int, per: int | None, proxy: bool) -> list[fuzzing.Case]:
@@ -54,6 +53,7 @@ def _report(mode: str, tally: fuzzing.Tally) -> None:
     print(f"\n{mode}: " + "\n".join(tally.lines()))
 
 
+@pytest.mark.slow  # about a thousand requests; the store's data meets an injected clock: date-safe
 async def test_fuzz_standalone_every_field_of_every_route(tmp_path: Path, aiohttp_client: Any) -> None:
     client, _ = await start_standalone(aiohttp_client, str(tmp_path / "data"))
     backends = client.app[RUNTIME].backends
@@ -62,11 +62,12 @@ async def test_fuzz_standalone_every_field_of_every_route(tmp_path: Path, aiohtt
     tally = await fuzzing.run(client, cases)
     _report("standalone", tally)
     assert not tally.failures, "\n".join(tally.failures[:20])
-    assert sum(tally.by_route.values()) == len(cases) > 1000
+    assert sum(tally.by_route.values()) == len(cases) > 500
     for method in rpcs:  # every RPC the store answers was fuzzed
         assert tally.by_route[f"POST {fuzzing.QUERIER}{method}"] > 0
 
 
+@pytest.mark.slow  # hundreds of requests; the doubles' data meets an injected clock: date-safe
 async def test_fuzz_proxy_every_field_of_the_rpcs_the_bridge_resolves(aiohttp_server: Any, aiohttp_client: Any) -> None:
     stack = await start_stack(aiohttp_server, aiohttp_client)
     rpcs = {method: request for method, (request, _) in SPAN_RPCS.items()}
