@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import BinaryIO, Final
 
 from bridge.store import integrity, salvage
-from bridge.store.schema import migrate
+from bridge.store.schema import LATEST, migrate
 
 SHM_DMS_BYTE: Final = 128
 REPAIRING_SUFFIX: Final = ".repairing"
@@ -130,6 +130,11 @@ def repair(path: Path, wall_clock: Callable[[], float] = time.time) -> RepairRes
     for leftover in _family(fresh_path):
         leftover.unlink(missing_ok=True)
     layout = _old_layout(path)
+    if not 1 <= layout.version <= LATEST:
+        raise RepairError(
+            f"the store at {path} has schema version {layout.version}; this bridge knows 1 to {LATEST}: repair it "
+            "with the profile-bridge that wrote it"
+        )
     result = RepairResult(path, damaged_kept, layout.version, notes=[n for n in notes if n])
     fresh = sqlite3.connect(fresh_path.resolve().as_uri(), uri=True, isolation_level=None)
     try:
@@ -138,9 +143,9 @@ def repair(path: Path, wall_clock: Callable[[], float] = time.time) -> RepairRes
         migrate(fresh, layout.version)
         fresh.execute("ATTACH DATABASE ? AS old", (f"{path.resolve().as_uri()}?mode=ro",))
         with open(path, "rb") as fh:
-            pages = _pages(fh, path)
+            salvager = salvage.Salvager(_pages(fh, path))
             for table in _tables(fresh):
-                result.tables.append(_copy_table(fresh, table, layout, pages))
+                result.tables.append(_copy_table(fresh, table, layout, salvager))
         fresh.execute("DETACH DATABASE old")
         fresh.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     except BaseException:
@@ -308,7 +313,7 @@ def _row_check(table: _Table) -> Callable[[list[salvage.Value]], bool]:
     return fits
 
 
-def _copy_table(fresh: sqlite3.Connection, table: _Table, layout: _Layout, pages: salvage.Pages) -> TableResult:
+def _copy_table(fresh: sqlite3.Connection, table: _Table, layout: _Layout, salvager: salvage.Salvager) -> TableResult:
     """One table into the fresh store: by SQLite when the whole table reads, else salvaged (``_salvage_table``)."""
     result = TableResult(table.name)
     if table.name not in layout.roots:
@@ -329,7 +334,7 @@ def _copy_table(fresh: sqlite3.Connection, table: _Table, layout: _Layout, pages
         if integrity.damage_of(exc) is None:
             raise
     result.how = "pages"
-    rows = _salvage_table(fresh, table, layout, pages, result)
+    rows = _salvage_table(fresh, table, layout, salvager, result)
     insert = f'INSERT OR IGNORE INTO main."{table.name}" ({cols}) VALUES ({", ".join("?" * len(table.columns))})'
     fresh.execute("BEGIN")
     for start in range(0, len(rows), INSERT_BATCH):
@@ -341,13 +346,13 @@ def _copy_table(fresh: sqlite3.Connection, table: _Table, layout: _Layout, pages
 
 
 def _salvage_table(
-    fresh: sqlite3.Connection, table: _Table, layout: _Layout, pages: salvage.Pages, result: TableResult
+    fresh: sqlite3.Connection, table: _Table, layout: _Layout, salvager: salvage.Salvager, result: TableResult
 ) -> list[list[salvage.Value]]:
     """A damaged table's rows, page by page: from its own b-tree, then from every index of it that holds all its
     columns (a table of names with a UNIQUE name, such as ``functions`` or ``stacks``: its index holds each name with
     its row id, so rows whose table pages are lost come back from the index)."""
     fits = _row_check(table)
-    got = salvage.Salvager(pages).salvage(layout.roots[table.name], index=table.without_rowid, check=fits)
+    got = salvager.salvage(layout.roots[table.name], index=table.without_rowid, check=fits)
     result.lost_pages, result.bad_cells = got.lost_pages, got.bad_cells
     rows = []
     for rowid, values in got.rows:
@@ -357,7 +362,7 @@ def _salvage_table(
     for name, root in layout.indexes.get(table.name, []):
         as_row = _row_from_index(fresh, table, name, fits)
         if as_row is not None:
-            from_index = salvage.Salvager(pages).salvage(root, index=True, check=_is_row(as_row))
+            from_index = salvager.salvage(root, index=True, check=_is_row(as_row))
             rows.extend(row for _, record in from_index.rows if (row := as_row(record)) is not None)
     return rows
 

@@ -231,7 +231,8 @@ class Salvager:
         self.pages = pages
         self.header = pages.header
         self._owner: dict[int, int] = {}  # page -> root page it belongs to (pointer map), filled on first use
-        self._seen: set[int] = set()  # pages walked (by any table)
+        self._seen: set[int] = set()  # pages walked (by any table: a page belongs to one b-tree)
+        self._maps: dict[int, bytes | None] = {}  # pointer-map pages read (1 in 800 pages of a 4 KiB-page file)
 
     def salvage(self, root: int, *, index: bool, check: Callable[[list[Value]], bool]) -> TableSalvage:
         out = TableSalvage()
@@ -340,9 +341,13 @@ class Salvager:
         if number <= map_page:
             return None
         offset = 5 * (number - map_page - 1)
-        try:
-            data = self.pages.read(map_page)
-        except PageError:
+        if map_page not in self._maps:
+            try:
+                self._maps[map_page] = self.pages.read(map_page)
+            except PageError:
+                self._maps[map_page] = None
+        data = self._maps[map_page]
+        if data is None:
             return None
         kind = data[offset]
         if kind not in PTRMAP_TYPES:
