@@ -24,7 +24,7 @@ from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 from bridge.state import RUNTIME  # noqa: E402
 from bridge.wire.pyroscope import SPAN_RPCS  # noqa: E402
 from tests import fuzzing  # noqa: E402
-from tests.service.test_fuzz import cases_for  # noqa: E402
+from tests.service.test_fuzz import SLOW_MACHINE, cases_for  # noqa: E402
 from tests.span_stack import start_stack, start_standalone  # noqa: E402
 
 
@@ -60,7 +60,7 @@ async def fuzz(rounds: int, seed: int) -> int:
         servers.append(await _server(app, **kwargs))
         return servers[-1]
 
-    stack = await start_stack(server, _client)
+    stack = await start_stack(server, _client, **SLOW_MACHINE)
     try:
         rpcs = {method: request for method, (request, _) in SPAN_RPCS.items()}
         cases = cases_for(stack.http.app, rpcs, seed=seed, per=None, proxy=True)
@@ -68,7 +68,7 @@ async def fuzz(rounds: int, seed: int) -> int:
         for method, cls in sorted(rpcs.items()):
             path = f"{fuzzing.QUERIER}{method}"
             cases.extend(fuzzing.combined_cases(path, "application/proto", cls, rounds=rounds, rng=rng))
-        failures += _report("proxy", await fuzzing.run(stack.http, cases))
+        failures += _report("proxy", await fuzzing.run(stack.http, cases, timeout=120.0))
     finally:
         await stack.http.close()
         for s in servers:
