@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The long fuzzing pass (``tests/fuzzing.py``; the suite runs a short one, ``tests/service/test_fuzz.py``): every
-hostile value of every field of every route, in both modes, then ``--rounds`` requests per RPC with several fields
-hostile at once. Prints the counts by route and by status, and every failure; exit 1 when there is one.
+hostile value of every field of every route, in both modes and on the OTLP gRPC receiver, then ``--rounds`` requests
+per RPC with several fields hostile at once. Prints the counts by route and by status, and every failure; exit 1 when there is one.
 
     .venv/bin/python scripts/fuzz.py [--rounds 2000] [--seed 19]
 """
@@ -21,9 +21,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: 
 from aiohttp import web  # noqa: E402
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
+from bridge.app import create_app  # noqa: E402
+from bridge.config import Settings  # noqa: E402
 from bridge.state import RUNTIME  # noqa: E402
 from bridge.wire.pyroscope import SPAN_RPCS  # noqa: E402
 from tests import fuzzing  # noqa: E402
+from tests.doubles.shop import capture_now  # noqa: E402
 from tests.service.test_fuzz import SLOW_MACHINE, cases_for  # noqa: E402
 from tests.span_stack import start_stack, start_standalone  # noqa: E402
 
@@ -52,6 +55,25 @@ async def fuzz(rounds: int, seed: int) -> int:
             for path, (ctype, cls) in sorted(fuzzing.rpc_routes(rpcs).items()):
                 cases.extend(fuzzing.combined_cases(path, ctype, cls, rounds=rounds, rng=rng))
             failures += _report("standalone", await fuzzing.run(client, cases))
+        finally:
+            await client.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings.for_tests(
+            mode="standalone",
+            data_dir=str(Path(tmp) / "data"),
+            otlp_grpc_enabled=True,
+            otlp_grpc_listen=("127.0.0.1", 0),
+        )
+        client = await _client(create_app(settings, wall_clock=capture_now))
+        try:
+            grpc = client.app[RUNTIME].backends.grpc
+            rng = random.Random(seed + 2)
+            cases = [
+                case
+                for method, cls in sorted(fuzzing.GRPC_METHODS.items())
+                for case in fuzzing.grpc_cases(method, cls, per_field=None, rng=rng)
+            ]
+            failures += _report("OTLP gRPC (standalone)", await fuzzing.run_grpc(f"127.0.0.1:{grpc.port}", cases))
         finally:
             await client.close()
     servers: list[TestServer] = []

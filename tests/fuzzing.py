@@ -55,6 +55,13 @@ INGEST_MESSAGES: Final[dict[str, tuple[str, type[Message]]]] = {
     "/push.v1.PusherService/Push": ("application/proto", push_pb2.PushRequest),
     "/v1development/profiles": ("application/x-protobuf", otlp_profiles_svc.ExportProfilesServiceRequest),
 }
+# the OTLP gRPC receiver's methods and their request messages (bridge/otlp/grpc_server.py registers them)
+GRPC_METHODS: Final[dict[str, type[Message]]] = {
+    "/opentelemetry.proto.collector.trace.v1.TraceService/Export": otlp_trace_svc.ExportTraceServiceRequest,
+    "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export": (
+        otlp_profiles_svc.ExportProfilesServiceRequest
+    ),
+}
 # POST routes whose body is no protobuf message: fuzzed through their query parameters and raw bodies
 RAW_POSTS: Final = frozenset({"/ingest"})
 # Tempo's query API paths (Tempo's docs, api_docs.md), as the /tempo mount sees them
@@ -455,4 +462,36 @@ async def run(client: Any, cases: list[Case], *, timeout: float = 60.0) -> Tally
         except TimeoutError:
             status, text = 599, f"no answer within {timeout} s"
         tally.add(case, status, text)
+    return tally
+
+
+def grpc_cases(method: str, cls: type[Message], *, per_field: int | None, rng: random.Random) -> list[Case]:
+    """The protobuf cases of ``rpc_cases`` for a gRPC method (gRPC carries no JSON)."""
+    return [
+        Case(f"gRPC {method}", "gRPC", method, case.what, case.body)
+        for case in rpc_cases(method, "application/grpc", cls, per_field=per_field, rng=rng)
+        if not case.what.endswith("(JSON)") and "JSON" not in case.what
+    ]
+
+
+GRPC_FAILURES: Final = frozenset({"INTERNAL", "UNKNOWN", "DATA_LOSS"})
+
+
+async def run_grpc(target: str, cases: list[Case], *, timeout: float = 60.0) -> Tally:
+    """Each case as a unary call with the raw body; a call that ends INTERNAL, UNKNOWN or DATA_LOSS, or with no
+    answer in ``timeout``, fails (counted under HTTP-like numbers: 200 OK, 400 for a refusal, 500 for those)."""
+    import grpc
+
+    tally = Tally()
+    async with grpc.aio.insecure_channel(target) as channel:
+        for case in cases:
+            call = channel.unary_unary(case.path, request_serializer=None, response_deserializer=None)
+            try:
+                await call(case.body or b"", timeout=timeout)
+                status, text = 200, "OK"
+            except grpc.aio.AioRpcError as exc:
+                name = exc.code().name
+                status = 500 if name in GRPC_FAILURES else 599 if name == "DEADLINE_EXCEEDED" else 400
+                text = f"{name}: {exc.details()}"
+            tally.add(case, status, text)
     return tally

@@ -14,9 +14,12 @@ from typing import Any
 import pytest
 
 from bridge._proto import querier_pb2 as qpb
+from bridge.app import create_app
+from bridge.config import Settings
 from bridge.state import RUNTIME
 from bridge.wire.pyroscope import SPAN_RPCS
 from tests import fuzzing
+from tests.doubles.shop import capture_now
 from tests.span_stack import start_stack, start_standalone
 
 # the doubles answer in this test's own event loop: on a loaded machine one can take seconds, which the bridge would
@@ -68,6 +71,28 @@ async def test_fuzz_standalone_every_field_of_every_route(tmp_path: Path, aiohtt
     assert sum(tally.by_route.values()) == len(cases) > 500
     for method in rpcs:  # every RPC the store answers was fuzzed
         assert tally.by_route[f"POST {fuzzing.QUERIER}{method}"] > 0
+
+
+@pytest.mark.slow  # hundreds of calls; nothing is read against the clock: date-safe
+async def test_fuzz_otlp_grpc_every_field_of_both_services(tmp_path: Path, aiohttp_client: Any) -> None:
+    """The OTLP gRPC receiver decodes what it is sent (standalone: traces and profiles into the store): every field,
+    one hostile value each; no call may end INTERNAL, UNKNOWN or DATA_LOSS."""
+    settings = Settings.for_tests(
+        mode="standalone", data_dir=str(tmp_path / "data"), otlp_grpc_enabled=True, otlp_grpc_listen=("127.0.0.1", 0)
+    )
+    client = await aiohttp_client(create_app(settings, wall_clock=capture_now))
+    grpc = client.app[RUNTIME].backends.grpc
+    assert grpc is not None
+    rng = random.Random(21)
+    cases = [
+        case
+        for method, cls in sorted(fuzzing.GRPC_METHODS.items())
+        for case in fuzzing.grpc_cases(method, cls, per_field=PER_FIELD, rng=rng)
+    ]
+    tally = await fuzzing.run_grpc(f"127.0.0.1:{grpc.port}", cases)
+    _report("OTLP gRPC", tally)
+    assert not tally.failures, "\n".join(tally.failures[:20])
+    assert set(tally.by_route) == {f"gRPC {method}" for method in fuzzing.GRPC_METHODS}
 
 
 @pytest.mark.slow  # hundreds of requests; the doubles' data meets an injected clock: date-safe
