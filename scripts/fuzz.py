@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The long fuzzing pass (``tests/fuzzing.py``; the suite runs a short one, ``tests/service/test_fuzz.py``): every
 hostile value of every field of every route, in both modes and on the OTLP gRPC receiver, then ``--rounds`` requests
-per RPC with several fields hostile at once. Prints the counts by route and by status, and every failure; exit 1 when there is one.
+per RPC with several fields hostile at once. Prints the counts by route and by status, and every failure; exit 1
+when there is one.
 
     .venv/bin/python scripts/fuzz.py [--rounds 2000] [--seed 19]
 """
