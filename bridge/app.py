@@ -19,7 +19,7 @@ from bridge.drain import close_when_draining
 from bridge.gate import make_gate
 from bridge.logs import server_logger
 from bridge.metrics import Metrics
-from bridge.middleware import make_middleware
+from bridge.middleware import make_middleware, nosniff
 from bridge.mode import Mode, choose_mode
 from bridge.routes import api, health, ingest, otlp, pages, pyroscope, tempo
 from bridge.spancache import SpanCache
@@ -39,6 +39,7 @@ def create_app(settings: Settings, *, wall_clock: Callable[[], float] = time.tim
         client_max_size=settings.max_body_bytes,
         handler_args={"auto_decompress": False, "logger": server_logger()},
     )
+    app.on_response_prepare.append(nosniff)
     app[SETTINGS] = settings
     app[METRICS] = metrics
     app[CLOCK] = Clock(wall_clock)

@@ -84,6 +84,10 @@ class Auth:
             return "ingest"
         return "read"
 
+    def accepts(self, token: str | None) -> bool:
+        """Whether ``token`` is one of the accepted ones (whatever it may do)."""
+        return token is not None and token_digest(token) in self._tokens
+
     def grant(self, need: str, token: str | None, from_authorization: bool, tenant: str | None) -> Grant:
         """Check one credential for ``need`` and the tenant the caller asked for; ``Unauthenticated`` or
         ``PermissionDenied`` saying why (never quoting the token)."""

@@ -14,6 +14,7 @@ from bridge.auth import REALM, TENANT_HEADER, TOKEN_HEADER, Auth, credential
 from bridge.errors import BridgeError, Unauthenticated
 from bridge.middleware import PASSED_THROUGH, ROUTE_LABEL, bridge_error_response
 from bridge.routes.otlp import error_status
+from bridge.state import TOKENLESS
 
 OTLP_PATHS: Final = frozenset({"/v1/traces", "/v1development/profiles"})
 TEXT_PATHS: Final = ("/ingest",)
@@ -30,9 +31,11 @@ def make_gate(auth: Auth) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         need = auth.required(request.path, request.method)
-        if need is None:
-            return await handler(request)
         token, from_authorization = credential(request.headers)
+        if need is None:
+            if not auth.accepts(token):
+                request[TOKENLESS] = True
+            return await handler(request)
         try:
             grant = auth.grant(need, token, from_authorization, request.headers.get(TENANT_HEADER) or None)
         except BridgeError as exc:

@@ -4,6 +4,10 @@ counted.
 - ``BridgeError`` under ``/api/`` → ``{"error": {"code", "message"}}``; under ``/tempo/`` → plain text, as Tempo
   answers; anywhere else → Connect error JSON.
 - Anything else → logged with its stack, answered with a generic ``internal`` error (no stack trace leaks).
+
+``nosniff`` (``on_response_prepare``) gives every answer ``X-Content-Type-Options: nosniff`` — the bridge's own, the
+router's 404 text, its error JSON and what it relays — so no browser ever reads one as something else (frame names
+and label values are anyone's text).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Final
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -51,6 +56,14 @@ def error_response(
 
 def bridge_error_response(path: str, exc: BridgeError) -> web.Response:
     return error_response(path, exc.code, exc.message, status=exc.http_status, retry_after=exc.retry_after)
+
+
+NOSNIFF: Final = ("X-Content-Type-Options", "nosniff")
+
+
+async def nosniff(request: web.Request, response: web.StreamResponse) -> None:
+    """An ``on_response_prepare`` signal: every answer, whoever made it, says ``nosniff``."""
+    response.headers.setdefault(*NOSNIFF)
 
 
 def make_middleware(metrics: Metrics) -> Middleware:

@@ -34,6 +34,9 @@ from bridge.store.decode import ProfileRecord, SpanBatch
 from bridge.wire.tempo import TempoAnswer
 
 SETTINGS = web.AppKey("settings", Settings)
+# set by the token gate (bridge.gate), with tokens on, on the open routes (/healthz, /readyz): the caller showed no
+# accepted token (such answers leave out their details)
+TOKENLESS = web.RequestKey("tokenless", bool)
 METRICS = web.AppKey("metrics", Metrics)
 SPAN_CACHE = web.AppKey("span_cache", SpanCache)
 

@@ -1,5 +1,8 @@
 """``/healthz`` (process alive), ``/readyz`` (every backend answers, and in standalone mode the store takes writes —
-not while its disk is full; JSON per backend), ``/metrics``."""
+not while its disk is full; JSON per backend), ``/metrics``.
+
+``/readyz`` needs no token, so with tokens on a caller who shows none gets each backend's status and code only: the
+details (a store's path, an upstream's words) are for callers with a token (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import asyncio
 from aiohttp import web
 
 from bridge.errors import BridgeError
-from bridge.state import METRICS, SETTINGS, SPAN_CACHE, backends_of, call_context
+from bridge.state import METRICS, SETTINGS, SPAN_CACHE, TOKENLESS, backends_of, call_context
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -39,7 +42,11 @@ async def readyz(request: web.Request) -> web.Response:
             else {"status": "ready", "detail": "writes accepted"}
         )
     ok = all(r["status"] == "ready" for r in detail.values())
-    body = {"status": "ready" if ok else "unavailable", "mode": backends.name, "upstreams": detail}
+    if request.get(TOKENLESS):
+        detail = {name: {k: v for k, v in r.items() if k in ("status", "code")} for name, r in detail.items()}
+    body: dict[str, object] = {"status": "ready" if ok else "unavailable", "mode": backends.name, "upstreams": detail}
+    if request.get(TOKENLESS):
+        body["details"] = "hidden: send a token for them (docs/security.md)"
     return web.json_response(body, status=200 if ok else 503)
 
 
