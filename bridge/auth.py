@@ -7,11 +7,11 @@ Off unless tokens are configured (``PROFILE_BRIDGE_AUTH_TOKENS_FILE`` / ``PROFIL
 - **Where the token comes from**: ``X-Profile-Bridge-Token: <token>`` (gRPC metadata ``x-profile-bridge-token``);
   otherwise ``Authorization: Bearer <token>``, or ``Authorization: Basic`` with the token as the password (the user
   name is not checked) — what Grafana's data sources and a browser's login prompt send.
-- **What it may do**: ``ingest`` for the ingest routes (OTLP traces and profiles, Pyroscope Push and ``/ingest``,
-  and writes passed through the mounts: Pyroscope's push and ingest paths, its tenant settings' ``Set`` and
-  ``Delete``, any non-GET under ``/tempo``); ``read``
-  for everything else — Grafana's mounts, the API, the pages (a browser gets a login prompt: any user name, the
-  token as password).
+- **What it may do**: ``ingest`` for the ingest routes (OTLP traces and profiles, Pyroscope Push and ``/ingest``)
+  and for the writes the mounts relay (``bridge.wire.allowlist``: Pyroscope's ingest paths, Profiles Drilldown's
+  settings, recording rules and ad-hoc uploads, whatever ``PROFILE_BRIDGE_UPSTREAM_ALLOW`` opens); ``read`` for
+  everything else — Grafana's mounts, the API, the pages (a browser gets a login prompt: any user name, the token as
+  password).
 - **Which tenant**: a token bound to a tenant acts for that tenant only: ``X-Scope-OrgID`` is set to it (absent) or
   must equal it (403 otherwise). A token bound to ``*`` leaves the header as the caller sent it.
 - **What goes upstream** (proxy mode): the bridge's token is the bridge's business and never leaves it — the
@@ -33,21 +33,13 @@ from typing import Final
 
 from bridge.config import ANY_TENANT, Settings, TokenEntry, token_digest
 from bridge.errors import PermissionDenied, Unauthenticated
+from bridge.wire.allowlist import need_of, upstream_of
 
 TOKEN_HEADER: Final = "X-Profile-Bridge-Token"
 TENANT_HEADER: Final = "X-Scope-OrgID"
 REALM: Final = 'Bearer realm="profile-bridge", Basic realm="profile-bridge", charset="UTF-8"'
 OPEN_PATHS: Final = frozenset({"/healthz", "/readyz"})
 INGEST_PATHS: Final = frozenset({"/v1/traces", "/push.v1.PusherService/Push", "/ingest", "/v1development/profiles"})
-# writes under the /pyroscope mount: to Pyroscope itself, or (standalone) to the store's tenant settings
-PYROSCOPE_WRITES: Final = (
-    "/pyroscope/push.v1.PusherService/",
-    "/pyroscope/ingest",
-    "/pyroscope/opentelemetry.proto.collector.",
-    "/pyroscope/v1development/",
-    "/pyroscope/settings.v1.SettingsService/Set",
-    "/pyroscope/settings.v1.SettingsService/Delete",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,27 +53,38 @@ class Grant:
 class Auth:
     """The accepted tokens, by digest."""
 
-    def __init__(self, entries: tuple[TokenEntry, ...], *, metrics_open: bool = True) -> None:
+    def __init__(
+        self,
+        entries: tuple[TokenEntry, ...],
+        *,
+        metrics_open: bool = True,
+        upstream_allow: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         self._tokens = {entry.digest: entry for entry in entries}
         self.metrics_open = metrics_open
+        self.upstream_allow = upstream_allow
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Auth | None:
         """None when no token is configured: authentication is off."""
         tokens = settings.auth_tokens
-        return cls(tokens, metrics_open=settings.auth_metrics == "open") if tokens else None
+        if not tokens:
+            return None
+        return cls(tokens, metrics_open=settings.auth_metrics == "open", upstream_allow=settings.upstream_allow)
 
     def __len__(self) -> int:
         return len(self._tokens)
 
-    def required(self, path: str, method: str) -> str | None:
-        """Pure: the permission a request needs (``read``, ``ingest``), or None for the open routes."""
+    def required(self, path: str, method: str, raw_path: str | None = None) -> str | None:
+        """Pure: the permission a request needs (``read``, ``ingest``), or None for the open routes. ``path`` is the
+        path as routed (decoded); under a mount the allowlist decides from the path as sent, ``raw_path``."""
         if path in OPEN_PATHS or (path == "/metrics" and self.metrics_open):
             return None
-        if path in INGEST_PATHS or path.startswith(PYROSCOPE_WRITES):
+        if path in INGEST_PATHS:
             return "ingest"
-        if path.startswith("/tempo/") and method not in ("GET", "HEAD"):
-            return "ingest"
+        upstream = upstream_of(path)
+        if upstream is not None:
+            return need_of(upstream, method, path if raw_path is None else raw_path, self.upstream_allow)
         return "read"
 
     def accepts(self, token: str | None) -> bool:

@@ -175,6 +175,27 @@ def parse_url_list(value: str) -> tuple[str, ...]:
     return tuple(parse_url(item.strip()) for item in value.split(",") if item.strip())
 
 
+UPSTREAMS: Final = ("pyroscope", "tempo")
+
+
+def parse_upstream_allow(value: str) -> tuple[tuple[str, str], ...]:
+    """``tempo:/flush,pyroscope:/adhocprofiles.v1.AdHocProfileService/*`` → ((upstream, path), …): calls the mounts
+    relay beyond the ones Grafana's clients make (``bridge.wire.allowlist``); a trailing ``*`` opens a whole prefix."""
+    entries: list[tuple[str, str]] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        upstream, sep, path = item.partition(":")
+        if not sep or upstream not in UPSTREAMS:
+            raise ValueError(f"{item!r} is not UPSTREAM:/PATH with UPSTREAM one of {', '.join(UPSTREAMS)}")
+        if path == "*":
+            path = "/*"
+        if not path.startswith("/") or "*" in path[:-1] or any(c.isspace() for c in path) or "%" in path:
+            raise ValueError(f"{item!r}: the path must start with '/', be written decoded, and may end in one '*'")
+        entries.append((upstream, path))
+    return tuple(entries)
+
+
 def parse_choice(*choices: str) -> Callable[[str], str]:
     def parse(value: str) -> str:
         if value not in choices:
@@ -348,6 +369,8 @@ class Settings:
     auth_file_tokens: tuple[TokenEntry, ...] = ()
     auth_env_tokens: tuple[TokenEntry, ...] = ()
     auth_metrics: Literal["open", "read"] = "open"
+    # calls the mounts relay beyond Grafana's (bridge.wire.allowlist): (upstream, path or prefix*)
+    upstream_allow: tuple[tuple[str, str], ...] = ()
     client_token: str = ""  # what `resolve` and `doctor` present to a standalone bridge that wants a token
     # logs
     log_level: str = "info"
@@ -581,6 +604,13 @@ FIELDS: Final[tuple[FieldSpec, ...]] = (
         parse_choice("all", "profiled-services", "off"),
         "all",
         "which spans of trace-by-ID answers get pyroscope.profile.id: all, profiled-services or off",
+    ),
+    _f(
+        "UPSTREAM_ALLOW",
+        "upstream_allow",
+        parse_upstream_allow,
+        "",
+        "more calls for the mounts to relay, e.g. tempo:/flush (docs/security.md); they need ingest",
     ),
     _f(
         "DATA_DIR",

@@ -30,7 +30,7 @@ def make_gate(auth: Auth) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        need = auth.required(request.path, request.method)
+        need = auth.required(request.path, request.method, request.raw_path)
         token, from_authorization = credential(request.headers)
         if need is None:
             if not auth.accepts(token):

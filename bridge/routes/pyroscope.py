@@ -6,6 +6,9 @@ resolver answers (linked → local-root → time-window → none) in the request
 ``X-Profile-Bridge-Resolution``, ``X-Profile-Bridge-Reason``, ``X-Profile-Bridge-Attribution`` and
 ``X-Profile-Bridge-Measure`` headers.
 
+Both modes relay only what Grafana, its apps and Perses call (``bridge.wire.allowlist``): anything else is refused
+(403, naming the setting that opens it) before a backend is asked.
+
 Standalone mode: the querier RPCs are answered from the embedded store, span queries through the same resolver;
 anything else is ``unimplemented``. Which of the two answers is the backend's business (``Backends.pyroscope``):
 this module holds the handler only; what is resolved and how the answer is shaped is ``bridge.span_rpc``.
@@ -32,6 +35,7 @@ from bridge.middleware import ROUTE_LABEL
 from bridge.resolve import Resolver, SpanQuery, answer_headers, measure_of
 from bridge.span_rpc import answer_of, clean_selector_of, span_query_of
 from bridge.state import METRICS, SETTINGS, backends_of, call_context
+from bridge.wire.allowlist import mount_call
 from bridge.wire.pyroscope import QUERIER_METHODS, SPAN_RPCS, method_label, rpc_method
 
 MOUNT: Final = "/pyroscope"
@@ -39,10 +43,13 @@ MOUNT: Final = "/pyroscope"
 
 async def handle(request: web.Request) -> web.StreamResponse:
     settings = request.app[SETTINGS]
+    request[ROUTE_LABEL] = f"{MOUNT}/*"
+    call = mount_call("pyroscope", request.method, request.raw_path, settings.upstream_allow)  # or 400/403
     backends = backends_of(request.app)
     ctx = call_context(request, requested_timeout=parse_timeout_ms(request.headers.get("Connect-Timeout-Ms")))
-    method = rpc_method(request.match_info["tail"]) if request.method == "POST" else None
-    request[ROUTE_LABEL] = f"{MOUNT}/{method_label(method)}" if method else f"{MOUNT}/*"
+    method = rpc_method(call.decoded[1:]) if request.method == "POST" else None
+    if method:
+        request[ROUTE_LABEL] = f"{MOUNT}/{method_label(method)}"
     content_type = request.headers.get("Content-Type")
     if method is None or not backends.pyroscope.must_decode(method, content_type):
         return await backends.pyroscope.pass_on(request, ctx)  # streamed, never decoded (gRPC-Web included)

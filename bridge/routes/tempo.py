@@ -1,6 +1,7 @@
 """The ``/tempo`` mount: what Grafana's Tempo data source talks to (``http://<bridge>:4041/tempo``).
 
-Everything under the mount goes to ``settings.tempo_url`` as it came (streamed; tenant and auth headers kept;
+What Grafana, its apps and Perses call under the mount (``bridge.wire.allowlist``; anything else is refused with 403
+naming the setting that opens it) goes to ``settings.tempo_url`` as it came (streamed; tenant and auth headers kept;
 hop-by-hop headers dropped; nothing outside the mount). Trace-by-ID answers (``GET /api/v2/traces/{id}``,
 ``GET /api/traces/{id}``) are fetched whole instead, decoded (gzip too), given ``pyroscope.profile.id`` on every span
 (``bridge.enrich``, policy ``PROFILE_BRIDGE_ENRICH``), re-encoded (gzip when the client accepts it), and their spans
@@ -29,13 +30,13 @@ from bridge.body import HOP_BY_HOP, end_to_end
 from bridge.call import CallContext
 from bridge.compression import EncodingError, accepts_gzip, undo_content_encoding
 from bridge.enrich import Enriched, EnrichPolicy, UndecodableBody, enrich_encoded, enrich_trace_body, load_trace
-from bridge.errors import InvalidArgument
 from bridge.ids import tempo_trace_id
 from bridge.middleware import ROUTE_LABEL
 from bridge.offload import OFFLOAD
 from bridge.services import enrich_policy
 from bridge.spans import Trace
 from bridge.state import METRICS, SETTINGS, SPAN_CACHE, backends_of, call_context
+from bridge.wire.allowlist import mount_call
 from bridge.wire.tempo import TempoAnswer, is_protobuf_answer, trace_request
 
 log = logging.getLogger("bridge.tempo")
@@ -49,24 +50,24 @@ _ANSWER_DROP: Final = HOP_BY_HOP | {"content-length", "content-encoding"}
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
-    tail = request.match_info["tail"]  # percent-decoded: "..%2f" has become "../" here
-    if any(segment in (".", "..") for segment in tail.split("/")):
-        raise InvalidArgument(f"path {request.raw_path.partition('?')[0]!r} has a '.' or '..' segment; not forwarded")
+    request[ROUTE_LABEL] = f"{MOUNT}/*"
+    call = mount_call("tempo", request.method, request.raw_path, request.app[SETTINGS].upstream_allow)  # or 400/403
     ctx = call_context(request)
-    found = trace_request(tail) if request.method == "GET" else None
+    found = trace_request(call.decoded[1:]) if request.method == "GET" else None
     if found is not None:
         version, raw_id = found
         request[ROUTE_LABEL] = f"{MOUNT}/api/v2/traces/{{id}}" if version == 2 else f"{MOUNT}/api/traces/{{id}}"
         trace_id = tempo_trace_id(raw_id)
-        return await trace_by_id(request, version, trace_id, ctx)
-    request[ROUTE_LABEL] = f"{MOUNT}/*"
-    return await backends_of(request.app).tempo.pass_on(request, tail, ctx)
+        return await trace_by_id(request, call.decoded[1:], version, trace_id, ctx)
+    return await backends_of(request.app).tempo.pass_on(request, call.decoded[1:], ctx)
 
 
-async def trace_by_id(request: web.Request, version: int, trace_id: str, ctx: CallContext) -> web.StreamResponse:
+async def trace_by_id(
+    request: web.Request, path: str, version: int, trace_id: str, ctx: CallContext
+) -> web.StreamResponse:
     app = request.app
     backends = backends_of(app)
-    answer = await backends.tempo.trace_by_id(request, request.match_info["tail"], ctx)
+    answer = await backends.tempo.trace_by_id(request, path, ctx)
     if answer.status != 200:
         return await _send(request, answer, None)  # v1's 404 and every error, as they are
     policy = await enrich_policy(app[SETTINGS].enrich, backends.profiled_services, ctx)

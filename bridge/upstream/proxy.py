@@ -17,7 +17,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Final
-from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import web
@@ -31,6 +30,7 @@ from bridge.metrics import Metrics
 from bridge.middleware import PASSED_THROUGH
 from bridge.upstream import relay
 from bridge.upstream.faults import map_client_error
+from bridge.wire.allowlist import normalise
 
 log = logging.getLogger("bridge.proxy")
 
@@ -54,18 +54,13 @@ PASS_BACK_STATUS: Final = 421
 
 def target_url(base_url: str, request: web.Request, mount: str) -> URL:
     """The upstream URL for ``request`` under ``mount`` (e.g. ``/pyroscope``): ``base_url`` + the rest of the raw
-    (still percent-encoded) path + the raw query. Paths with ``..`` segments are refused, so nothing escapes the
-    configured URL's own path."""
+    (still percent-encoded) path, normalised as the mounts' allowlist checked it (``bridge.wire.allowlist.normalise``:
+    runs of ``/`` collapsed; ``..`` segments and encoded dots refused, so nothing escapes the configured URL's own
+    path) + the raw query."""
     raw_path, _, raw_query = request.raw_path.partition("?")
     if not raw_path.startswith(mount + "/") and raw_path != mount:
         raise InvalidArgument(f"path {raw_path!r} is not under {mount}/")
-    rest = raw_path[len(mount) :]
-    # Check the fully decoded path: an encoded slash (``..%2f..%2f``) must not hide a ``..`` segment from us and
-    # then walk out of the base path on an upstream that decodes it.
-    decoded = unquote(rest).replace("\\", "/")
-    if any(seg in (".", "..") for seg in decoded.split("/")):
-        raise InvalidArgument(f"path {raw_path!r} has a '.' or '..' segment; not forwarded")
-    text = base_url.rstrip("/") + rest
+    text = base_url.rstrip("/") + normalise(raw_path[len(mount) :])
     if raw_query:
         text += "?" + raw_query
     return URL(text, encoded=True)

@@ -127,7 +127,8 @@ def test_credentials_from_the_token_header_bearer_and_basic() -> None:
             ("/pyroscope/querier.v1.QuerierService/ProfileTypes", "POST"),
             ("/no/such/route", "GET"),
         ]
-    ] == [None, None, None, "read", "read", "ingest", "ingest", "read", "ingest", "ingest", "read", "read"]
+    ] == [None, None, None, "read", "read", "ingest", "ingest", "read", "read", "ingest", "read", "read"]
+    # (/tempo/flush needs only a token: the mount refuses it to anyone, bridge.wire.allowlist)
 
 
 # --------------------------------------------------------------------------------------------- HTTP, standalone
