@@ -44,17 +44,18 @@ async def wait_up(
     *,
     post: bytes | None = None,
     tries: int = 600,
+    headers: dict[str, str] | None = None,
 ) -> None:
-    """Until ``url`` answers 200 (a GET, or a protobuf POST of ``post``), every 50 ms; ``SystemExit`` when ``proc``
-    exits first or it never does."""
+    """Until ``url`` answers 200 (a GET, or a protobuf POST of ``post``; with ``headers`` besides), every 50 ms;
+    ``SystemExit`` when ``proc`` exits first or it never does."""
     for _ in range(tries):
         if proc.poll() is not None:
             raise SystemExit(f"the child for {url} exited with {proc.returncode}")
         try:
             if post is None:
-                request = session.get(url)
+                request = session.get(url, headers=headers)
             else:
-                request = session.post(url, data=post, headers={"Content-Type": "application/proto"})
+                request = session.post(url, data=post, headers={"Content-Type": "application/proto", **(headers or {})})
             async with request as resp:
                 await resp.read()
                 if resp.status == 200:

@@ -18,13 +18,18 @@ the bridge: calls the bridge only relays go straight to the upstream — a ``Sel
 selector among them, told apart by the script from its body — span queries through the bridge), with the same number
 of worker processes.
 
+Tokens are on (``--no-tokens`` turns them off): the bridge requires one and every client sends it, so the bridge
+checks it on each call and the front asks the bridge (``auth_request``, its answer kept 10 s per credential) before
+it relays a call itself — the deployment docs/security.md describes.
+
 Two measurements, each interleaved (rotating order, same run):
 
 - **1 client** (an aiohttp client, one request at a time): each path's added latency over direct, median and p99.
-  Target for 1 MB: the bridge adds ≤ 1.5 × what nginx adds (median).
+  Target for 1 MB: the bridge and the front add ≤ 1.5 × what nginx adds (median).
 - **32 clients** (``wrk -t2 -c32``, a Lua script for the POST body): requests per second and p50/p99 latency, in
-  ``--wrk-rounds`` rounds of ``--seconds`` each per path. Targets: small calls ≥ 0.5 × nginx's req/s; 1 MB answers
-  ≥ 0.75 × nginx's req/s (median over rounds of the per-round ratio).
+  ``--wrk-rounds`` rounds of ``--seconds`` each per path. Targets (median over rounds of the per-round ratio): the
+  bridge ≥ 0.5 × nginx's req/s for small calls, ≥ 0.75 × for 1 MB answers; the front ≥ 0.9 × for small calls, ≥ 0.75 ×
+  for 1 MB answers.
 
 Everything runs on 127.0.0.1 as child processes of this script; loops are bounded in count and time. Absolute
 figures on a shared machine are noise: read the ratios, and the load average printed before and after.
@@ -57,7 +62,11 @@ from bridge._proto import querier_pb2 as qpb  # noqa: E402
 QUERIER = "/querier.v1.QuerierService/"
 BIG, SMALL = "SelectMergeStacktraces", "ProfileTypes"
 TARGET_BIG_LATENCY = 1.5  # bridge added / nginx added, 1 MB, 1 client (at most)
-TARGET_RPS = {SMALL: 0.5, BIG: 0.75}  # bridge req/s / nginx req/s, 32 clients (at least)
+TARGET_RPS = {  # req/s / nginx req/s, 32 clients (at least)
+    "bridge": {SMALL: 0.5, BIG: 0.75},
+    "front": {SMALL: 0.9, BIG: 0.75},
+}
+TOKEN = "bench-read-token-0123456789"  # the one token the bridge accepts (read, any tenant)
 COMMON_NGINX = """
 daemon off;
 master_process {master};
@@ -138,6 +147,7 @@ http {{
 WRK_LUA = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/proto"
+{token_header}
 wrk.headers["Connect-Protocol-Version"] = "1"
 local f = io.open("{body}", "rb")
 wrk.body = f:read("*a")
@@ -185,9 +195,11 @@ REQUESTS = {
 class Stack:
     """The three paths as child processes: upstream nginx, proxy nginx, bridge."""
 
-    def __init__(self, tmp: Path, workers: int) -> None:
+    def __init__(self, tmp: Path, workers: int, tokens: bool = True) -> None:
         self.tmp = tmp
         self.workers = workers
+        self.tokens = tokens
+        self.headers = {"X-Profile-Bridge-Token": TOKEN} if tokens else {}
         self.procs: list[subprocess.Popen[bytes]] = []
         self.up, self.nginx_port, self.bridge_port = free_port(), free_port(), free_port()
         self.front_port = free_port()
@@ -202,11 +214,13 @@ class Stack:
         tmp = self.tmp
         static = tmp / "static" / QUERIER.strip("/")
         static.mkdir(parents=True)
+        tmp.chmod(0o755)  # nginx's workers (user nobody) keep the front's auth cache under it
         (static / BIG).write_bytes(big_answer())
         (static / SMALL).write_bytes(small_answer())
         for name, body in REQUESTS.items():
             (tmp / f"{name}.req").write_bytes(body)
-            (tmp / f"{name}.lua").write_text(WRK_LUA.format(body=tmp / f"{name}.req"))
+            token = f'wrk.headers["X-Profile-Bridge-Token"] = "{TOKEN}"' if self.tokens else ""
+            (tmp / f"{name}.lua").write_text(WRK_LUA.format(body=tmp / f"{name}.req", token_header=token))
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         if not Path(nginx).exists():
             raise SystemExit("nginx is not installed: apt-get install -y nginx-light")
@@ -233,6 +247,7 @@ class Stack:
             ("server tempo:3200;", f"server 127.0.0.1:{self.up};"),
             ("listen 4041;", f"listen 127.0.0.1:{self.front_port} backlog=1024;"),
             ("/etc/nginx/njs/nginx-front.js", str(ROOT / "deploy" / "nginx-front.js")),
+            ("/var/cache/nginx/profile-bridge-auth", str(tmp / "front-auth-cache")),
         ):
             if old not in front:
                 raise SystemExit(f"deploy/nginx-front.conf has no {old!r} any more: update this bench")
@@ -245,6 +260,8 @@ class Stack:
             "PROFILE_BRIDGE_LOG_LEVEL": "info",
             "PROFILE_BRIDGE_DATA_DIR": str(tmp / "data"),
         }
+        if self.tokens:
+            env["PROFILE_BRIDGE_AUTH_TOKENS"] = f"{TOKEN} * read"
         self.procs.append(
             subprocess.Popen(
                 [
@@ -282,11 +299,11 @@ async def latency_rounds(stack: Stack, rounds: int) -> list[str]:
     timeout = aiohttp.ClientTimeout(total=30, connect=5)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as session:
         for proc, base in zip(stack.procs, stack.bases.values(), strict=True):
-            await wait_up(session, base + QUERIER + SMALL, proc, post=b"", tries=300)
+            await wait_up(session, base + QUERIER + SMALL, proc, post=b"", tries=1200, headers=stack.headers)
         for method, n in ((BIG, rounds), (SMALL, rounds * 4)):
             times: dict[str, list[float]] = {name: [] for name in stack.bases}
             size = 0
-            headers = {"Content-Type": "application/proto", "Connect-Protocol-Version": "1"}
+            headers = {"Content-Type": "application/proto", "Connect-Protocol-Version": "1", **stack.headers}
             order = list(stack.bases)
             for i in range(n + 20):  # 20 warm-up rounds, discarded
                 order = order[1:] + order[:1]  # rotate: no path always goes first
@@ -371,9 +388,9 @@ def throughput_rounds(stack: Stack, rounds: int, seconds: int, clients: int) -> 
             p50 = statistics.median(x[1] for x in got[name])
             p99 = statistics.median(x[2] for x in got[name])
             lines.append(f"  {name:6s} {rps:9.0f} req/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms (medians over rounds)")
-        target = TARGET_RPS[method]
         what = "1 MB answers" if method == BIG else "small calls"
         for k, values in ratios.items():
+            target = TARGET_RPS[k][method]
             ratio = statistics.median(values)
             lines.append(
                 f"RATIO {what}, {clients} clients, {k}/nginx req/s: median {ratio:.2f} "
@@ -396,11 +413,14 @@ def main() -> int:
     parser.add_argument("--seconds", type=int, default=3, help="length of one 32-client round")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--no-tokens", action="store_true", help="run the bridge (and so the front) without tokens")
     parser.add_argument("--skip-throughput", action="store_true")
     args = parser.parse_args()
     print(f"load average before: {loadavg()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-passthrough-") as tmp:
-        stack = Stack(Path(tmp), max(1, min(args.workers, 64)))
+        stack = Stack(Path(tmp), max(1, min(args.workers, 64)), tokens=not args.no_tokens)
+        tokens = "off" if args.no_tokens else "on (every client sends one; the bridge and the front check it)"
+        print(f"tokens: {tokens}", flush=True)
         try:
             stack.start()
             lines: list[str] = []

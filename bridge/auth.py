@@ -37,6 +37,11 @@ from bridge.wire.allowlist import need_of, upstream_of
 
 TOKEN_HEADER: Final = "X-Profile-Bridge-Token"
 TENANT_HEADER: Final = "X-Scope-OrgID"
+# nginx in front (deploy/nginx-front.conf) asks FRONT_AUTH_PATH?need=read|ingest with the caller's headers; the answer
+# names the tenant to send upstream and whether Authorization carried the bridge's token (so it must not go up)
+FRONT_AUTH_PATH: Final = "/api/v1/auth"
+TENANT_ANSWER_HEADER: Final = "X-Profile-Bridge-Tenant"
+CONSUMED_HEADER: Final = "X-Profile-Bridge-Consumed"
 REALM: Final = 'Bearer realm="profile-bridge", Basic realm="profile-bridge", charset="UTF-8"'
 OPEN_PATHS: Final = frozenset({"/healthz", "/readyz"})
 INGEST_PATHS: Final = frozenset({"/v1/traces", "/push.v1.PusherService/Push", "/ingest", "/v1development/profiles"})

@@ -10,11 +10,12 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from multidict import CIMultiDict
 
-from bridge.auth import REALM, TENANT_HEADER, TOKEN_HEADER, Auth, credential
+from bridge.auth import FRONT_AUTH_PATH, REALM, TENANT_HEADER, TOKEN_HEADER, Auth, credential
+from bridge.config import PERMISSIONS
 from bridge.errors import BridgeError, Unauthenticated
 from bridge.middleware import PASSED_THROUGH, ROUTE_LABEL, bridge_error_response
 from bridge.routes.otlp import error_status
-from bridge.state import TOKENLESS
+from bridge.state import GRANT, TOKENLESS
 
 OTLP_PATHS: Final = frozenset({"/v1/traces", "/v1development/profiles"})
 TEXT_PATHS: Final = ("/ingest",)
@@ -30,7 +31,11 @@ def make_gate(auth: Auth) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        need = auth.required(request.path, request.method, request.raw_path)
+        if request.path == FRONT_AUTH_PATH:  # nginx asking for its caller: the need is the question
+            need: str | None = request.query.get("need", "")
+            need = need if need in PERMISSIONS else "read"  # the handler answers 400 for another
+        else:
+            need = auth.required(request.path, request.method, request.raw_path)
         token, from_authorization = credential(request.headers)
         if need is None:
             if not auth.accepts(token):
@@ -48,6 +53,7 @@ def make_gate(auth: Auth) -> Middleware:
         if grant.tenant is not None:
             headers[TENANT_HEADER] = grant.tenant
         inner = request.clone(headers=headers)
+        inner[GRANT] = grant
         try:
             return await handler(inner)
         finally:

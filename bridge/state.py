@@ -18,6 +18,7 @@ from typing import Protocol
 from aiohttp import web
 from google.protobuf.message import Message
 
+from bridge.auth import Grant
 from bridge.call import CallContext, Deadline
 from bridge.config import Settings
 from bridge.connect import Codec
@@ -34,8 +35,9 @@ from bridge.store.decode import ProfileRecord, SpanBatch
 from bridge.wire.tempo import TempoAnswer
 
 SETTINGS = web.AppKey("settings", Settings)
-# set by the token gate (bridge.gate), with tokens on, on the open routes (/healthz, /readyz): the caller showed no
-# accepted token (such answers leave out their details)
+# set by the token gate (bridge.gate), with tokens on: what the caller's token allows; and, on the open routes
+# (/healthz, /readyz), that the caller showed no accepted token (such answers leave out their details)
+GRANT = web.RequestKey("grant", Grant)
 TOKENLESS = web.RequestKey("tokenless", bool)
 METRICS = web.AppKey("metrics", Metrics)
 SPAN_CACHE = web.AppKey("span_cache", SpanCache)

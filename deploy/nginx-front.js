@@ -1,4 +1,5 @@
-// njs for deploy/nginx-front.conf: which of Pyroscope's span-capable RPCs the bridge has to see.
+// njs for deploy/nginx-front.conf: which of Pyroscope's span-capable RPCs the bridge has to see (route), and the key
+// the bridge's access answers are kept under (credential).
 //
 // SelectMergeStacktraces is Grafana's plain flame-graph query, and the bridge relays it untouched unless it carries a
 // span selector (Pyroscope v2.2's span_selector = 11, or trace_id_selector = 10). nginx alone cannot look into a
@@ -10,6 +11,8 @@
 //
 // Needs nginx's njs module (ngx_http_js_module; njs 0.7 or later): the official nginx image has it (load it with
 // `load_module modules/ngx_http_js_module.so;`), Debian and Ubuntu have it as libnginx-mod-http-js.
+
+import crypto from 'crypto';
 
 var SELECTOR_FIELDS = { 10: true, 11: true };
 var SELECTOR_KEYS = ['spanSelector', 'span_selector', 'traceIdSelector', 'trace_id_selector'];
@@ -119,8 +122,21 @@ function needsBridge(r) {
     return true;
 }
 
+// The cache key of the bridge's access answer: a SHA-256 of every header that answer depends on (the bridge's token
+// header, Authorization, X-Scope-OrgID), so that no token is ever written to nginx's cache directory.
+function credential(r) {
+    var h = r.headersIn;
+    var text = [h['X-Profile-Bridge-Token'] || '', h['Authorization'] || '', h['X-Scope-OrgID'] || ''].join('\n');
+    return crypto.createHash('sha256').update(text).digest('hex');
+}
+
 function route(r) {
     r.internalRedirect(needsBridge(r) ? '@profile_bridge_span_rpc' : '@pyroscope');
 }
 
-export default { route: route, protoHasSelector: protoHasSelector, jsonHasSelector: jsonHasSelector };
+export default {
+    route: route,
+    credential: credential,
+    protoHasSelector: protoHasSelector,
+    jsonHasSelector: jsonHasSelector,
+};

@@ -1,5 +1,5 @@
-"""Rewrite the copies of the mounts' allowlist (bridge/wire/allowlist.py, their one source): the table in
-docs/security.md.
+"""Rewrite the copies of the mounts' allowlist (bridge/wire/allowlist.py, their one source): the nginx map in
+deploy/nginx-front.conf and the table in docs/security.md.
 
     .venv/bin/python scripts/front_allowlist.py
 
@@ -15,9 +15,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bridge.wire.allowlist import DOCS_TABLE_BEGIN, DOCS_TABLE_END, markdown_table  # noqa: E402
+from bridge.wire.allowlist import (  # noqa: E402
+    DOCS_TABLE_BEGIN,
+    DOCS_TABLE_END,
+    FRONT_MAP_BEGIN,
+    FRONT_MAP_END,
+    markdown_table,
+    nginx_map,
+)
 
 COPIES: list[tuple[Path, str, str, Callable[[], str]]] = [
+    (ROOT / "deploy" / "nginx-front.conf", FRONT_MAP_BEGIN, FRONT_MAP_END, nginx_map),
     (ROOT / "docs" / "security.md", DOCS_TABLE_BEGIN, DOCS_TABLE_END, markdown_table),
 ]
 

@@ -25,6 +25,11 @@ parameters ``baseline``, ``window``, ``format``, ``profile_type``).
 with its resolution mode. Parameters: ``since`` (``15m``, ``1h``, …; default 1h, at most 7 days), ``per_service``
 (1..50, default 10), ``profile_type`` (default: the setting). A request whose resolution failed carries
 ``resolution: null`` and ``error {code, message}``; the list itself fails only when the trace search does.
+
+``GET /api/v1/auth?need=read|ingest``: nginx in front (``deploy/nginx-front.conf``, ``auth_request``) asks whether
+its caller's credentials may ``need``: 200 (empty) with ``X-Profile-Bridge-Tenant`` (the tenant to send upstream;
+absent: none) and ``X-Profile-Bridge-Consumed: authorization`` when ``Authorization`` carried the bridge's token;
+401/403 otherwise (the token gate, ``bridge.gate``). Without tokens configured: 200 and the caller's own tenant.
 """
 
 from __future__ import annotations
@@ -38,10 +43,11 @@ from aiohttp import web
 
 from bridge import flamegraph, ids
 from bridge.answer import SCOPES, Answer, Scope, answer, answer_json
+from bridge.auth import CONSUMED_HEADER, FRONT_AUTH_PATH, TENANT_ANSWER_HEADER, TENANT_HEADER
 from bridge.burners import function_answer_json, spans_for_function
 from bridge.call import CallContext
 from bridge.compare import compare, compare_collapsed, compare_json, parse_compare_params
-from bridge.config import parse_seconds
+from bridge.config import PERMISSIONS, parse_seconds
 from bridge.errors import InvalidArgument
 from bridge.functions import parse_function_query
 from bridge.pprof import encode_pprof
@@ -56,7 +62,7 @@ from bridge.recent import (
     span_path,
 )
 from bridge.resolve import answer_headers
-from bridge.state import CLOCK, SETTINGS, backends_of, call_context
+from bridge.state import CLOCK, GRANT, SETTINGS, backends_of, call_context
 
 FORMATS: Final = ("json", "pprof", "collapsed")
 MAX_NODES_LIMIT: Final = 1_000_000
@@ -260,7 +266,22 @@ async def span_compare(request: web.Request) -> web.Response:
     return web.json_response(compare_json(cmp), headers=headers)
 
 
+async def front_auth(request: web.Request) -> web.Response:
+    """nginx's ``auth_request``: the gate has already refused a caller who may not ``need`` (see the docstring)."""
+    if request.query.get("need") not in PERMISSIONS:
+        raise InvalidArgument(f"need must be one of {', '.join(PERMISSIONS)}")
+    grant = request.get(GRANT)
+    tenant = grant.tenant if grant is not None else request.headers.get(TENANT_HEADER) or None
+    headers = {"Cache-Control": "no-store"}  # nginx keeps it briefly on purpose (proxy_cache); nothing else should
+    if tenant is not None:
+        headers[TENANT_ANSWER_HEADER] = tenant
+    if grant is not None and grant.drop_authorization:
+        headers[CONSUMED_HEADER] = "authorization"
+    return web.Response(status=200, headers=headers)
+
+
 def setup(app: web.Application) -> None:
+    app.router.add_get(FRONT_AUTH_PATH, front_auth)
     app.router.add_get("/api/v1/spans/{trace_id}/{span_id}/profile", span_profile)
     app.router.add_get("/api/v1/spans/{trace_id}/{span_id}/compare", span_compare)
     app.router.add_get("/api/v1/functions/spans", function_spans)

@@ -27,7 +27,7 @@ from bridge.errors import InvalidArgument, UpstreamError
 from bridge.metrics import Metrics
 from bridge.upstream.bounded import read_capped
 from bridge.upstream.faults import map_client_error
-from bridge.upstream.proxy import stream_through, target_url
+from bridge.upstream.proxy import OWN_HEADERS, stream_through, target_url
 from bridge.wire.pyroscope import SPAN_RPCS
 from bridge.wire.tempo import TempoAnswer
 
@@ -35,7 +35,9 @@ PYROSCOPE_MOUNT: Final = "/pyroscope"
 TEMPO_MOUNT: Final = "/tempo"
 # request headers not forwarded when the bridge fetches a trace itself (it asks for gzip on its own; a browser's
 # cookies never go up)
-_TRACE_REQUEST_DROP: Final = HOP_BY_HOP | {"host", "accept-encoding", "content-length", "expect", "cookie"}
+_TRACE_REQUEST_DROP: Final = (
+    HOP_BY_HOP | OWN_HEADERS | {"host", "accept-encoding", "content-length", "expect", "cookie"}
+)
 
 
 def upstream_timeout(settings: Settings, ctx: CallContext) -> aiohttp.ClientTimeout:

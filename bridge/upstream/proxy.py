@@ -34,9 +34,12 @@ from bridge.wire.allowlist import normalise
 
 log = logging.getLogger("bridge.proxy")
 
+# the bridge's own headers: its token (tokens on or off: it never leaves the bridge, docs/security.md) and the
+# front's pass-back mark
+OWN_HEADERS: Final = frozenset({"x-profile-bridge-token", "x-profile-bridge-pass-back"})
 # set by aiohttp from the target URL / the body it sends; and the browser's cookies, which are the bridge's page
 # session at most, never the upstream's business
-_REQUEST_DROP: Final = HOP_BY_HOP | {"host", "expect", "cookie"}
+_REQUEST_DROP: Final = HOP_BY_HOP | OWN_HEADERS | {"host", "expect", "cookie"}
 # aiohttp would otherwise add these itself when the client did not send them
 _SKIP_AUTO: Final = ("Accept-Encoding", "User-Agent", "Content-Type")
 MIN_TIMEOUT: Final = 0.001  # seconds; less is a spent budget

@@ -354,7 +354,29 @@ def need_of(upstream: str, method: str, raw_path: str, opened: tuple[tuple[str, 
         return "read"
 
 
-# --------------------------------------------------------------------------------------------- the docs' copy
+# --------------------------------------------------------------------------------------------- the front's copy
+
+FRONT_MAP_BEGIN: Final = "# BEGIN allowlist"
+FRONT_MAP_END: Final = "# END allowlist"
+
+
+def nginx_map() -> str:
+    """``ALLOWED`` as the nginx ``map`` ``deploy/nginx-front.conf`` holds between ``FRONT_MAP_BEGIN`` and
+    ``FRONT_MAP_END`` (``scripts/front_allowlist.py`` rewrites it; a test keeps the two in step): the permission a call
+    needs, from nginx's normalised ``$uri`` and the method, for a request whose raw URI holds nothing the bridge
+    refuses (``$profile_bridge_raw``). Anything else maps to "" and goes to the bridge, which answers it."""
+    lines = [
+        f"{FRONT_MAP_BEGIN}: generated from bridge/wire/allowlist.py by scripts/front_allowlist.py; do not edit",
+        'map "$profile_bridge_raw $request_method $uri" $profile_bridge_need {',
+        '  default "";',
+    ]
+    for row in ALLOWED:
+        methods = "(?:GET|HEAD)" if row.method == "GET" else row.method
+        path = "/".join("[^/]+" if seg.startswith("{") else re.escape(seg) for seg in row.path.split("/"))
+        lines.append(f'  "~^plain {methods} {MOUNTS[row.upstream]}{path}$" {row.need};')
+    lines += ["}", FRONT_MAP_END]
+    return "\n".join(lines) + "\n"
+
 
 DOCS_TABLE_BEGIN: Final = "<!-- allowlist-table -->"
 DOCS_TABLE_END: Final = "<!-- /allowlist-table -->"

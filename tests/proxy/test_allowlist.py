@@ -19,7 +19,7 @@ from bridge.app import create_app
 from bridge.auth import Auth
 from bridge.config import ConfigError, Settings
 from bridge.errors import InvalidArgument, PermissionDenied
-from bridge.wire.allowlist import ALLOWED, SETTING, Allowed, markdown_table, match
+from bridge.wire.allowlist import ALLOWED, SETTING, Allowed, markdown_table, match, nginx_map
 from tests.paths import ROOT
 
 Client = Callable[..., Awaitable[TestClient[Any, Any]]]
@@ -146,9 +146,10 @@ def test_the_setting_parses_and_says_what_is_wrong() -> None:
         assert str(error.value).startswith("PROFILE_BRIDGE_UPSTREAM_ALLOW has value"), bad
 
 
-def test_the_docs_are_the_table() -> None:
-    """docs/security.md holds the table as Markdown; scripts/front_allowlist.py rewrites it."""
-    for path, render in (("docs/security.md", markdown_table),):
+def test_the_fronts_map_and_the_docs_are_the_table() -> None:
+    """deploy/nginx-front.conf holds the table as an nginx map, docs/security.md as Markdown;
+    scripts/front_allowlist.py rewrites both."""
+    for path, render in (("deploy/nginx-front.conf", nginx_map), ("docs/security.md", markdown_table)):
         assert render() in (ROOT / path).read_text(), (
             f"{path} is behind bridge/wire/allowlist.py: run scripts/front_allowlist.py"
         )
@@ -296,3 +297,18 @@ def test_the_gate_asks_the_table_for_the_permission() -> None:
     }
     for (path, method), need in needs.items():
         assert auth.required(path.replace("//", "/"), method, path) == need, path
+
+
+async def test_the_bridges_token_never_leaves_it_even_with_tokens_off(
+    aiohttp_server: Server, aiohttp_client: Client
+) -> None:
+    """A token header sent to a bridge that checks none (a Grafana provisioned for tokens, say) is still the bridge's
+    and never Tempo's or Pyroscope's (docs/security.md)."""
+    client, upstream = await bridge(aiohttp_server, aiohttp_client)
+    own = {"X-Profile-Bridge-Token": READER, "Authorization": "Bearer for-tempo"}
+    assert (await client.get("/tempo/api/search?q={}", headers=own)).status == 200
+    assert (await client.get("/tempo/api/v2/traces/0af7651916cd43dd8448eb211c80319c", headers=own)).status == 200
+    assert len(upstream.seen) == 2
+    for _, _, headers in upstream.seen:
+        assert "X-Profile-Bridge-Token" not in headers
+        assert headers["Authorization"] == "Bearer for-tempo"

@@ -6,15 +6,12 @@ it, and that each gets the answer it would get from the bridge alone."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import gzip
 import io
 import json
 import re
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +23,10 @@ from bridge._proto import querier_pb2 as qpb
 from bridge.upstream.proxy import PASS_BACK_HEADER, PASS_BACK_STATUS
 from bridge.wire.pyroscope import SPAN_RPCS
 from bridge.wire.tempo import trace_request
-from tests.paths import ROOT
+from tests.nginx_front import CONF, SCRIPT, front_files, running_front
 from tests.proxy.test_pyroscope_mount import Stack, call, make_stack, shop_span, span_request
-from tests.serving import closed_port
-from tests.tools import require_file, require_tool
+from tests.tools import require_tool
 
-CONF = ROOT / "deploy" / "nginx-front.conf"
-SCRIPT = CONF.with_suffix(".js")
-SHIPPED_SCRIPT_PATH = "/etc/nginx/njs/nginx-front.js"
-NJS_MODULE = Path("/usr/lib/nginx/modules/ngx_http_js_module.so")
 MARK = {PASS_BACK_HEADER: "1"}
 
 
@@ -94,7 +86,7 @@ def test_nginx_itself_accepts_the_shipped_front() -> None:
     """``nginx -t`` on the shipped config (host names swapped for addresses that need no DNS)."""
     nginx = require_tool("nginx", package="nginx-light", purpose="check deploy/nginx-front.conf with nginx -t")
     with tempfile.TemporaryDirectory() as tmp:
-        conf = _front_files(
+        conf = front_files(
             Path(tmp), bridge="127.0.0.1:9", pyroscope="127.0.0.1:9", tempo="127.0.0.1:9", listen="127.0.0.1:9"
         )
         proc = subprocess.run(
@@ -103,72 +95,7 @@ def test_nginx_itself_accepts_the_shipped_front() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def _front_files(tmp: Path, *, bridge: str, pyroscope: str, tempo: str, listen: str) -> Path:
-    """The shipped front, its host names and script path swapped for ours, in a complete nginx.conf under ``tmp``
-    (njs loaded from Debian's libnginx-mod-http-js)."""
-    require_file(NJS_MODULE, package="libnginx-mod-http-js", purpose="run deploy/nginx-front.js in nginx")
-    text = CONF.read_text()
-    for old, new in (
-        (("server bridge:4041;"), f"server {bridge};"),
-        ("server pyroscope:4040;", f"server {pyroscope};"),
-        ("server tempo:3200;", f"server {tempo};"),
-        ("listen 4041;", f"listen {listen};"),
-        (SHIPPED_SCRIPT_PATH, str(SCRIPT)),
-    ):
-        assert old in text, f"deploy/nginx-front.conf has no {old!r} any more"
-        text = text.replace(old, new)
-    (tmp / "front.conf").write_text(text)
-    conf = tmp / "nginx.conf"
-    conf.write_text(
-        f"load_module {NJS_MODULE}; daemon off; master_process off; pid {tmp}/nginx.pid; "
-        f"error_log {tmp}/error.log warn; events {{}} http {{ access_log off; "
-        f"client_body_temp_path {tmp}/b; proxy_temp_path {tmp}/p; fastcgi_temp_path {tmp}/f; "
-        f"uwsgi_temp_path {tmp}/u; scgi_temp_path {tmp}/s; include {tmp}/front.conf; }}"
-    )
-    return conf
-
-
 # --------------------------------------------------------------------------------------------- the front, live
-
-
-def _host(url: str) -> str:
-    return url.removeprefix("http://").rstrip("/")
-
-
-@contextlib.asynccontextmanager
-async def running_front(stack: Stack) -> AsyncIterator[str]:
-    """nginx with the shipped front between ``stack``'s bridge and doubles; yields its /pyroscope base URL."""
-    nginx = require_tool("nginx", package="nginx-light", purpose="run deploy/nginx-front.conf")
-    port = closed_port()
-    with tempfile.TemporaryDirectory(prefix="front-") as tmp:
-        conf = _front_files(
-            Path(tmp),
-            bridge=_host(str(stack.client.make_url(""))),
-            pyroscope=_host(stack.pyroscope.url),
-            tempo=_host(stack.tempo.url),
-            listen=f"127.0.0.1:{port}",
-        )
-        proc = await asyncio.create_subprocess_exec(nginx, "-p", tmp, "-c", str(conf), stderr=asyncio.subprocess.PIPE)
-        try:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 20
-            while True:
-                try:
-                    _, writer = await asyncio.open_connection("127.0.0.1", port)
-                    writer.close()
-                    break
-                except OSError:
-                    if proc.returncode is not None or loop.time() > deadline:
-                        err = await proc.stderr.read() if proc.stderr is not None else b""
-                        pytest.fail(f"nginx did not start: {err.decode(errors='replace')}")
-                    await asyncio.sleep(0.05)
-            yield f"http://127.0.0.1:{port}/pyroscope"
-        finally:
-            if proc.returncode is None:
-                proc.terminate()
-                await asyncio.wait_for(proc.wait(), 20)
-            log = (Path(tmp) / "error.log").read_text() if (Path(tmp) / "error.log").exists() else ""
-            assert "[error]" not in log and "js exception" not in log, log
 
 
 _SPAN_RPC_SEEN = re.compile(
@@ -258,7 +185,11 @@ async def test_the_front_sends_plain_flame_graphs_past_the_bridge_and_span_queri
         ("not protobuf", "SelectMergeStacktraces", b"\xff\xff\xff", proto, None, "bridge"),
         ("not JSON", "SelectMergeStacktraces", b"{", js, None, "bridge"),
     ]
-    async with running_front(stack) as front, aiohttp.ClientSession(auto_decompress=False) as session:
+    async with (
+        running_front(str(stack.client.make_url("")), stack.pyroscope.url, stack.tempo.url) as base,
+        aiohttp.ClientSession(auto_decompress=False) as session,
+    ):
+        front = base + "/pyroscope"
         for what, method, body, content_type, encoding, where in cases:
             seen_before = await _bridge_saw(stack)
             relayed_before = len(stack.pyroscope.calls(method))
