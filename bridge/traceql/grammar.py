@@ -11,6 +11,23 @@ from __future__ import annotations
 
 from typing import Final
 
+# The tokens in the order expr.y declares them (%token lines, then the precedence lines' new ones): goyacc numbers
+# them so, and lists the tokens a syntax error expected in that order.
+TOKEN_ORDER: Final = (
+    "IDENTIFIER", "STRING", "INTEGER", "FLOAT", "DURATION", "DOT", "OPEN_BRACE", "CLOSE_BRACE", "OPEN_PARENS",
+    "CLOSE_PARENS", "COMMA", "NIL", "TRUE", "FALSE", "STATUS_ERROR", "STATUS_OK", "STATUS_UNSET", "KIND_UNSPECIFIED",
+    "KIND_INTERNAL", "KIND_SERVER", "KIND_CLIENT", "KIND_PRODUCER", "KIND_CONSUMER", "IDURATION", "CHILDCOUNT",
+    "NAME", "STATUS", "STATUS_MESSAGE", "PARENT", "KIND", "ROOTNAME", "ROOTSERVICENAME", "ROOTSERVICE",
+    "TRACEDURATION", "NESTEDSETLEFT", "NESTEDSETRIGHT", "NESTEDSETPARENT", "ID", "TRACE_ID", "SPAN_ID", "PARENT_ID",
+    "TIMESINCESTART", "VERSION", "PARENT_DOT", "RESOURCE_DOT", "SPAN_DOT", "TRACE_COLON", "SPAN_COLON",
+    "EVENT_COLON", "EVENT_DOT", "LINK_COLON", "LINK_DOT", "INSTRUMENTATION_COLON", "INSTRUMENTATION_DOT", "COUNT",
+    "AVG", "MAX", "MIN", "SUM", "BY", "COALESCE", "SELECT", "END_ATTRIBUTE", "RATE", "COUNT_OVER_TIME",
+    "MIN_OVER_TIME", "MAX_OVER_TIME", "AVG_OVER_TIME", "SUM_OVER_TIME", "QUANTILE_OVER_TIME", "HISTOGRAM_OVER_TIME",
+    "COMPARE", "TOPK", "BOTTOMK", "WITH", "PIPE", "AND", "OR", "EQ", "NEQ", "LT", "LTE", "GT", "GTE", "NRE", "RE",
+    "DESC", "ANCE", "SIBL", "NOT_CHILD", "NOT_PARENT", "NOT_DESC", "NOT_ANCE", "UNION_CHILD", "UNION_PARENT",
+    "UNION_DESC", "UNION_ANCE", "UNION_SIBL", "ADD", "SUB", "NOT", "MUL", "DIV", "MOD", "POW", "UMINUS",
+)  # fmt: skip
+
 # lowest first: (associativity, tokens)
 PRECEDENCE: Final = (
     ("left", ("PIPE",)),

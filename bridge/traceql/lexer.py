@@ -125,6 +125,7 @@ class _Scanner:
         self.col = 1
         self.tok_line = 1
         self.tok_col = 1
+        self.zeroed = False  # Go's Scanner.Next sets Position.Line to 0 until the next Scan: Tempo reports line 0
         self.errors: list[LexError] = []
 
     def peek(self, k: int = 0) -> str:
@@ -143,7 +144,12 @@ class _Scanner:
         return c
 
     def error(self, message: str) -> None:
-        self.errors.append(LexError(message, self.tok_line, self.tok_col))
+        self.errors.append(LexError(message, self.where, self.tok_col))
+
+    @property
+    def where(self) -> int:
+        """The line Tempo's lexer reports: the token's, or 0 once it stepped past the token with ``Next``."""
+        return 0 if self.zeroed else self.tok_line
 
     def skip_blanks(self) -> None:
         while True:
@@ -223,6 +229,7 @@ class _Scanner:
             return None
         for _ in range(k):
             self.next()
+        self.zeroed = True
         return ns
 
     def quoted(self, quote: str) -> str | None:
@@ -308,7 +315,7 @@ def tokenize(text: str) -> tuple[list[Token], LexError | None]:
     scope = ""
 
     def emit(kind: str, value: object = None) -> None:
-        tokens.append(Token(kind, value, s.tok_line, s.tok_col))
+        tokens.append(Token(kind, value, s.where, s.tok_col))
 
     while not s.errors:
         if in_attribute:
@@ -330,6 +337,7 @@ def tokenize(text: str) -> tuple[list[Token], LexError | None]:
         if s.errors:
             break
         s.tok_line, s.tok_col = s.line, s.col
+        s.zeroed = False
         c = s.peek()
         if c == "":
             break
@@ -417,6 +425,7 @@ def _join_operator(s: _Scanner, word: str) -> tuple[str | None, str]:
             kind = TOKENS[longer]
             joined = longer
             s.next()
+            s.zeroed = True
             continue
         return kind, joined
 
@@ -441,11 +450,13 @@ def _scope_after_parent(s: _Scanner, scope: str) -> str:
         return ""
     for _ in range(len(text)):
         s.next()
+    s.zeroed = True
     return kind
 
 
 def _attribute_name(s: _Scanner) -> str | None:
     """``parseAttribute``: up to a blank or an ending rune, quoted parts taken whole."""
+    s.zeroed = True  # it steps with Next from its first rune on
     out: list[str] = []
     while True:
         c = s.peek()

@@ -141,7 +141,7 @@ def compile_regex(pattern: str) -> re.Pattern[str]:
             warnings.simplefilter("error")
             compiled = re.compile(f"(?s:{translated})\\Z")
     except (re.error, FutureWarning, DeprecationWarning, RecursionError, OverflowError) as exc:
-        raise InvalidQuery(f"invalid regex: `{pattern}` ({exc})") from None
+        raise InvalidQuery(f"invalid regex: `{pattern}`") from exc
     if len(_CACHE) > 4096:
         _CACHE.clear()
     _CACHE[pattern] = compiled

@@ -3,8 +3,9 @@ the grammar (``_tables``, generated from ``grammar`` by ``lalr``), the nodes of 
 rewrite (``ast_rewriter.go``: ``.a = "x" || .a = "y"`` becomes ``.a IN ["x", "y"]``, and the same for ``!=`` with
 ``&&`` and the regular-expression forms) — it changes how ``by()`` names read, so it is done here too.
 
-A syntax error reads as goyacc's (``syntax error: unexpected }, expecting ...``) at the line and column of the
-token it stopped at.
+Errors read as Tempo's, to the letter: tokens are read when goyacc's parser would read them, a state's default
+reduction is taken as goyacc takes it, the expected tokens are listed as goyacc lists them (``syntax error: unexpected
+}, expecting ...``), at the lexer's line and column; the first error wins.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from bridge.traceql.ast import (
 )
 from bridge.traceql.build import ACTIONS, Context, new_binary, new_unary
 from bridge.traceql.errors import ParseError
-from bridge.traceql.lexer import TEXT_OF, Token, tokenize
+from bridge.traceql.grammar import TOKEN_ORDER
+from bridge.traceql.lexer import TEXT_OF, LexError, Token, tokenize
 from bridge.traceql.values import Static, T
 
 ACCEPT: Final = -0x7FFF
@@ -62,35 +64,73 @@ def parse(text: str, *, rewrite_ast: bool = True) -> Root:
         raise ParseError(f"query is larger than the maximum size of {MAX_QUERY_BYTES} bytes")
     tokens, lex_error = tokenize(text)
     ctx = Context()
-    root = _run(tokens, ctx, lex_error is not None)
-    if lex_error is not None:
-        raise ParseError(lex_error.message, lex_error.line, lex_error.col)
+    root = _run(tokens, ctx, lex_error)
     if ctx.errors:
         raise ParseError(*ctx.errors[0])
     assert root is not None
     return rewrite(root) if rewrite_ast else root
 
 
-def _run(tokens: list[Token], ctx: Context, lex_failed: bool) -> Root | None:
+def _token_number(kind: str) -> int:
+    """goyacc's numbering: ``$end`` 1, then the tokens as expr.y declares them from 4 on."""
+    return 1 if kind == "$end" else 4 + _ORDER[kind]
+
+
+def _default(row: dict[str, int]) -> int | None:
+    """goyacc's default action of a state (``wract``): the reduction most of its tokens take, the first in token
+    order on a tie; taken for any token without an action of its own."""
+    counts: dict[int, int] = {}
+    for a in row.values():
+        if a < 0 and a != ACCEPT:
+            counts[a] = counts.get(a, 0) + 1
+    best: int | None = None
+    for kind in sorted(row, key=_token_number):
+        a = row[kind]
+        if a < 0 and a != ACCEPT and (best is None or counts[a] > counts[best]):
+            best = a
+    return best
+
+
+_ORDER: Final = {kind: i for i, kind in enumerate(TOKEN_ORDER)}
+_DEFAULTS: Final = [_default(row) for row in _ACTIONS]
+# a state with no shift and one reduction reduces without reading the next token (goyacc's "simple" state)
+_SIMPLE: Final = [
+    not any(a >= 0 or a == ACCEPT for a in row.values()) and len(set(row.values())) == 1 for row in _ACTIONS
+]
+
+
+def _run(tokens: list[Token], ctx: Context, lex_error: LexError | None) -> Root | None:
+    """The LR parse as goyacc's runs it: tokens read only when a state needs one (errors of the grammar's actions
+    are placed at the last token read, as Tempo's lexer position is), a state's default reduction taken for any token
+    it has no action for; the first error is the one reported."""
     states = [0]
     values: list[Any] = []
     i = 0
+    token: Token | None = None
     while True:
-        token = tokens[i]
-        action = _ACTIONS[states[-1]].get(token.kind)
+        state = states[-1]
+        action: int | None
+        if _SIMPLE[state]:
+            action = _DEFAULTS[state]
+        else:
+            if token is None:
+                token = tokens[i]
+                ctx.line, ctx.col = token.line, token.col
+                if lex_error is not None and i == len(tokens) - 1:
+                    ctx.errors.append((lex_error.message, lex_error.line, lex_error.col))
+            action = _ACTIONS[state].get(token.kind, _DEFAULTS[state])
         if action is None:
-            if lex_failed and token.kind == "$end":
-                return None  # the lexer's error is the one to report
-            if ctx.errors:
-                raise ParseError(*ctx.errors[0])  # an earlier error of a semantic action comes first
-            raise ParseError(_syntax_message(states[-1], token), token.line, token.col)
+            assert token is not None
+            ctx.errors.append((_syntax_message(state, token), token.line, token.col))
+            return None
         if action == ACCEPT:
             root: Root = values[-1]
             return root
         if action >= 0:
+            assert token is not None
             states.append(action)
             values.append(token.value)
-            ctx.line, ctx.col = token.line, token.col
+            token = None
             i += 1
             continue
         lhs, length, name = _PRODUCTIONS[-action - 1]
@@ -102,8 +142,9 @@ def _run(tokens: list[Token], ctx: Context, lex_failed: bool) -> Root | None:
 
 
 def _syntax_message(state: int, token: Token) -> str:
+    """goyacc's verbose message: the tokens the state shifts, in token order, when there are at most four."""
     message = "syntax error: unexpected " + token_text(token.kind)
-    expected = sorted(k for k, a in _ACTIONS[state].items() if a >= 0 or a == ACCEPT)
+    expected = sorted((k for k, a in _ACTIONS[state].items() if a >= 0 and k != "$end"), key=_token_number)
     if 0 < len(expected) <= 4:
         message += ", expecting " + " or ".join(token_text(k) for k in expected)
     return message

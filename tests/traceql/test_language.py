@@ -7,6 +7,7 @@ a copy of ``pkg/traceql/test_examples.yaml``): every ``valid`` query compiles, e
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,35 @@ def test_lalr_tables_are_those_of_the_grammar() -> None:
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     assert (ROOT / "bridge/traceql/_tables.py").read_text() == gen.render(), "run scripts/gen_traceql_tables.py"
+
+
+PRINTED = json.loads((ROOT / "tests/fixtures/tempo/traceql/printed.json").read_text())
+
+
+def test_every_example_prints_as_tempo_prints_it() -> None:
+    """``RootExpr.String()`` of each valid and unsupported example, as Tempo printed it."""
+    wrong = {q: str(parse(q)) for q, printed in PRINTED["strings"].items() if str(parse(q)) != printed}
+    assert wrong == {}
+
+
+def test_every_parse_failure_says_what_tempo_says() -> None:
+    """The exact error Tempo's ``Parse`` returns — goyacc's expected tokens, the lexer's line and column (line 0
+    after a two-character token, as Go's scanner leaves it), the first error when there are several."""
+    wrong = {}
+    for q, message in PRINTED["errors"].items():
+        with pytest.raises(ParseError) as e:
+            parse(q)
+        if str(e.value) != message:
+            wrong[q] = str(e.value)
+    assert wrong == {}
+
+
+def test_every_invalid_query_says_what_tempo_says() -> None:
+    """The exact error of Tempo's ``validate()`` for each ``validate_fails`` example."""
+    wrong = {}
+    for q, message in PRINTED["invalid"].items():
+        with pytest.raises(InvalidQuery) as e:
+            compile_any(q)
+        if str(e.value) != message:
+            wrong[q] = str(e.value)
+    assert wrong == {}
