@@ -158,6 +158,7 @@ class Database:
 
     def mark_damaged(self, reason: str) -> None:
         """The file is damaged: refuse every write from now on; logged at ERROR once, with what to do."""
+        reason = " ".join(reason.split())  # one line: it goes into the ERROR line and every answer
         with self._lock:
             if self.damage is not None:
                 return

@@ -73,7 +73,7 @@ def quick_check(conn: sqlite3.Connection) -> list[str]:
     found: list[str] = []
     try:
         for (row,) in conn.execute(f"PRAGMA quick_check({PROBLEMS_SHOWN})"):  # row by row: keep what came first
-            found.append(str(row))
+            found.extend(line for line in str(row).splitlines() if line.strip())  # one row can hold many lines
     except sqlite3.DatabaseError as exc:
         if damage_of(exc) is None:
             raise
@@ -82,7 +82,7 @@ def quick_check(conn: sqlite3.Connection) -> list[str]:
 
 
 def summary(problems: list[str]) -> str:
-    """quick_check's findings in one line: the first, and how many more."""
+    """quick_check's findings in one line (the first, and how many more): it goes into the one ERROR line."""
     first = problems[0].replace("*** in database main ***", "").strip() or problems[0]
     if len(problems) > 1 and problems[0].startswith("*** in database"):
         first = problems[1]
@@ -90,4 +90,4 @@ def summary(problems: list[str]) -> str:
     else:
         rest = len(problems) - 1
     more = f"; {rest}{'+' if len(problems) >= PROBLEMS_SHOWN else ''} more" if rest > 0 else ""
-    return f"{first}{more}"
+    return " ".join(f"{first}{more}".split())

@@ -39,7 +39,7 @@ from bridge.state import RUNTIME
 from bridge.store import Store, decode
 from bridge.store.database import DB_FILE
 from bridge.store.decode import ProfileRecord
-from bridge.store.integrity import header_problem
+from bridge.store.integrity import header_problem, quick_check, summary
 from tests.paths import GO_CPU_PPROF, SHOP_CAPTURE
 from tests.serving import closed_port
 
@@ -573,3 +573,22 @@ def test_header_sees_a_file_cut_short_against_its_page_count(intact: Path, tmp_p
     os.truncate(path, path.stat().st_size - _page_size(path))
     found = header_problem(path)
     assert found is not None and "cut short" in found
+
+
+class _Rows:
+    """A connection whose quick_check answers as SQLite does for a tree with several damaged pages: one row holding
+    many lines (seen on an 89 MiB store with its last 64 KiB and one interior page written over)."""
+
+    def execute(self, sql: str) -> list[tuple[str]]:
+        assert sql.startswith("PRAGMA quick_check")
+        lines = [f"Page {n}: btreeInitPage() returns error code 11" for n in range(22765, 22749, -1)]
+        return [
+            ("*** in database main ***\n" + "\n".join(lines),),
+            ("On page 22 at right child: Child page depth differs",),
+        ]
+
+
+def test_quick_checks_findings_make_one_line() -> None:
+    found = quick_check(_Rows())  # type: ignore[arg-type]
+    assert found[0] == "*** in database main ***" and len(found) == 18
+    assert summary(found) == "Page 22765: btreeInitPage() returns error code 11; 16 more"
