@@ -18,6 +18,7 @@ each non-empty bucket (the first of equal ones; Go lists a slot's exemplars in m
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -70,7 +71,10 @@ def parse_request(req: qpb.SelectHeatmapRequest) -> HeatmapQuery:
         raise InvalidArgument(f"unknown exemplar type: {exemplar}")
     if req.query_type not in (individual, span):
         raise InvalidArgument("valid heatmap query type must be specified")
-    step_ms = int(req.step * 1000)
+    # Go's int64() of a float beyond int64 (amd64: CVTTSD2SI's "integer indefinite", math.MinInt64) leaves
+    # Pyroscope's next check to refuse it; Python's int() would raise instead (fuzzed: "step": 1e308 was a 500)
+    scaled = req.step * 1000
+    step_ms = int(scaled) if math.isfinite(scaled) and abs(scaled) < 2**63 else -(2**63)
     if step_ms < 1:
         raise InvalidArgument(f"step must be >= 1ms, got {req.step:f}")
     return HeatmapQuery(

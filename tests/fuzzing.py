@@ -127,6 +127,11 @@ _INT_TYPES: Final = {
     pbd.FieldDescriptor.CPPTYPE_UINT64: (0, 2**64 - 1),
 }
 _FLOATS: Final = (0.0, -0.0, 5e-324, 1e-9, 1.5, 1e308, -1e308, math.inf, -math.inf, math.nan)
+# the values a short pass always sends (beside its random pick): a type's ends, where overflows live
+EXTREMES: Final = frozenset(
+    {repr(v) for v in (1e308, -1e308, math.inf, -math.inf, math.nan)}
+    | {str(v) for low, high in _INT_TYPES.values() for v in (low, high)}
+)
 
 
 def hostile_values(fd: pbd.FieldDescriptor) -> list[tuple[str, Any]]:
@@ -322,7 +327,10 @@ def rpc_cases(
         by_field.setdefault(name, []).append((label, msg))
     cases: list[Case] = []
     for name, variants in by_field.items():
-        chosen = variants if per_field is None or len(variants) <= per_field else rng.sample(variants, per_field)
+        chosen = variants
+        if per_field is not None and len(variants) > per_field:
+            ends = [v for v in variants if v[0] in EXTREMES]
+            chosen = ends + rng.sample([v for v in variants if v[0] not in EXTREMES], per_field)
         for label, msg in chosen:
             what = f"{name}={label}"
             cases.append(Case(route, "POST", path, f"{what} (protobuf)", msg.SerializeToString(), ctype))
