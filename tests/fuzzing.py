@@ -274,6 +274,7 @@ def base_message(cls: type[Message]) -> Message:
         "span_selector": [SPAN_ID],
         "max_nodes": 1024,
         "group_by": ["service_name"],
+        "query_type": 1,  # SelectHeatmap: HEATMAP_QUERY_TYPE_INDIVIDUAL (0 is refused before anything else is read)
     }
     for fd in msg.DESCRIPTOR.fields:
         if fd.name in good:
@@ -418,12 +419,15 @@ class Tally:
     by_route: Counter[str] = field(default_factory=Counter)
     by_status: Counter[int] = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
+    designed: Counter[str] = field(default_factory=Counter)  # by-design 5xx answers: "status route: message"
 
     def add(self, case: Case, status: int, text: str) -> None:
         self.by_route[case.route] += 1
         self.by_status[status] += 1
         if status >= 500 and status not in BY_DESIGN:
             self.failures.append(f"{case.route} {case.what}: {status} {text[:200]!r}")
+        elif status >= 500:
+            self.designed[f"{status} {case.route}: {text[:160]}"] += 1
 
     def lines(self) -> list[str]:
         total = sum(self.by_route.values())
@@ -435,6 +439,7 @@ class Tally:
         ]
         out.append("by status: " + ", ".join(f"{s}: {n:,}" for s, n in sorted(self.by_status.items())))
         out.extend(f"  {n:6,}  {route}" for route, n in sorted(self.by_route.items()))
+        out.extend(f"  by design {n:,}×  {what}" for what, n in sorted(self.designed.items()))
         return out
 
 
