@@ -7,7 +7,10 @@ import asyncio
 import re
 import signal
 import socket
+import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -105,3 +108,43 @@ async def start_bridge(*args: str, env: dict[str, str] | None = None) -> Bridge:
         lines.append(line)
         if (m := LISTENING.search(line)) is not None:
             return Bridge(proc, int(m.group(1)), lines)
+
+
+class BridgeProcess:
+    """``python -m bridge serve`` for a module-scoped fixture (no event loop of its own): standalone on its own data
+    directory, its log read by a thread; ``stop()`` sends SIGTERM and waits (killing it after 30 s)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bridge", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)],
+            cwd=ROOT,
+            env={"PATH": "/usr/bin:/bin", "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stderr is not None
+        stderr = self.proc.stderr
+        threading.Thread(target=lambda: self.lines.extend(stderr), daemon=True).start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if (m := LISTENING.search(line)) is not None:
+                    self.base = f"http://127.0.0.1:{m.group(1)}"
+                    return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise AssertionError("the bridge did not start:\n" + "".join(self.lines))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(30)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()

@@ -29,6 +29,8 @@ capture window, in ms) and its samples with their ``span_id`` labels (``../share
   ``wall``, else by display name (``cpu`` → ``process_cpu``, …) — labels ``service_name`` (the app name),
   ``pyroscope_spy`` (``spyName``, else ``unknown``) and the name's tags; the one timestamp is the pprof's own
   ``time_nanos`` (an END stamp for ``@datadog/pprof``), replaced by ``from`` only when zero or in 1970.
+- ``POST /ingest?format=jfr`` (the Java agent's upload: multipart ``jfr`` and ``labels`` parts, or a raw body),
+  read with the JDK's ``jfr`` tool by ``tests/doubles/pyroscope_jfr.py``, which says what it models.
 - Faults (``double.faults``): ``delay`` seconds, ``code`` (answer with that Connect error), ``reset`` (drop the
   connection before answering), ``garbage`` (200 with bytes that are not the message), ``paths`` prefix filter.
   ``refused_url()`` (from the Tempo double) gives a URL where nothing listens.
@@ -208,8 +210,10 @@ class PyroscopeDouble:
     async def _ingest(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         self.requests.append(Recorded(request.path, None, "", dict(request.headers), raw))
+        if request.query.get("format", "pprof") == "jfr":
+            return await self._ingest_jfr(request, raw)
         if request.query.get("format", "pprof") != "pprof":
-            return web.Response(status=400, text="this double ingests format=pprof only\n")
+            return web.Response(status=400, text="this double ingests format=pprof and jfr only\n")
         if request.content_type.startswith("multipart/"):
             form = await _multipart_parts(request.headers["Content-Type"], raw)
             raw = form.get("profile", b"")
@@ -217,6 +221,21 @@ class PyroscopeDouble:
             raw = gzip.decompress(raw)  # the HTTP body encoding; the pprof itself may be gzipped too
         try:
             self.profiles.extend(ingested_profiles(request.query, raw))
+        except ValueError as exc:
+            return web.Response(status=400, text=f"{exc}\n")
+        return web.Response(status=200)
+
+    async def _ingest_jfr(self, request: web.Request, raw: bytes) -> web.StreamResponse:
+        from tests.doubles.pyroscope_jfr import ingested_jfr_profiles  # it builds on this module's StoredProfile
+
+        labels = b""
+        if request.content_type.startswith("multipart/"):
+            form = await _multipart_parts(request.headers["Content-Type"], raw)
+            if "jfr" not in form:
+                return web.Response(status=400, text="jfr field is required\n")
+            raw, labels = form["jfr"], form.get("labels", b"")
+        try:
+            self.profiles.extend(await ingested_jfr_profiles(request.query, raw, labels))
         except ValueError as exc:
             return web.Response(status=400, text=f"{exc}\n")
         return web.Response(status=200)
@@ -544,16 +563,23 @@ def ingest_metric_name(kinds: list[str]) -> str:
     return shown
 
 
-def ingested_profiles(query: Mapping[str, str], raw: bytes) -> list[StoredProfile]:
-    """One stored profile per sample type of an /ingest pprof, named and stamped as Pyroscope does."""
+def app_and_tags(query: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """The upload's ``name``: the application name and its tags (``__``-prefixed ones left out)."""
     match = _APP.match(query.get("name", ""))
     if match is None or not match.group(1).strip():
         raise ValueError("name must be app{k=v,...}")
-    labels = {"service_name": match.group(1).strip(), "pyroscope_spy": query.get("spyName") or "unknown"}
+    tags = {}
     for item in (match.group(2) or "").split(","):
         key, _, value = item.partition("=")
         if key.strip() and not key.strip().startswith("__"):
-            labels[key.strip()] = value.strip()
+            tags[key.strip()] = value.strip()
+    return match.group(1).strip(), tags
+
+
+def ingested_profiles(query: Mapping[str, str], raw: bytes) -> list[StoredProfile]:
+    """One stored profile per sample type of an /ingest pprof, named and stamped as Pyroscope does."""
+    app, tags = app_and_tags(query)
+    labels = {"service_name": app, "pyroscope_spy": query.get("spyName") or "unknown", **tags}
     try:
         profile = read_pprof(raw)
         kinds = sample_types(profile)

@@ -18,9 +18,6 @@ import json
 import os
 import re
 import subprocess
-import sys
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +27,7 @@ import aiohttp
 import pytest
 
 from tests.paths import ROOT
+from tests.serving import BridgeProcess
 from tests.tools import require_tool
 
 pytestmark = pytest.mark.slow
@@ -60,32 +58,6 @@ class JvmRun:
     window: tuple[int, int]  # from, until (epoch seconds)
     recording: Path
     jfr_tool: str
-
-
-def _start_bridge(data: Path) -> tuple[subprocess.Popen[str], str, list[str]]:
-    env = {"PATH": "/usr/bin:/bin", "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bridge", "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: list[str] = []
-    assert proc.stderr is not None
-    stderr = proc.stderr
-    threading.Thread(target=lambda: lines.extend(stderr), daemon=True).start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        for line in list(lines):
-            if m := re.search(r"listening on (http://127\.0\.0\.1:\d+)", line):
-                return proc, m.group(1), lines
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("the bridge did not start:\n" + "".join(lines))
 
 
 async def _upload_as_the_java_sdk(base: str, recording: bytes, window: tuple[int, int]) -> None:
@@ -119,12 +91,12 @@ def jvm(tmp_path_factory: pytest.TempPathFactory) -> Any:
     tmp = tmp_path_factory.mktemp("jvm")
     subprocess.run([javac, "-d", str(tmp), str(PROGRAM)], check=True, timeout=120)
     (tmp / "shop.jfc").write_text(JFC)
-    proc, base, log = _start_bridge(tmp / "data")
+    bridge = BridgeProcess(tmp / "data")
     try:
         recording = tmp / "shop.jfr"
         run = subprocess.run(
             [java, f"-XX:StartFlightRecording=filename={recording},settings={tmp / 'shop.jfc'}", "-cp", str(tmp)]
-            + ["JfrShop", base, str(SECONDS)],
+            + ["JfrShop", bridge.base, str(SECONDS)],
             capture_output=True,
             text=True,
             timeout=180,
@@ -133,18 +105,10 @@ def jvm(tmp_path_factory: pytest.TempPathFactory) -> Any:
         assert run.returncode == 0, run.stderr
         docs = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
         window = (docs[-1]["from"], docs[-1]["until"])
-        asyncio.run(_upload_as_the_java_sdk(base, recording.read_bytes(), window))
-        yield JvmRun(base, docs[:-1], window, recording, jfr_tool)
+        asyncio.run(_upload_as_the_java_sdk(bridge.base, recording.read_bytes(), window))
+        yield JvmRun(bridge.base, docs[:-1], window, recording, jfr_tool)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
-        if proc.stderr is not None:
-            proc.stderr.close()
-        del log
+        bridge.stop()
 
 
 async def connect(base: str, method: str, body: dict[str, Any]) -> dict[str, Any]:
