@@ -1,4 +1,5 @@
-"""Sans-I/O Connect unary codec, as Pyroscope serves it (../shared/contracts/pyroscope.md §1).
+"""Sans-I/O Connect unary codec, as Pyroscope serves it (the Connect protocol, https://connectrpc.com/docs/protocol/ :
+unary requests, error JSON and codes).
 
 Nothing here touches a socket: handlers pass bytes and header values in, and get messages, bytes and headers out.
 """

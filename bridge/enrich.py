@@ -1,11 +1,13 @@
 """Pure: give every span of a Tempo trace-by-ID answer the attribute ``pyroscope.profile.id``, so Grafana shows
-"Profiles for this span" on every span (``../shared/contracts/grafana.md`` §1). Its value is the span's id and its
-trace's, ``<16 hex span id>:<32 hex trace id>`` (``bridge.ids.carried_profile_id``): Grafana sends it back verbatim
+"Profiles for this span" on every span (grafana/grafana ``public/app/features/explore/TraceView/createSpanLink.tsx``,
+``pyroscopeProfileIdTagKey``: the trace view offers it only for a span with that tag). Its value is the span's id and
+its trace's, ``<16 hex span id>:<32 hex trace id>`` (``bridge.ids.carried_profile_id``): Grafana sends it back verbatim
 as the span selector, so whichever bridge process (worker or replica) gets the click knows the trace without the span
 cache of the process that served the trace, and without Tempo's lagging search. The ``/pyroscope`` mount strips the
 trace part before anything reaches Pyroscope. (Without a trace id given, the value is the span id alone.)
 
-Four shapes, as Tempo answers them (``../shared/contracts/tempo.md`` §1): v2 ``TraceByIDResponse`` / v1 ``Trace``
+Four shapes, as Tempo answers them (grafana/tempo ``pkg/tempopb/tempo.proto``
+``TraceByIDResponse``, ``pkg/api/http.go`` lines 83 and 100): v2 ``TraceByIDResponse`` / v1 ``Trace``
 protobuf, and v2 ``{"trace":{"resourceSpans":…}}`` / v1 ``{"batches":…}`` JSON with base64 ids.
 
 Rules: a span that already has the attribute keeps it as it is (never duplicated), with one exception: a value that is

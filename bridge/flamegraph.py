@@ -1,6 +1,7 @@
 """Pure flame-graph functions: Pyroscope's level encoding ↔ a call tree, merging, folding, relabelling.
 
-Encoding (../shared/contracts/pyroscope.md §4): ``names[0]`` is ``"total"``; ``levels[i].values`` holds one
+Encoding (grafana/pyroscope ``api/querier/v1/querier.proto`` ``message FlameGraph``, written by
+``pkg/model/flamegraph.go`` ``NewFlameGraph``): ``names[0]`` is ``"total"``; ``levels[i].values`` holds one
 4-tuple per node of row *i*, left to right: ``[x_offset_delta, total, self, name_index]``, the offset delta-encoded
 against the end of the previous node in the same row. "No data" is a missing flame graph or one holding only
 ``total`` with a single ``[0,0,0,0]`` level. One level writer encodes both inputs: a call tree (``encode``) and
@@ -211,10 +212,10 @@ def fold_threshold(totals: list[int], max_nodes: int | None) -> int:
 def _write_levels(
     nodes: Iterable[Sequence[Any]], root_name: str, root_total: int, root_self: int, threshold: int
 ) -> pb.FlameGraph:
-    """The one level writer (../shared/contracts/pyroscope.md §4). ``nodes`` are ``(depth, name, total, self)`` in
-    pre-order with children sorted by name (depth 1 = the root's children). A node with a total below ``threshold``
-    is added, with its subtree, to one ``other`` node per parent, placed after the parent's kept children; a node
-    with a total of 0 or less is dropped with its subtree. Children start at their parent's x."""
+    """The one level writer (grafana/pyroscope ``pkg/model/flamegraph.go``). ``nodes`` are ``(depth, name, total,
+    self)`` in pre-order with children sorted by name (depth 1 = the root's children). A node with a total below
+    ``threshold`` is added, with its subtree, to one ``other`` node per parent, placed after the parent's kept children;
+    a node with a total of 0 or less is dropped with its subtree. Children start at their parent's x."""
     names: list[str] = [ROOT_NAME]
     name_index: dict[str, int] = {ROOT_NAME: 0}
     root_idx = name_index.setdefault(root_name, len(names))
@@ -293,7 +294,7 @@ def placeholder(root_name: str, leaf_name: str) -> pb.FlameGraph:
 
 
 def is_empty(fg: pb.FlameGraph | None) -> bool:
-    """True for both encodings of "no data" (../shared/contracts/pyroscope.md §4) and a zero total."""
+    """True for both encodings of "no data" (grafana/pyroscope ``pkg/model/flamegraph.go``) and a zero total."""
     if fg is None or len(fg.levels) <= 1:
         return True
     return fg.total == 0

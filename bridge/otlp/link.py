@@ -1,6 +1,8 @@
 """Pure core of the link gateway: turn span-id *sample attributes* into OTLP ``Link`` entries.
 
-For every sample of an ``ExportProfilesServiceRequest`` (``../shared/contracts/otlp.md`` §2–3):
+For every sample of an ``ExportProfilesServiceRequest`` (open-telemetry/opentelemetry-proto
+``opentelemetry/proto/profiles/v1development/profiles.proto``: ``Sample.link_index``,
+``ProfilesDictionary.link_table``):
 
 1. A sample that already has a non-zero ``link_index`` keeps it, and keeps its attributes untouched (whoever set the
    link decided what the sample means; we do not second-guess it). Counted as ``already_linked``.

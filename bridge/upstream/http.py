@@ -124,7 +124,8 @@ class _Upstream:
 
 
 class TempoClient(_Upstream):
-    """Tempo's query API (``../shared/contracts/tempo.md``)."""
+    """Tempo's query API (grafana/tempo ``pkg/api/http.go``: the paths at lines 83–100, v1
+    ``/api/traces/{traceID}`` and v2 ``/api/v2/traces/{traceID}``)."""
 
     name = "tempo"
 

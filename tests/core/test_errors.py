@@ -7,7 +7,7 @@ import pytest
 from bridge.connect import decode_error, encode_error
 from bridge.errors import CODE_TO_HTTP, Code, code_for_http_status
 
-CONTRACT_TABLE = {  # ../shared/contracts/pyroscope.md §1
+CONTRACT_TABLE = {  # https://connectrpc.com/docs/protocol/#error-codes (code → HTTP status)
     "canceled": 499,
     "unknown": 500,
     "invalid_argument": 400,

@@ -6,7 +6,9 @@ request bodies exactly as they arrived (gzip included).
 
 Data: the shop capture's Push bodies (``tests/fixtures/shop-capture/*_push*.bin``, real pyroscope-io output).
 Each pprof is one stored profile: its series labels, its one timestamp (the pprof ``time_nanos``, the start of its
-capture window, in ms) and its samples with their ``span_id`` labels (``../shared/contracts/pyroscope.md`` §5, §6).
+capture window, in ms) and its samples with their ``span_id`` labels (grafana/pyroscope
+``pkg/model/pprofsplit/pprof_split.go``: ``span_id`` samples; ``pkg/model/profile.go`` line 93: a span id is 16 hex
+characters).
 
 - ``SelectMergeStacktraces`` / ``SelectMergeSpanProfile``: profiles of the profile type whose series labels match
   the label selector and whose timestamp is in ``[start, end]`` (inclusive), samples filtered by ``span_selector``
@@ -492,7 +494,7 @@ def fold_threshold(root: Frame, max_nodes: int) -> int:
 
 
 def encode_flamegraph(stacks: Iterable[tuple[tuple[str, ...], int]], max_nodes: int = 0) -> querier_pb2.FlameGraph:
-    """Pyroscope's flame graph of merged stacks (``../shared/contracts/pyroscope.md`` §4, as ``NewFlameGraph``
+    """Pyroscope's flame graph of merged stacks (grafana/pyroscope ``pkg/model/flamegraph.go``, as ``NewFlameGraph``
     writes it): ``names[0]`` is ``total``; one row per depth of ``[x delta, total, self, name index]``, the x of a
     node delta-encoded against the end of the previous node in its row. A node's own (self) width comes first, its
     children after it, by name; children below the fold threshold — and any child called ``other`` — are summed

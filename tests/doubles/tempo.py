@@ -1,6 +1,7 @@
 """A TEST DOUBLE of Grafana Tempo's HTTP query API — not Tempo. A real aiohttp app (serve it on 127.0.0.1, port 0, with
 pytest-aiohttp's ``aiohttp_server``) that answers from traces given to it, in Tempo's own wire shapes
-(``../shared/contracts/tempo.md``), and records every request it was asked.
+(grafana/tempo ``pkg/api/http.go`` lines 83–100,
+``pkg/tempopb/tempo.proto``), and records every request it was asked.
 
 - ``GET /api/v2/traces/{id}``: ``TraceByIDResponse`` protobuf when ``Accept`` contains ``application/protobuf``,
   else gogo-jsonpb JSON ``{"trace":{"resourceSpans":[…]},"metrics":{…}}`` (base64 ids, string int64s, enum names,

@@ -279,7 +279,8 @@ async def test_corrupt_gzip_passes_through_with_encoding_failure(stack: Stack) -
 
 
 async def test_grafana_flow_against_a_tempo_without_v2(stack: Stack) -> None:
-    """Grafana asks v2 first and, on a 404, the old v1 endpoint (contracts/grafana.md §3): both go through."""
+    """Grafana asks v2 first and, on a 404, the old v1 endpoint (grafana/grafana
+    ``public/app/plugins/datasource/tempo/datasource.ts``): both go through."""
     stack.tempo.faults.status, stack.tempo.faults.body, stack.tempo.faults.paths = 404, "404 page not found", "/api/v2/"
     child = load_shop().pick("frontend-child")
     resp = await stack.client.get(f"/tempo/api/v2/traces/{child.trace_id}", headers=PB)
