@@ -1,5 +1,5 @@
 /* bridge.jfr._fastjfr: the JFR reader's hot loop in C — a run of LEB128 varints (stack frames, the fields of simple
- * events). Optional: bridge/jfr/reader.py has the same loop in Python and uses it when this module is not built.
+ * events). Optional: bridge/jfr/cursor.py has the same loop in Python and uses it when this module is not built.
  *
  * varints(buf, pos, end, count) -> (list of int, new pos)
  *   Reads `count` varints from `buf` starting at `pos`, never at or past `end`: each is 7 bits per byte, low bits

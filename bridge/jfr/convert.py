@@ -51,7 +51,8 @@ from typing import Any, Final
 
 from bridge._proto import jfr_labels_pb2 as lpb
 from bridge.compression import Budget, BudgetSpent
-from bridge.jfr.reader import Chunk, JfrError, JfrTooLarge, read_chunks
+from bridge.jfr.cursor import JfrError, JfrTooLarge
+from bridge.jfr.reader import Chunk, read_chunks
 
 SAMPLE_COST: Final = 160  # bytes charged per distinct sample kept (dict slot, key tuple, values list)
 

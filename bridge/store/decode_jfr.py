@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from bridge.compression import GZIP_MAGIC, Budget, GzipError, GzipTooLarge
 from bridge.errors import InvalidArgument, ResourceExhausted
 from bridge.jfr.convert import JfrProfiles, Labels, convert, parse_labels
-from bridge.jfr.reader import JfrError, JfrTooLarge
+from bridge.jfr.cursor import JfrError, JfrTooLarge
 from bridge.profiletype import NAME_LABEL, ProfileType
 from bridge.store.decode import (
     SERVICE_LABEL,

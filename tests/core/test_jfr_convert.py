@@ -10,7 +10,7 @@ import random
 import pytest
 
 from bridge.compression import Budget
-from bridge.jfr import reader
+from bridge.jfr import cursor
 from bridge.jfr.convert import convert, merge_generated_names, parse_labels
 from tests.jfr_expected import read_expected
 from tests.paths import JFR_FIXTURES
@@ -147,7 +147,7 @@ def test_several_chunks_are_the_sum_of_each() -> None:
 def test_the_native_varint_loop_reads_as_the_python_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """bridge/jfr/_fastjfr.c against the reader's Python loop: the same numbers and positions on random runs (9-byte
     longs included), the same refusal when a number runs past the end, the same conversion of a real recording."""
-    if not reader.NATIVE:
+    if not cursor.NATIVE:
         if os.environ.get("CI"):
             pytest.fail("bridge.jfr._fastjfr did not build (CI needs a C compiler: pip install -e . builds it)")
         pytest.skip("bridge.jfr._fastjfr is not built; the Python loop runs instead")
@@ -156,18 +156,18 @@ def test_the_native_varint_loop_reads_as_the_python_one(monkeypatch: pytest.Monk
         data = bytes(rng.choice((rng.randrange(128), rng.randrange(128, 256))) for _ in range(rng.randrange(1, 80)))
         count = rng.randrange(0, 12)
         end = rng.randrange(0, len(data) + 1)
-        fast, slow = reader.Cursor(data, 0, end, "t"), reader.Cursor(data, 0, end, "t")
+        fast, slow = cursor.Cursor(data, 0, end, "t"), cursor.Cursor(data, 0, end, "t")
         try:
             expected: object = (slow.varints_python(count), slow.pos)
-        except reader.JfrError:
+        except cursor.JfrError:
             expected = "refused"
         try:
             got: object = (fast.varints(count), fast.pos)
-        except reader.JfrError:
+        except cursor.JfrError:
             got = "refused"
         assert got == expected, (data.hex(), count, end)
     nine = b"\xff" * 8 + b"\x80"  # a long's ninth byte keeps all 8 bits
-    assert reader.Cursor(nine, 0, 9, "t").varints(1) == [(1 << 56) - 1 | 0x80 << 56]
+    assert cursor.Cursor(nine, 0, 9, "t").varints(1) == [(1 << 56) - 1 | 0x80 << 56]
     native = converted("example")
-    monkeypatch.setattr(reader, "_native", None)
+    monkeypatch.setattr(cursor, "_native", None)
     assert converted("example") == native
