@@ -1,7 +1,7 @@
 """Build settings that pyproject.toml cannot express: the optional C accelerators.
 
 ``bridge.otlp._fastlink`` links OTLP profile samples on the wire bytes (see bridge/otlp/fastlink.py);
-``bridge.jfr._fastjfr`` reads the JFR reader's runs of varints (bridge/jfr/reader.py). Both are optional: without a
+``bridge.jfr._fastjfr`` reads the JFR reader's runs of varints (bridge/jfr/cursor.py). Both are optional: without a
 C compiler (python slim images) the build skips them and the pure Python paths run instead.
 """
 

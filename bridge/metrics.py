@@ -203,6 +203,10 @@ class Metrics:
                 registry=r,
             )
         )
+        self._declare_standalone(r)
+
+    def _declare_standalone(self, r: CollectorRegistry) -> None:
+        """What standalone mode and the OTLP side record: ingest, the store's disk, the link gateway, pprof pulls."""
         self.ingested = self._closed(
             ClosedCounter("profile_bridge_ingested", "items ingested by the standalone store", ["kind"], registry=r)
         )
