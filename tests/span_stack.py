@@ -104,13 +104,10 @@ async def start_bridge(
     aiohttp_server: ServerFactory,
     aiohttp_client: ClientFactory,
     data_dir: str,
-    exemplars_per_point: int | None = None,
 ) -> Bridge:
-    """For a fixture parametrised over both modes; ``exemplars_per_point`` sets the Pyroscope double's (proxy)."""
+    """For a fixture parametrised over both modes."""
     if mode == "proxy":
         stack = await start_stack(aiohttp_server, aiohttp_client)
-        if exemplars_per_point is not None:
-            stack.pyroscope.exemplars_per_point = exemplars_per_point
         return Bridge("proxy", stack.http, stack)
     client, _ = await start_standalone(aiohttp_client, data_dir)
     return Bridge("standalone", client)

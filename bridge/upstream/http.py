@@ -230,6 +230,9 @@ class PyroscopeClient(_Upstream):
     async def select_series(self, req: qpb.SelectSeriesRequest, ctx: CallContext) -> qpb.SelectSeriesResponse:
         return await self.rpc("SelectSeries", req, qpb.SelectSeriesResponse, ctx)
 
+    async def select_heatmap(self, req: qpb.SelectHeatmapRequest, ctx: CallContext) -> qpb.SelectHeatmapResponse:
+        return await self.rpc("SelectHeatmap", req, qpb.SelectHeatmapResponse, ctx)
+
 
 def new_session(settings: Settings) -> aiohttp.ClientSession:
     """One session per upstream: pooled keep-alive connections and an explicit default timeout. No cookie jar:

@@ -5,10 +5,10 @@ recording every request it was asked. Serve it with ``aiohttp_server(double.app,
 request bodies exactly as they arrived (gzip included).
 
 Data: the shop capture's Push bodies (``tests/fixtures/shop-capture/*_push*.bin``, real pyroscope-io output).
-Each pprof is one stored profile: its series labels, its one timestamp (the pprof ``time_nanos``, the start of its
-capture window, in ms) and its samples with their ``span_id`` labels (grafana/pyroscope
-``pkg/model/pprofsplit/pprof_split.go``: ``span_id`` samples; ``pkg/model/profile.go`` line 93: a span id is 16 hex
-characters).
+Each pprof is stored as Pyroscope stores it: split into one series per set of sample labels other than ``span_id``
+and ``trace_id`` (``span_name`` becomes a series label, grafana/pyroscope ``pkg/model/pprofsplit/pprof_split.go``),
+each with its one timestamp (the pprof ``time_nanos``, the start of its capture window, in ms) and its samples, which
+keep their ``span_id`` and ``trace_id`` (``pkg/model/profile.go`` line 93: a span id is 16 hex characters).
 
 - ``SelectMergeStacktraces`` / ``SelectMergeSpanProfile``: profiles of the profile type whose series labels match
   the label selector and whose timestamp is in ``[start, end]`` (inclusive), samples filtered by ``span_selector``
@@ -19,12 +19,21 @@ characters).
   ``SelectMergeStacktraces.span_selector``: ``ignores_stacktraces_span_selector=True``.
 - ``ProfileTypes``, ``LabelNames``, ``LabelValues``, ``Series`` (with ``__name__`` and ``__profile_type__``, as
   Pyroscope answers), ``SelectSeries`` from the same data; ``/ready``.
+- ``read_path`` plays Pyroscope's two read paths (grafana/pyroscope v2.2.1): ``"v2"`` (the query frontend over the
+  v2 storage, ``pkg/frontend/readpath/queryfrontend``) or ``"v1"`` (the old querier, ``pkg/querier/querier.go``).
 - ``SelectSeries`` honours ``stack_trace_selector.call_site`` (root-first prefix: only samples whose stack starts
-  with those frames count) and answers ``exemplar_type = EXEMPLAR_TYPE_SPAN`` with span exemplars per point: the
-  ``exemplars_per_point`` spans whose samples added most to it, by the double's own sums (exemplar labels: the
-  profile's series labels; no trace id). ``span_exemplars`` plays other Pyroscopes: ``"ignored"`` (one that does not
-  know field 10: points, no exemplars) or ``"unimplemented"`` (v2's query backend: Connect ``unimplemented``,
-  "exemplar type span is not implemented").
+  with those frames count). Exemplars as Pyroscope answers them: v1 refuses any (``unimplemented``, "exemplars are
+  not supported in SelectSeries API, use the v2 query API instead"); v2 serves ``EXEMPLAR_TYPE_INDIVIDUAL`` (each
+  profile of a point, by a profile id of the double's own) and refuses ``EXEMPLAR_TYPE_SPAN`` (``unimplemented``,
+  "exemplar type span is not implemented", ``pkg/querybackend/query_time_series.go``).
+- ``SelectHeatmap`` (v2 only; v1: ``unimplemented``, "SelectHeatmap not implemented in old querier"): individual
+  profiles or span points (a span's samples in one profile, ``pkg/querybackend/query_heatmap.go``), in slots of
+  ``step`` and 20 value bands, one exemplar per non-empty cell — its highest point, with span id and trace id
+  (``pkg/model/heatmap``; ``tests/doubles/pyroscope_model.py``), Pyroscope's validation messages.
+- ``Diff``: both sides merged as ``SelectMergeStacktraces`` would (format ignored), diffed by the double's own
+  encoder; a span id in either side that is not 16 hex is refused as everywhere.
+- A span selector entry must be 16 hex characters: ``invalid span id length: "…"``, or Go's ``encoding/hex:
+  invalid byte: U+007A 'z'`` (``pkg/model/profile.go`` ``NewSpanSelector``), both ``invalid_argument``.
 - ``POST /ingest`` (``format=pprof``, raw or multipart ``profile`` part, as ``@pyroscope/nodejs`` and the Go SDK
   upload): stored as Pyroscope stores it, by this double's own reading of Pyroscope's rules
   (``pkg/og/convert/pprof/profile.go``): one ``__name__`` for every sample type — ``wall`` when any sample type is
@@ -38,7 +47,8 @@ characters).
   ``refused_url()`` (from the Tempo double) gives a URL where nothing listens.
 
 Independence: the double reads pprof and encodes its answers with code of its own (``read_pprof``,
-``pprof_samples``, ``encode_flamegraph``); it imports the bridge's generated protobuf classes (the wire contract) and
+``pprof_samples``, ``encode_flamegraph``, ``encode_diff``, ``range_heatmap`` in ``tests/doubles/pyroscope_model.py``);
+it imports the bridge's generated protobuf classes (the wire contract) and
 its Connect error codes, nothing of ``bridge.flamegraph``, ``bridge.pprof`` or ``bridge.store``.
 """
 
@@ -49,8 +59,8 @@ import functools
 import gzip
 import json
 import re
-import zlib
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -59,21 +69,52 @@ from aiohttp import web
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
-from bridge._proto import profile_pb2, push_pb2, querier_pb2, types_pb2
+from bridge._proto import push_pb2, querier_pb2, types_pb2
 from bridge.errors import Code
+from tests.doubles.pyroscope_model import (
+    Frame,
+    HeatPoint,
+    StoredProfile,
+    app_and_tags,
+    call_tree,
+    encode_diff,
+    encode_flamegraph,
+    fold_threshold,
+    ingest_metric_name,
+    ingested_profiles,
+    matches_selector,
+    multipart_parts,
+    period_type,
+    pprof_samples,
+    range_heatmap,
+    read_pprof,
+    relabeled,
+    sample_types,
+    split_series,
+    top_series,
+)
 from tests.paths import SHOP_CAPTURE
+
+__all__ = [  # the model's functions stay importable from here, as they always were
+    "Frame",
+    "StoredProfile",
+    "app_and_tags",
+    "ingest_metric_name",
+    "ingested_profiles",
+    "matches_selector",
+    "call_tree",
+    "encode_flamegraph",
+    "fold_threshold",
+    "period_type",
+    "pprof_samples",
+    "read_pprof",
+    "relabeled",
+    "sample_types",
+]
 
 QUERIER: Final = "/querier.v1.QuerierService/"
 GARBAGE: Final = b"\x07\xff\xff\xff this is not a Connect answer"
-_HEX16 = re.compile(r"^[0-9a-fA-F]{16}$")
-
-
-@dataclass(frozen=True, slots=True)
-class StoredProfile:
-    type_id: str
-    labels: dict[str, str]
-    time_ms: int
-    samples: list[tuple[tuple[str, ...], int, dict[str, str]]]
+_HEX = re.compile(r"[0-9a-fA-F]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,42 +153,10 @@ def _load(directory: Path) -> tuple[StoredProfile, ...]:
                 profile = read_pprof(raw.raw_profile)
                 ptype, punit = period_type(profile)
                 for index, (stype, sunit) in enumerate(sample_types(profile)):
-                    out.append(
-                        StoredProfile(
-                            type_id=f"{name}:{stype}:{sunit}:{ptype}:{punit}",
-                            labels=dict(labels),
-                            time_ms=profile.time_nanos // 1_000_000,
-                            samples=pprof_samples(profile, index),
-                        )
-                    )
+                    type_id = f"{name}:{stype}:{sunit}:{ptype}:{punit}"
+                    samples = pprof_samples(profile, index)
+                    out.extend(split_series(type_id, labels, profile.time_nanos // 1_000_000, samples))
     return tuple(out)
-
-
-_MATCHER = re.compile(r'\s*([\w.]+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*,?')
-
-
-def matches_selector(selector: str, labels: Mapping[str, str]) -> bool:
-    """The double's own reading of a Prometheus-style selector (independent of the bridge's parser)."""
-    body = selector.strip()
-    if body.startswith("{") and body.endswith("}"):
-        body = body[1:-1]
-    pos = 0
-    while pos < len(body.strip()) and pos < len(body):
-        m = _MATCHER.match(body, pos)
-        if m is None:
-            raise ValueError(f"parse error in label selector {selector!r}")
-        name, op, value = m.group(1), m.group(2), m.group(3).encode().decode("unicode_escape")
-        have = labels.get(name, "")
-        ok = {
-            "=": have == value,
-            "!=": have != value,
-            "=~": re.fullmatch(value, have) is not None,
-            "!~": re.fullmatch(value, have) is None,
-        }[op]
-        if not ok:
-            return False
-        pos = m.end()
-    return True
 
 
 @dataclass(slots=True)
@@ -159,8 +168,7 @@ class PyroscopeDouble:
     faults: Faults = field(default_factory=Faults)
     empty_style: str = "v2.2"
     ignores_stacktraces_span_selector: bool = False
-    span_exemplars: str = "span"  # "span", "ignored" (no exemplars) or "unimplemented" (a Connect error)
-    exemplars_per_point: int = 10
+    read_path: str = "v2"  # "v2" (the query frontend over v2 storage) or "v1" (the old querier)
     cookie: str = ""  # /ready answers with this Set-Cookie when set
     url: str = ""
     app: web.Application = field(init=False)
@@ -180,7 +188,13 @@ class PyroscopeDouble:
     # ------------------------------------------------------------------------------------------- the data
 
     def select(
-        self, type_id: str, selector: str, start: int, end: int, span_ids: Iterable[str] | None
+        self,
+        type_id: str,
+        selector: str,
+        start: int,
+        end: int,
+        span_ids: Iterable[str] | None,
+        call_site: tuple[str, ...] = (),
     ) -> list[tuple[tuple[str, ...], int]]:
         wanted = {s.lower() for s in span_ids} if span_ids else None
         stacks: list[tuple[tuple[str, ...], int]] = []
@@ -190,10 +204,16 @@ class PyroscopeDouble:
             if not matches_selector(selector, p.labels):
                 continue
             for frames, value, labels in p.samples:
-                if wanted is not None and labels.get("span_id") not in wanted:
+                if wanted is not None and labels.get("span_id", "").lower() not in wanted:
+                    continue
+                if frames[: len(call_site)] != call_site:
                     continue
                 stacks.append((frames, value))
         return stacks
+
+    def profile_id(self, profile: StoredProfile) -> str:
+        """The double's own id of a stored profile (Pyroscope gives each a UUID at ingest)."""
+        return str(uuid.uuid5(uuid.NAMESPACE_OID, f"{self.profiles.index(profile)}:{profile.type_id}"))
 
     def flame(self, stacks: list[tuple[tuple[str, ...], int]], max_nodes: int | None) -> querier_pb2.FlameGraph | None:
         fg = encode_flamegraph(stacks, max_nodes or 0)
@@ -217,7 +237,7 @@ class PyroscopeDouble:
         if request.query.get("format", "pprof") != "pprof":
             return web.Response(status=400, text="this double ingests format=pprof and jfr only\n")
         if request.content_type.startswith("multipart/"):
-            form = await _multipart_parts(request.headers["Content-Type"], raw)
+            form = await multipart_parts(request.headers["Content-Type"], raw)
             raw = form.get("profile", b"")
         if request.headers.get("Content-Encoding") == "gzip" and raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)  # the HTTP body encoding; the pprof itself may be gzipped too
@@ -232,7 +252,7 @@ class PyroscopeDouble:
 
         labels = b""
         if request.content_type.startswith("multipart/"):
-            form = await _multipart_parts(request.headers["Content-Type"], raw)
+            form = await multipart_parts(request.headers["Content-Type"], raw)
             if "jfr" not in form:
                 return web.Response(status=400, text="jfr field is required\n")
             raw, labels = form["jfr"], form.get("labels", b"")
@@ -313,7 +333,12 @@ class PyroscopeDouble:
         spans: list[str] | None = None
         if req.span_selector and not self.ignores_stacktraces_span_selector:
             spans = _check_span_ids(req.span_selector)
-        stacks = self.select(req.profile_typeID, req.label_selector, req.start, req.end, spans)
+        if spans and req.HasField("stack_trace_selector") and self.read_path == "v1":
+            raise NotImplementedError(
+                "combining span_selector with stack_trace_selector is only supported with the v2 query backend"
+            )
+        call_site = tuple(loc.name for loc in req.stack_trace_selector.call_site)
+        stacks = self.select(req.profile_typeID, req.label_selector, req.start, req.end, spans, call_site)
         fg = self.flame(stacks, req.max_nodes if req.HasField("max_nodes") else None)
         out = querier_pb2.SelectMergeStacktracesResponse()
         if fg is not None:
@@ -358,53 +383,94 @@ class PyroscopeDouble:
         return out
 
     def select_series(self, req: querier_pb2.SelectSeriesRequest) -> Message:
-        span_wanted = req.exemplar_type == types_pb2.EXEMPLAR_TYPE_SPAN
-        if span_wanted and self.span_exemplars == "unimplemented":
+        kind = req.exemplar_type
+        if kind not in types_pb2.ExemplarType.values():
+            raise ValueError(f"unknown exemplar type: {kind}")
+        if self.read_path == "v1" and kind in (types_pb2.EXEMPLAR_TYPE_INDIVIDUAL, types_pb2.EXEMPLAR_TYPE_SPAN):
+            raise NotImplementedError("exemplars are not supported in SelectSeries API, use the v2 query API instead")
+        if kind == types_pb2.EXEMPLAR_TYPE_SPAN:
             raise NotImplementedError("exemplar type span is not implemented")
-        call_site = (
-            tuple(loc.name for loc in req.stack_trace_selector.call_site)
-            if req.HasField("stack_trace_selector")
-            else ()
-        )
-        groups: dict[tuple[tuple[str, str], ...], dict[int, float]] = {}
-        by_span: dict[tuple[tuple[str, str], ...], dict[int, dict[str, tuple[int, int, dict[str, str]]]]] = {}
+        call_site = tuple(loc.name for loc in req.stack_trace_selector.call_site)
         step_ms = max(1, int(req.step * 1000)) if req.step else 15_000
+        groups: dict[tuple[tuple[str, str], ...], dict[int, list[tuple[StoredProfile, int]]]] = {}
         for p in self.profiles:
             if p.type_id != req.profile_typeID or not req.start <= p.time_ms <= req.end:
                 continue
             if not matches_selector(req.label_selector, p.labels):
                 continue
-            key = tuple((g, p.labels.get(g, "")) for g in req.group_by)
-            bucket = p.time_ms - p.time_ms % step_ms
-            points = groups.setdefault(key, {})
-            picked = [(v, labels) for frames, v, labels in p.samples if frames[: len(call_site)] == call_site]
-            if not picked:
-                continue
-            points[bucket] = points.get(bucket, 0.0) + sum(v for v, _ in picked)
-            spans = by_span.setdefault(key, {}).setdefault(bucket, {})
-            for value, labels in picked:
-                span = labels.get("span_id")
-                if span:
-                    have, _, _ = spans.get(span, (0, 0, {}))
-                    spans[span] = (have + value, p.time_ms, p.labels)
+            value = sum(v for frames, v, _ in p.samples if frames[: len(call_site)] == call_site)
+            if value:
+                key = tuple((g, p.labels.get(g, "")) for g in req.group_by)
+                groups.setdefault(key, {}).setdefault(p.time_ms - p.time_ms % step_ms, []).append((p, value))
         out = querier_pb2.SelectSeriesResponse()
         for key, points in sorted(groups.items()):
-            if not points:
-                continue
-            series = out.series.add()
-            series.labels.extend(types_pb2.LabelPair(name=k, value=v) for k, v in key)
-            for ts, value in sorted(points.items()):
-                point = series.points.add(value=value, timestamp=ts)
-                if span_wanted and self.span_exemplars == "span":
-                    ranked = sorted(by_span.get(key, {}).get(ts, {}).items(), key=lambda kv: (-kv[1][0], kv[0]))
-                    for span, (total, stamp, labels) in ranked[: self.exemplars_per_point]:
+            series = out.series.add(labels=[types_pb2.LabelPair(name=k, value=v) for k, v in key])
+            for ts, profiles in sorted(points.items()):
+                point = series.points.add(value=float(sum(v for _, v in profiles)), timestamp=ts)
+                if kind == types_pb2.EXEMPLAR_TYPE_INDIVIDUAL:
+                    for p, value in sorted(profiles, key=lambda pv: -pv[1]):
                         point.exemplars.add(
-                            timestamp=stamp,
-                            span_id=span,
-                            value=total,
-                            labels=[types_pb2.LabelPair(name=k, value=v) for k, v in sorted(labels.items())],
+                            timestamp=p.time_ms,
+                            profile_id=self.profile_id(p),
+                            value=value,
+                            labels=[types_pb2.LabelPair(name=k, value=v) for k, v in sorted(p.labels.items())],
                         )
         return out
+
+    def select_heatmap(self, req: querier_pb2.SelectHeatmapRequest) -> Message:
+        """As ``pkg/frontend/readpath/queryfrontend/query_heatmap.go`` and ``pkg/querybackend/query_heatmap.go``."""
+        if self.read_path == "v1":
+            raise NotImplementedError("SelectHeatmap not implemented in old querier")
+        if req.step < 0.001:
+            raise ValueError(f"step must be >= 1ms, got {req.step:f}")
+        if req.HasField("limit") and req.limit < 0:
+            raise ValueError(f"limit must be non-negative, got {req.limit}")
+        if req.start >= req.end:
+            raise ValueError(f"start time must be before end time, got start={req.start} end={req.end}")
+        _check_profile_type(req.profile_typeID)
+        exemplars = _heatmap_exemplars(req.query_type, req.exemplar_type)
+        step_ms = int(req.step * 1000)
+        series: dict[tuple[tuple[str, str], ...], list[HeatPoint]] = {}
+        merged: dict[tuple[tuple[tuple[str, str], ...], int, str, str, str], HeatPoint] = {}
+        for p in self.profiles:
+            if p.type_id != req.profile_typeID or not req.start - step_ms <= p.time_ms <= req.end:
+                continue
+            if not matches_selector(req.label_selector, p.labels):
+                continue
+            key = tuple((g, p.labels[g]) for g in req.group_by if g in p.labels)
+            own = tuple(sorted((k, v) for k, v in p.labels.items() if k not in req.group_by))
+            for span, trace, profile_id, value in self._heat_rows(p, req.query_type):
+                at = (key, p.time_ms, span, trace, profile_id)
+                have = merged.get(at)
+                merged[at] = HeatPoint(p.time_ms, span, trace, profile_id, value + (have.value if have else 0), own)
+        for (key, *_), point in merged.items():
+            series.setdefault(key, []).append(point)
+        answer = range_heatmap(dict(sorted(series.items())), req.start, req.end, step_ms, exemplars)
+        return querier_pb2.SelectHeatmapResponse(series=top_series(answer, req.limit))
+
+    def _heat_rows(self, p: StoredProfile, query_type: int) -> list[tuple[str, str, str, int]]:
+        """(span id, trace id, profile id, value) rows of one profile: the profile itself, or each sample with a
+        span id (Pyroscope's span column: 16 hex, else no span; its trace column: 32 hex, else none)."""
+        if query_type == querier_pb2.HEATMAP_QUERY_TYPE_INDIVIDUAL:
+            return [("", "", self.profile_id(p), sum(v for _, v, _ in p.samples))]
+        rows = []
+        for _, value, labels in p.samples:
+            span, trace = labels.get("span_id", ""), labels.get("trace_id", "")
+            if len(span) != 16 or not _HEX.fullmatch(span) or not span.strip("0"):
+                continue
+            trace = trace.lower() if len(trace) == 32 and _HEX.fullmatch(trace) and trace.strip("0") else ""
+            rows.append((span.lower(), trace, "", value))
+        return rows
+
+    def diff(self, req: querier_pb2.DiffRequest) -> Message:
+        sides = []
+        for side in (req.left, req.right):
+            _check_profile_type(side.profile_typeID)
+            spans = _check_span_ids(side.span_selector) if side.span_selector else None
+            call_site = tuple(loc.name for loc in side.stack_trace_selector.call_site)
+            sides.append(self.select(side.profile_typeID, side.label_selector, side.start, side.end, spans, call_site))
+        max_nodes = max(req.left.max_nodes, req.right.max_nodes) or 8192
+        return querier_pb2.DiffResponse(flamegraph=encode_diff(sides[0], sides[1], max_nodes))
 
     def _in_range(self, start: int, end: int, matchers: Iterable[str]) -> list[StoredProfile]:
         found = []
@@ -416,223 +482,44 @@ class PyroscopeDouble:
         return found
 
 
-# ------------------------------------------------------------------------------------- the double's own pprof
-
-
-def read_pprof(raw: bytes) -> profile_pb2.Profile:
-    """pprof bytes, gzip-compressed or plain."""
-    return profile_pb2.Profile.FromString(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-
-
-def sample_types(profile: profile_pb2.Profile) -> list[tuple[str, str]]:
-    return [(profile.string_table[t.type], profile.string_table[t.unit]) for t in profile.sample_type]
-
-
-def period_type(profile: profile_pb2.Profile) -> tuple[str, str]:
-    return profile.string_table[profile.period_type.type], profile.string_table[profile.period_type.unit]
-
-
-def pprof_samples(profile: profile_pb2.Profile, index: int) -> list[tuple[tuple[str, ...], int, dict[str, str]]]:
-    """Every sample as (frames root first, its value of sample type ``index``, its string labels). A sample lists its
-    locations leaf first; a location lists its inlined lines innermost first; a location without lines is named by
-    its address in hex, as Pyroscope names it."""
-    strings = profile.string_table
-    function_name = {f.id: strings[f.name] for f in profile.function}
-    location_frames = {
-        loc.id: [function_name[line.function_id] for line in loc.line] or [f"{loc.address:x}"]
-        for loc in profile.location
-    }
-    out = []
-    for sample in profile.sample:
-        leaf_first = [name for loc_id in sample.location_id for name in location_frames[loc_id]]
-        labels = {strings[label.key]: strings[label.str] for label in sample.label if label.str}
-        out.append((tuple(reversed(leaf_first)), sample.value[index], labels))
-    return out
-
-
-# ------------------------------------------------------------------------------------- the double's own flame graph
-
-
-@dataclass(slots=True)
-class Frame:
-    """A node of the double's call tree: children by name, ``total`` = ``self`` + the children's totals."""
-
-    name: str
-    total: int = 0
-    self: int = 0
-    children: dict[str, Frame] = field(default_factory=dict)
-
-
-def call_tree(stacks: Iterable[tuple[tuple[str, ...], int]]) -> Frame:
-    """Stacks (root frame first) → a call tree. As Pyroscope's tree, it keeps only positive values and has no root
-    frame of its own: a stack without frames adds nothing."""
-    root = Frame("total")
-    for frames, value in stacks:
-        if value <= 0 or not frames:
-            continue
-        root.total += value
-        node = root
-        for name in frames:
-            node = node.children.setdefault(name, Frame(name))
-            node.total += value
-        node.self += value
-    return root
-
-
-def fold_threshold(root: Frame, max_nodes: int) -> int:
-    """Pyroscope's ``minValue``: with more than ``max_nodes`` nodes (the root not counted), the ``max_nodes``-th
-    largest total; a node is kept when its total is at least that (so ties are all kept). 0: nothing folds."""
-    totals: list[int] = []
-    pending = list(root.children.values())
-    while pending:
-        node = pending.pop()
-        totals.append(node.total)
-        pending.extend(node.children.values())
-    if max_nodes < 1 or len(totals) <= max_nodes:
-        return 0
-    return sorted(totals, reverse=True)[max_nodes - 1]
-
-
-def encode_flamegraph(stacks: Iterable[tuple[tuple[str, ...], int]], max_nodes: int = 0) -> querier_pb2.FlameGraph:
-    """Pyroscope's flame graph of merged stacks (grafana/pyroscope ``pkg/model/flamegraph.go``, as ``NewFlameGraph``
-    writes it): ``names[0]`` is ``total``; one row per depth of ``[x delta, total, self, name index]``, the x of a
-    node delta-encoded against the end of the previous node in its row. A node's own (self) width comes first, its
-    children after it, by name; children below the fold threshold — and any child called ``other`` — are summed
-    into one ``other`` child placed last."""
-    root = call_tree(stacks)
-    threshold = fold_threshold(root, max_nodes)
-    rows: list[list[tuple[int, Frame]]] = []  # per depth: (x, node), in placing order
-
-    def place(node: Frame, depth: int, x: int) -> None:
-        if depth == len(rows):
-            rows.append([])
-        rows[depth].append((x, node))
-        child_x = x + node.self
-        other = 0
-        for name in sorted(node.children):
-            child = node.children[name]
-            if child.total >= threshold and child.name != "other":
-                place(child, depth + 1, child_x)
-                child_x += child.total
-            else:
-                other += child.total
-        if other:
-            place(Frame("other", other, other), depth + 1, child_x)
-
-    place(root, 0, 0)
-    name_index = {"total": 0}  # a function called "total" shares the root's name, as in Pyroscope
-    fg = querier_pb2.FlameGraph(total=root.total, max_self=max(node.self for row in rows for _, node in row))
-    for row in rows:
-        values: list[int] = []
-        prev_end = 0
-        for x, node in sorted(row, key=lambda placed: placed[0]):
-            index = name_index.setdefault(node.name, len(name_index))
-            values += [x - prev_end, node.total, node.self, index]
-            prev_end = x + node.total
-        fg.levels.add(values=values)
-    fg.names.extend(name_index)  # a dict keeps insertion order: names[i] is the name of index i
-    return fg
-
-
-# ------------------------------------------------------------------------------------------- /ingest, as Pyroscope
-
-# the display names Pyroscope reads pprof sample types by (its DefaultSampleTypeMapping)
-_DISPLAY: Final = {"samples": "cpu", "goroutine": "goroutines", "contentions": "mutex_count", "delay": "mutex_duration"}
-_BY_WORD: Final = (
-    ("cpu", "process_cpu"),
-    ("alloc_", "memory"),
-    ("inuse_", "memory"),
-    ("mutex_", "mutex"),
-    ("block_", "block"),
-    ("goroutines", "goroutines"),
-)
-_APP: Final = re.compile(r"^([^{}]+?)\s*(?:\{([^{}]*)\})?\s*$")
-_YEAR_1971_NS: Final = 31_536_000 * 10**9
-
-
-def ingest_metric_name(kinds: list[str]) -> str:
-    """Pyroscope's ``metricName`` for an /ingest pprof, as this double reads it."""
-    if any(k == "wall" for k in kinds):
-        return "wall"
-    shown = ""
-    for kind in kinds:
-        shown = _DISPLAY.get(kind, kind)
-        for word, metric in _BY_WORD:
-            if word in shown:
-                return metric
-        if shown in ("space", "objects"):
-            return "memory"
-    return shown
-
-
-def app_and_tags(query: Mapping[str, str]) -> tuple[str, dict[str, str]]:
-    """The upload's ``name``: the application name and its tags (``__``-prefixed ones left out)."""
-    match = _APP.match(query.get("name", ""))
-    if match is None or not match.group(1).strip():
-        raise ValueError("name must be app{k=v,...}")
-    tags = {}
-    for item in (match.group(2) or "").split(","):
-        key, _, value = item.partition("=")
-        if key.strip() and not key.strip().startswith("__"):
-            tags[key.strip()] = value.strip()
-    return match.group(1).strip(), tags
-
-
-def ingested_profiles(query: Mapping[str, str], raw: bytes) -> list[StoredProfile]:
-    """One stored profile per sample type of an /ingest pprof, named and stamped as Pyroscope does."""
-    app, tags = app_and_tags(query)
-    labels = {"service_name": app, "pyroscope_spy": query.get("spyName") or "unknown", **tags}
-    try:
-        profile = read_pprof(raw)
-        kinds = sample_types(profile)
-        ptype, punit = period_type(profile)
-        samples = [[s for s in pprof_samples(profile, index) if s[1]] for index in range(len(kinds))]
-    except (OSError, EOFError, zlib.error, DecodeError, LookupError) as exc:  # gzip, protobuf, dangling indexes
-        raise ValueError(f"not a pprof profile: {exc!r}") from exc
-    stamp = profile.time_nanos
-    if stamp < _YEAR_1971_NS:  # zero or 1970: Pyroscope uses the upload's from (seconds), else "now"
-        stamp = int(query.get("from") or 0) * 10**9
-    name = ingest_metric_name([k for k, _ in kinds])
-    return [
-        StoredProfile(
-            type_id=f"{relabeled(name, stype)}:{stype}:{sunit}:{ptype}:{punit}",
-            labels=dict(labels, __name_replaced__=name) if relabeled(name, stype) != name else dict(labels),
-            time_ms=stamp // 1_000_000,
-            samples=samples[index],
-        )
-        for index, (stype, sunit) in enumerate(kinds)
-    ]
-
-
-def relabeled(name: str, sample_type: str) -> str:
-    """The series name after Pyroscope's default relabeling (``pkg/validation/relabeling.go``, applied first by every
-    distributor): the ``cpu`` sample type of a ``wall`` profile becomes ``process_cpu`` (the old name is kept in the
-    ``__name_replaced__`` label)."""
-    return "process_cpu" if (name, sample_type) == ("wall", "cpu") else name
-
-
-async def _multipart_parts(content_type: str, raw: bytes) -> dict[str, bytes]:
-    """The parts of a multipart/form-data body, by name (parsed with the standard library's email parser)."""
-    from email.parser import BytesParser
-    from email.policy import HTTP
-
-    message = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + raw)
-    parts: dict[str, bytes] = {}
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        payload = part.get_payload(decode=True)
-        if isinstance(name, str) and isinstance(payload, bytes):
-            parts[name] = payload
-    return parts
-
-
 def _check_span_ids(ids: Iterable[str]) -> list[str]:
+    """Pyroscope's ``NewSpanSelector``: each entry exactly 16 characters, then hex (Go's error for the first bad
+    byte)."""
     out = []
     for sid in ids:
-        if not _HEX16.match(sid):
-            raise ValueError(f'invalid span id length: "{sid}"')
+        if len(sid) != 16:
+            raise ValueError(f"invalid span id length: {json.dumps(sid)}")
+        bad = next((c for c in sid if c not in "0123456789abcdefABCDEF"), None)
+        if bad is not None:
+            raise ValueError(f"encoding/hex: invalid byte: U+{ord(bad):04X} {bad!r}")
         out.append(sid.lower())
     return out
+
+
+def _check_profile_type(type_id: str) -> None:
+    parts = type_id.split(":")
+    if len(parts) not in (5, 6):
+        raise ValueError(
+            "profile-type selection must be of the form <name>:<sample-type>:<sample-unit>:<period-type>:"
+            f"<period-unit>(:delta), got({len(parts)}): {json.dumps(type_id)}"
+        )
+
+
+def _heatmap_exemplars(query_type: int, exemplar_type: int) -> bool:
+    """``queryHeatmap``'s checks: whether the answer has exemplars; a mismatch is an error."""
+    if query_type not in (querier_pb2.HEATMAP_QUERY_TYPE_INDIVIDUAL, querier_pb2.HEATMAP_QUERY_TYPE_SPAN):
+        raise ValueError("valid heatmap query type must be specified")
+    if exemplar_type in (types_pb2.EXEMPLAR_TYPE_UNSPECIFIED, types_pb2.EXEMPLAR_TYPE_NONE):
+        return False
+    if exemplar_type == types_pb2.EXEMPLAR_TYPE_INDIVIDUAL:
+        if query_type != querier_pb2.HEATMAP_QUERY_TYPE_INDIVIDUAL:
+            raise ValueError("individual exemplars only available for individual query type")
+        return True
+    if exemplar_type == types_pb2.EXEMPLAR_TYPE_SPAN:
+        if query_type != querier_pb2.HEATMAP_QUERY_TYPE_SPAN:
+            raise ValueError("span exemplars only available for span query type")
+        return True
+    raise ValueError(f"unknown exemplar type: {exemplar_type}")
 
 
 # Connect's status per code, as the contract lists it (Pyroscope §1), written here rather than taken from the bridge
@@ -672,4 +559,6 @@ _HANDLERS: Final[dict[str, tuple[type[Message], Any]]] = {
     "LabelValues": (types_pb2.LabelValuesRequest, PyroscopeDouble.label_values),
     "Series": (querier_pb2.SeriesRequest, PyroscopeDouble.series),
     "SelectSeries": (querier_pb2.SelectSeriesRequest, PyroscopeDouble.select_series),
+    "SelectHeatmap": (querier_pb2.SelectHeatmapRequest, PyroscopeDouble.select_heatmap),
+    "Diff": (querier_pb2.DiffRequest, PyroscopeDouble.diff),
 }

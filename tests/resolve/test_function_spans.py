@@ -3,7 +3,9 @@ modes on the shop capture (``count_primes`` in shop-backend, ``render_json`` in 
 
 Every expected value is computed here from the capture's raw pprof samples (``load_push_profiles``, the Pyroscope
 double's own pprof reader): per ``span_id`` label, the samples whose stack holds the function (total), whose leaf is
-the function (self), and all of them (the span's linked value)."""
+the function (self), and all of them (the span's linked value). In proxy mode the spans come from Pyroscope's span
+heatmap, which names one span per value band and time slot: the expected list there is the ground truth restricted
+to the spans the Pyroscope double's own SelectHeatmap answer names (``findable``), values still exact."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bridge._proto import types_pb2
+from bridge._proto import querier_pb2, types_pb2
 from tests.doubles.pyroscope import load_push_profiles
 from tests.doubles.shop import load_shop
 from tests.span_stack import CPU, Bridge, Stack, start_bridge, start_stack
@@ -59,12 +61,24 @@ def is_(name: str) -> Callable[[str], bool]:
     return lambda frame: frame == name
 
 
+def findable(bridge: Bridge, want: list[Expected]) -> list[Expected]:
+    """``want`` as the bridge can know it: all of it from the store; in proxy mode the spans the Pyroscope double's
+    SelectHeatmap names when asked what the bridge asked last."""
+    if bridge.stack is None:
+        return want
+    msg = bridge.stack.pyroscope.calls("SelectHeatmap")[-1].message
+    assert isinstance(msg, querier_pb2.SelectHeatmapRequest)
+    answer = bridge.stack.pyroscope.select_heatmap(msg)
+    assert isinstance(answer, querier_pb2.SelectHeatmapResponse)
+    named = {ex.span_id for series in answer.series for slot in series.slots for ex in slot.exemplars}
+    return [w for w in want if w.span_id in named]
+
+
 @pytest.fixture(params=["proxy", "standalone"])
 async def bridge(
     request: pytest.FixtureRequest, aiohttp_server: Any, aiohttp_client: Any, tmp_path: Any
 ) -> AsyncIterator[Bridge]:
-    # proxy: the Pyroscope double answers every span of a point, so the whole list is comparable
-    yield await start_bridge(request.param, aiohttp_server, aiohttp_client, str(tmp_path), exemplars_per_point=1000)
+    yield await start_bridge(request.param, aiohttp_server, aiohttp_client, str(tmp_path))
 
 
 async def get(client: Any, **params: str) -> tuple[int, dict[str, Any]]:
@@ -94,10 +108,12 @@ def check_rows(doc: dict[str, Any], want: list[Expected], service: str, name: st
 
 
 async def test_count_primes_lists_the_backend_requests_that_burn_it(bridge: Bridge) -> None:
-    want, grand = expected("shop-backend", is_("count_primes"))
-    assert len(want) > 12 and want[0].total > want[-1].total  # the capture has a ranking to check
+    everything, grand = expected("shop-backend", is_("count_primes"))
+    assert len(everything) > 12 and everything[0].total > everything[-1].total  # the capture has a ranking to check
     status, doc = await get(bridge.client, service="shop-backend", function="count_primes", limit="12")
     assert status == 200, doc
+    want = findable(bridge, everything)
+    assert len(want) > 12
     assert doc["mode"] == bridge.mode and doc["service"] == "shop-backend" and doc["match"] == "exact"
     assert doc["functions"] == ["count_primes"]
     assert doc["total"] == grand
@@ -113,6 +129,7 @@ async def test_render_json_lists_the_frontend_requests(bridge: Bridge) -> None:
     assert want, "the capture has render_json samples linked to spans"
     status, doc = await get(bridge.client, service="shop-frontend", function="render_json")
     assert status == 200, doc
+    want = findable(bridge, want)
     assert doc["total"] == grand
     check_rows(doc, want[:20], "shop-frontend", "GET /checkout")
     assert any(s["share"] < 1 for s in doc["spans"])  # a checkout burns more than render_json
@@ -124,7 +141,7 @@ async def test_prefix_and_regex_take_in_every_matching_name(bridge: Bridge) -> N
     assert status == 200, doc
     assert doc["functions"] == ["count_primes", "count_primes.<locals>.<genexpr>"]
     assert doc["total"] == grand
-    check_rows(doc, want, "shop-backend", "GET /price")
+    check_rows(doc, findable(bridge, want), "shop-backend", "GET /price")
     # the generator expression's own samples now count as self in the function
     exact, _ = expected("shop-backend", is_("count_primes"))
     assert sum(w.self for w in want) > sum(w.self for w in exact)
@@ -134,7 +151,7 @@ async def test_prefix_and_regex_take_in_every_matching_name(bridge: Bridge) -> N
     assert status == 200, doc
     assert doc["functions"] == ["count_primes.<locals>.<genexpr>"]
     assert doc["total"] == grand
-    check_rows(doc, want, "shop-backend", "GET /price")
+    check_rows(doc, findable(bridge, want), "shop-backend", "GET /price")
 
 
 async def test_an_unknown_function_is_an_empty_list_with_a_message(bridge: Bridge) -> None:
@@ -190,7 +207,7 @@ async def test_grafana_style_times(bridge: Bridge) -> None:
     )
     assert status == 200, doc
     assert doc["to"] - doc["from"] == 1_800_000
-    assert [s["spanId"] for s in doc["spans"]] == [w.span_id for w in want[:3]]
+    assert [s["spanId"] for s in doc["spans"]] == [w.span_id for w in findable(bridge, want)[:3]]
 
 
 # --------------------------------------------------------------------------------------------- the page
@@ -202,6 +219,7 @@ async def test_the_page_lists_the_spans_with_bars_proportional_to_their_value(br
         "/functions/spans", params={"service": "shop-backend", "function": "count_primes", "limit": "5"}
     )
     assert resp.status == 200
+    want = findable(bridge, want)
     html = await resp.text()
     rows = re.findall(r'<tr class="burner">(.*?)</tr>', html, re.S)
     assert len(rows) == 5
@@ -252,59 +270,70 @@ async def proxy_stack(aiohttp_server: Any, aiohttp_client: Any) -> Stack:
     return await start_stack(aiohttp_server, aiohttp_client)
 
 
-async def test_proxy_asks_pyroscope_for_span_exemplars_per_call_site_then_tempo_for_the_spans(
+async def test_proxy_asks_pyroscopes_span_heatmap_then_measures_each_span(
     aiohttp_server: Any, aiohttp_client: Any
 ) -> None:
     stack = await proxy_stack(aiohttp_server, aiohttp_client)
     status, doc = await get(stack.http, service="shop-backend", function="count_primes", limit="3")
     assert status == 200, doc
-    series = stack.pyroscope.calls("SelectSeries")
-    assert series, "the exemplars come from SelectSeries"
-    for call in series:
-        msg = call.message
-        assert msg is not None and msg.exemplar_type == types_pb2.EXEMPLAR_TYPE_SPAN  # type: ignore[attr-defined]
-        path = [loc.name for loc in msg.stack_trace_selector.call_site]  # type: ignore[attr-defined]
-        assert path[0] == "<module>" and path[-1] == "count_primes"
-        assert msg.label_selector == '{service_name="shop-backend"}'  # type: ignore[attr-defined]
-    measured = stack.pyroscope.calls("SelectMergeSpanProfile")
-    assert {m.message.span_selector[0] for m in measured} >= {s["spanId"] for s in doc["spans"]}  # type: ignore[union-attr]
-    searched = [r.query.get("q", "") for r in stack.tempo.calls("/api/search")]
-    assert any(doc["spans"][0]["spanId"] in q and "span:id" in q for q in searched)
-    assert doc["linked"] is None and doc["source"] == "Pyroscope's span exemplars"
+    [heatmap] = stack.pyroscope.calls("SelectHeatmap")
+    msg = heatmap.message
+    assert isinstance(msg, querier_pb2.SelectHeatmapRequest)
+    assert msg.query_type == querier_pb2.HEATMAP_QUERY_TYPE_SPAN and msg.exemplar_type == types_pb2.EXEMPLAR_TYPE_SPAN
+    assert list(msg.group_by) == ["span_name"] and msg.label_selector == '{service_name="shop-backend"}'
+    assert msg.step >= 1.0 and msg.start < msg.end
+    assert not stack.pyroscope.calls("SelectSeries")  # no Pyroscope serves span exemplars there
+    measured = [list(m.message.span_selector) for m in stack.pyroscope.calls("SelectMergeSpanProfile")]  # type: ignore[union-attr]
+    assert all(len(ids) == 1 and re.fullmatch(r"[0-9a-f]{16}", ids[0]) for ids in measured)
+    assert {ids[0] for ids in measured} >= {s["spanId"] for s in doc["spans"]}
+    # the exemplars carry each span's trace id (Pyroscope v2.2): the spans are fetched by trace, never searched for
+    assert not stack.tempo.search_calls
+    assert doc["linked"] is None and doc["source"] == "Pyroscope's span heatmap exemplars"
 
 
-async def test_proxy_with_few_exemplars_per_point_still_gives_exact_values_in_order(
+async def test_proxy_lists_exact_values_in_order_and_says_what_it_may_miss(
     aiohttp_server: Any, aiohttp_client: Any
 ) -> None:
     stack = await proxy_stack(aiohttp_server, aiohttp_client)
-    stack.pyroscope.exemplars_per_point = 2
-    want, _ = expected("shop-backend", is_("count_primes"))
+    want, _ = expected("shop-frontend", is_("render_json"))
     by_id = {w.span_id: w for w in want}
-    status, doc = await get(stack.http, service="shop-backend", function="count_primes", limit="50")
+    status, doc = await get(stack.http, service="shop-frontend", function="render_json", limit="50")
     assert status == 200, doc
-    assert 0 < len(doc["spans"]) < len(want)  # only the spans the exemplars named
+    assert 0 < len(doc["spans"]) < len(want)  # only the spans the heatmap named
     got = [(s["spanId"], s["function"]["total"], s["function"]["self"], s["spanTotal"]) for s in doc["spans"]]
     assert got == sorted(
         ((sid, by_id[sid].total, by_id[sid].self, by_id[sid].span_total) for sid, *_ in got),
         key=lambda r: (-r[1], -r[2], r[0]),
     )
-    assert any("may be missing" in note for note in doc["notes"])
+    assert any("is not seen" in note for note in doc["notes"])
 
 
-@pytest.mark.parametrize("old", ["ignored", "unimplemented"])
-async def test_proxy_without_span_exemplars_is_unimplemented_naming_the_version(
-    aiohttp_server: Any, aiohttp_client: Any, old: str
+@pytest.mark.parametrize(
+    ("pyroscope", "words"),
+    [
+        ("v1", "SelectHeatmap not implemented in old querier"),  # the old querier's own words
+        ("no such procedure", "not_found"),  # a Pyroscope older than v2.1: connect-go's 404
+    ],
+)
+async def test_proxy_without_selectheatmap_is_unimplemented_naming_what_it_needs(
+    aiohttp_server: Any, aiohttp_client: Any, pyroscope: str, words: str
 ) -> None:
+    from bridge.errors import Code
+    from tests.doubles.pyroscope import Faults
+
     stack = await proxy_stack(aiohttp_server, aiohttp_client)
-    stack.pyroscope.span_exemplars = old
+    if pyroscope == "v1":
+        stack.pyroscope.read_path = "v1"
+    else:
+        stack.pyroscope.faults = Faults(
+            code=Code.NOT_FOUND, message="404 page not found", paths="/querier.v1.QuerierService/SelectHeatmap"
+        )
     resp = await stack.http.get(API, params={"service": "shop-backend", "function": "count_primes"})
     assert resp.status == 501
     doc = await resp.json()
     assert doc["error"]["code"] == "unimplemented"
     message = doc["error"]["message"]
-    assert "span exemplars" in message and "newer than v2.2.1" in message
-    if old == "unimplemented":
-        assert "exemplar type span is not implemented" in message  # Pyroscope's own words
+    assert "SelectHeatmap with span exemplars" in message and "v2 read path" in message and words in message
     assert not stack.pyroscope.calls("SelectMergeSpanProfile")  # no list was guessed
 
 
