@@ -10,7 +10,7 @@ import enum
 import gzip
 import json
 from collections.abc import Mapping
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
@@ -81,6 +81,35 @@ def decode_message(data: bytes, codec: Codec, cls: type[M]) -> M:
     except (json_format.ParseError, UnicodeDecodeError, RecursionError) as exc:
         raise InvalidArgument(f"request body is not a valid {name} JSON message ({exc})") from exc
     return msg
+
+
+def decode_document(data: bytes, cls: type[Message]) -> dict[str, Any]:
+    """A Connect JSON request as the document it is (a JSON object), for a caller that edits it rather than
+    round-tripping it through a message: ``json_format`` cannot hold a field or an enum name our .proto lacks, so a
+    message re-encoded to JSON would lose them. Not an object → InvalidArgument naming the message type."""
+    name = cls.DESCRIPTOR.full_name
+    try:
+        doc = json.loads(data.decode("utf-8")) if data.strip() else {}
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise InvalidArgument(f"request body is not a valid {name} JSON message ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise InvalidArgument(f"request body is not a valid {name} JSON message (not a JSON object)")
+    return doc
+
+
+def strict_message(doc: dict[str, Any], cls: type[M]) -> M | None:
+    """The message a JSON document holds when every field and enum name in it is one our .proto knows; None when it
+    holds anything else (then only the document itself says all the request says)."""
+    msg = cls()
+    try:
+        json_format.ParseDict(doc, msg)
+    except (json_format.ParseError, RecursionError):
+        return None
+    return msg
+
+
+def encode_document(doc: Mapping[str, object]) -> bytes:
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def decode_request(
@@ -161,11 +190,14 @@ __all__ = [
     "Codec",
     "codec_for",
     "decode_error",
+    "decode_document",
     "decode_message",
     "decode_request",
     "decompress",
+    "encode_document",
     "encode_error",
     "encode_message",
     "encode_response",
     "parse_timeout_ms",
+    "strict_message",
 ]

@@ -1,10 +1,11 @@
 """The ``/pyroscope`` mount: what Grafana's Pyroscope data source talks to (``http://<bridge>:4041/pyroscope``).
 
 Proxy mode: everything under the mount is streamed to ``settings.pyroscope_url`` untouched, except span-profile
-queries — ``SelectMergeSpanProfile``, and ``SelectMergeStacktraces`` carrying a ``span_selector`` — which the
-resolver answers (linked → local-root → time-window → none) in the request's codec, gzipped when accepted, with
-``X-Profile-Bridge-Resolution``, ``X-Profile-Bridge-Reason``, ``X-Profile-Bridge-Attribution`` and
-``X-Profile-Bridge-Measure`` headers.
+queries — ``SelectMergeSpanProfile``, ``SelectMergeStacktraces`` carrying a ``span_selector``, ``Diff`` with a span
+side — which the resolver answers (linked → local-root → time-window → none) in the request's codec, gzipped when
+accepted, with ``X-Profile-Bridge-Resolution``, ``X-Profile-Bridge-Reason``, ``X-Profile-Bridge-Attribution`` and
+``X-Profile-Bridge-Measure`` headers. A span-capable request the resolver does not answer goes on as it came, or
+with its span selector cut back to what Pyroscope accepts and nothing else changed (``bridge.span_rpc``).
 
 Both modes relay only what Grafana, its apps and Perses call (``bridge.wire.allowlist``): anything else is refused
 (403, naming the setting that opens it) before a backend is asked.
@@ -16,27 +17,31 @@ this module holds the handler only; what is resolved and how the answer is shape
 
 from __future__ import annotations
 
+import asyncio
 from typing import Final
 
 from aiohttp import web
 
+from bridge import flamegraph
+from bridge._proto import querier_pb2 as qpb
 from bridge.body import read_body
 from bridge.call import CallContext
-from bridge.connect import (
-    Codec,
-    codec_for,
-    decode_message,
-    decompress,
-    encode_message,
-    encode_response,
-    parse_timeout_ms,
-)
+from bridge.connect import Codec, codec_for, decompress, encode_response, parse_timeout_ms
 from bridge.middleware import ROUTE_LABEL
-from bridge.resolve import Resolver, SpanQuery, answer_headers, measure_of
-from bridge.span_rpc import answer_of, clean_selector_of, span_query_of
+from bridge.resolve import Resolver, answer_headers, measure_of
+from bridge.span_rpc import (
+    SpanCall,
+    answer_of,
+    diff_answer,
+    diff_headers,
+    diff_max_nodes,
+    plain_side,
+    read_span_call,
+    side_tree,
+)
 from bridge.state import METRICS, SETTINGS, backends_of, call_context
 from bridge.wire.allowlist import mount_call
-from bridge.wire.pyroscope import QUERIER_METHODS, SPAN_RPCS, method_label, rpc_method
+from bridge.wire.pyroscope import QUERIER_METHODS, SPAN_RPCS, TOP, method_label, rpc_method
 
 MOUNT: Final = "/pyroscope"
 
@@ -58,14 +63,12 @@ async def handle(request: web.Request) -> web.StreamResponse:
     body, encoding = await read_body(request, settings.max_body_bytes)
     data = decompress(body, encoding, settings.max_body_bytes)
     if method in SPAN_RPCS:
-        msg = decode_message(data, codec, SPAN_RPCS[method][0])
-        query = span_query_of(msg)
-        if query is not None:
-            return await _resolve(request, backends.resolver, method, query, codec, ctx)
-        cleaned = clean_selector_of(msg)
-        if cleaned is not None:  # another format: passed on, but never with junk or an empty selector
-            data, encoding = encode_message(cleaned, codec), None
-            body = data
+        call = read_span_call(method, data, codec)
+        if call.queries:
+            return await _resolve(request, backends.resolver, call, codec, ctx)
+        if call.body is not None:  # passed on with its selector cut back, nothing else changed
+            data = body = call.body
+            encoding = None
     answer = await backends.pyroscope.call(method, data, codec, ctx)
     if answer is None:
         return await backends.pyroscope.pass_on(request, ctx, body, encoding)
@@ -74,13 +77,41 @@ async def handle(request: web.Request) -> web.StreamResponse:
 
 
 async def _resolve(
-    request: web.Request, resolver: Resolver, method: str, query: SpanQuery, codec: Codec, ctx: CallContext
+    request: web.Request, resolver: Resolver, call: SpanCall, codec: Codec, ctx: CallContext
 ) -> web.Response:
+    if call.method == "Diff":
+        return await _diff(request, resolver, call, codec, ctx)
+    query = call.queries[TOP]
     resolution = await resolver.resolve(query, ctx)
-    answer = answer_of(method, resolution, query.profile_type)
+    answer = answer_of(call.method, resolution, query.profile_type)
     body, headers = encode_response(answer, codec, request.headers.get("Accept-Encoding"))
     headers.update(answer_headers(resolution, measure_of(resolution, query.profile_type)))
     return web.Response(body=body, headers=headers)
+
+
+async def _diff(
+    request: web.Request, resolver: Resolver, call: SpanCall, codec: Codec, ctx: CallContext
+) -> web.Response:
+    """A Diff with span sides: each span side resolved, each plain side asked of the profile backend, both at the
+    Diff's node limit, then diffed as Pyroscope diffs."""
+    msg = call.message
+    assert isinstance(msg, qpb.DiffRequest)
+    max_nodes = diff_max_nodes(msg)
+    headers: dict[str, dict[str, str]] = {}
+
+    async def tree(place: str, side: qpb.SelectMergeStacktracesRequest) -> flamegraph.Node:
+        query = call.queries.get(place)
+        if query is None:
+            merged = await resolver.profiles.select_merge_stacktraces(plain_side(side, max_nodes), ctx)
+            return flamegraph.decode(merged.flamegraph if merged.HasField("flamegraph") else None)
+        resolution = await resolver.resolve(query, ctx)
+        headers[place] = answer_headers(resolution, measure_of(resolution, query.profile_type))
+        return side_tree(resolution)
+
+    left, right = await asyncio.gather(tree("left", msg.left), tree("right", msg.right))
+    body, out = encode_response(diff_answer(left, right, max_nodes), codec, request.headers.get("Accept-Encoding"))
+    out.update(diff_headers({place: headers[place] for place in ("left", "right") if place in headers}))
+    return web.Response(body=body, headers=out)
 
 
 def setup(app: web.Application) -> None:

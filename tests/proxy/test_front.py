@@ -155,7 +155,16 @@ async def test_the_front_sends_plain_flame_graphs_past_the_bridge_and_span_queri
             None,
             "pyroscope",
         ),
-        ("span selector after 1 MiB", "SelectMergeStacktraces", big_spanned.SerializeToString(), proto, None, "bridge"),
+        # read by the bridge, which does not resolve it (the resolver cannot honour profile_id_selector) and has
+        # nothing to clean: handed back, for Pyroscope to answer
+        (
+            "span and profile-id selectors after 1 MiB",
+            "SelectMergeStacktraces",
+            big_spanned.SerializeToString(),
+            proto,
+            None,
+            "handed back",
+        ),
         (
             "plain, gzipped",
             "SelectMergeStacktraces",
@@ -214,8 +223,11 @@ async def test_the_front_sends_plain_flame_graphs_past_the_bridge_and_span_queri
                 # resolved by the bridge (which asks Pyroscope for the linked samples itself)
                 assert status == 200 and headers["X-Profile-Bridge-Resolution"] == "linked", what
                 assert seen == {(method, "200"): 1.0}, what
-    direct = stack.pyroscope.calls("SelectMergeStacktraces")
-    assert direct and all(not r.message.span_selector for r in direct)  # type: ignore[union-attr]
+    direct = stack.pyroscope.calls("SelectMergeStacktraces")  # resolved span queries never reach Pyroscope as such
+    assert direct and all(
+        not r.message.span_selector or r.message.profile_id_selector  # type: ignore[union-attr]
+        for r in direct
+    )
 
 
 def test_the_front_script_reads_protobuf_as_the_bridge_does() -> None:
