@@ -533,6 +533,10 @@ async def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     app = create_app(settings)
+    if worker is not None and len(worker.peers) > 1:
+        from bridge.upstream import peers
+
+        peers.setup(app, peers.Peers(worker.slot, worker.peers))
     # auto_decompress=False: request bodies arrive as sent; pass-through streams them untouched and handlers undo
     # Content-Encoding themselves with a size limit (connect.decompress / upstream.proxy.read_body)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, auto_decompress=False)
@@ -549,6 +553,9 @@ async def serve(
     if worker is not None:
         worker_site = web.SockSite(runner, worker.sock)
         await worker_site.start()
+        peer_site = web.UnixSite(runner, worker.peers[worker.slot]) if len(worker.peers) > 1 else None
+        if peer_site is not None:  # the other workers send it what this one owns (bridge.upstream.peers)
+            await peer_site.start()
         worker.ready()
         log.debug("worker %d (pid %d) serves", worker.slot, os.getpid())
         watch = asyncio.create_task(_watch_master(worker.master_pid, stop))
@@ -557,9 +564,12 @@ async def serve(
         finally:
             watch.cancel()
             # stop accepting, answer what still arrives on open connections with Connection: close, and wait for
-            # the clients to close them (bridge.drain): the worker replacing this one serves everything new
+            # the clients to close them (bridge.drain): the worker replacing this one serves everything new; the other
+            # workers serve what they would have sent here themselves (bridge.upstream.peers)
             from bridge.drain import drain
 
+            if peer_site is not None:
+                await peer_site.stop()
             await drain(runner, worker_site)
             await runner.cleanup()
         return EXIT_OK

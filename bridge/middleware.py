@@ -90,8 +90,10 @@ def make_middleware(metrics: Metrics) -> Middleware:
         finally:
             elapsed = time.perf_counter() - started
             label = request.get(ROUTE_LABEL) or _route_of(request)
-            metrics.requests.labels(label, str(status)).inc()
-            metrics.request_seconds.labels(label).observe(elapsed)
+            peer = from_peer(request)
+            if not peer:  # the worker that took it from the client counts it (bridge.upstream.peers)
+                metrics.requests.labels(label, str(status)).inc()
+                metrics.request_seconds.labels(label).observe(elapsed)
             level = logging.DEBUG if (status < 400 or status == 421) and request.get(PASSED_THROUGH) else logging.INFO
             if log.isEnabledFor(level):
                 log.log(
@@ -105,6 +107,13 @@ def make_middleware(metrics: Metrics) -> Middleware:
                 )
 
     return middleware
+
+
+def from_peer(request: web.Request) -> bool:
+    """Whether ``request`` came from another worker of this bridge, over its Unix socket (``bridge.upstream.peers``;
+    the bridge's own port is TCP)."""
+    transport = request.transport
+    return transport is not None and isinstance(transport.get_extra_info("sockname"), str)
 
 
 def _route_of(request: web.Request) -> str:

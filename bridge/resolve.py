@@ -803,7 +803,9 @@ class Resolver:
     async def _trace(self, trace_id: str, ctx: CallContext, start_s: int, end_s: int) -> Trace | None:
         """A trace by ID: from the span cache (a big trace the Tempo mount served is parsed now, in a thread), else
         from Tempo — fetched once however many clicks ask for its spans at the same time, and remembered in the
-        span cache: the next click on any of its spans in this process asks nobody."""
+        span cache: the next click on any of its spans in this process asks nobody. The fetch itself puts it there
+        (``_load_or_fetch``), before its waiters are told: a click that comes between the fetch finishing and the
+        waiters resuming finds it cached instead of starting a second fetch."""
         held = self.span_cache.get_trace(ctx.cache_scope, trace_id)
         if held is not None:
             return held
@@ -817,18 +819,21 @@ class Resolver:
             trace = await asyncio.wait_for(asyncio.shield(pending), timeout=ctx.deadline.remaining())
         except TimeoutError as exc:
             raise UpstreamTimeout("tempo", f"trace {trace_id}: not fetched within the request's budget") from exc
-        if trace is not None and len(trace):
-            self.span_cache.put_trace(ctx.cache_scope, trace)
         return trace
 
     async def _load_or_fetch(self, trace_id: str, ctx: CallContext, start_s: int, end_s: int) -> Trace | None:
+        trace: Trace | None = None
         load = self.span_cache.pending(ctx.cache_scope, trace_id)
         if load is not None:
             try:
-                return await asyncio.to_thread(load)
+                trace = await asyncio.to_thread(load)
             except Exception as exc:  # noqa: BLE001 - the held bytes did not parse: Tempo answers instead
                 log.warning("trace %s: the span cache's copy could not be read (%s); asking Tempo", trace_id, exc)
-        return await self.traces.trace_by_id(trace_id, ctx, start_s, end_s)
+        if trace is None:
+            trace = await self.traces.trace_by_id(trace_id, ctx, start_s, end_s)
+        if trace is not None and len(trace):
+            self.span_cache.put_trace(ctx.cache_scope, trace)
+        return trace
 
     def _fetched(self, key: tuple[str, str], done: asyncio.Future[Trace | None]) -> None:
         self._trace_fetches.pop(key, None)

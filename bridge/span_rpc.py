@@ -36,7 +36,7 @@ from bridge._proto import querier_pb2 as qpb
 from bridge.connect import Codec, decode_document, decode_message, encode_document, strict_message
 from bridge.errors import InvalidArgument
 from bridge.limits import time_range_problem
-from bridge.resolve import Mode, Resolution, SpanQuery, clean_span_ids, measure_of
+from bridge.resolve import Mode, Resolution, SpanQuery, carried_traces, clean_span_ids, measure_of
 from bridge.wire.pyroscope import DEFAULT_MAX_NODES, FLAMEGRAPH_FORMATS, SPAN_RPCS, SPAN_SELECTOR_FIELD, TOP
 
 _JSON_KEYS: Final = ("spanSelector", SPAN_SELECTOR_FIELD)  # protojson accepts the JSON name and the proto name
@@ -72,6 +72,14 @@ def read_span_call(method: str, data: bytes, codec: Codec) -> SpanCall:
     assert msg is not None
     changed = any([_clean_message(method, _side(msg, place)) for place in places])
     return SpanCall(method, msg, body=msg.SerializeToString() if changed else None)
+
+
+def carried_trace(call: SpanCall) -> str | None:
+    """The trace the first span of a resolved request carries (``<span id>:<trace id>``), if any."""
+    for query in call.queries.values():
+        for trace_id in carried_traces(query.span_ids).values():
+            return trace_id
+    return None
 
 
 def _side(msg: Message, place: str) -> Message | None:

@@ -20,6 +20,9 @@
 - **Zero loss.** A worker told to stop drains (``bridge.drain``): it stops accepting, answers what still arrives on
   its keep-alive connections with ``Connection: close`` and waits for its clients to close them; new connections
   wait in the slot's socket for the new worker. No request in flight is lost (``tests/proxy/test_reload.py``).
+- **One trace, one worker.** Each worker also serves its slot's Unix socket in the run directory, and a request
+  about a trace goes to the worker that owns it (``bridge.upstream.peers``): each trace is fetched from Tempo once
+  per bridge, however many workers it has.
 - **Metrics.** Every worker writes its counters and histograms to files in one directory (prometheus_client's
   multiprocess mode), and ``/metrics`` on any worker answers the sum over all of them, so a scraper on the shared
   port sees one bridge whose counters only go up, whichever worker answers (``bridge.metrics``).
@@ -61,12 +64,14 @@ METRICS_DIR_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client reads i
 @dataclass(frozen=True, slots=True)
 class WorkerContext:
     """What a worker process is given: its slot, the slot's listening socket, the master's pid (a worker whose
-    master is gone stops by itself) and the callback that tells the master it serves."""
+    master is gone stops by itself), the callback that tells the master it serves, and every slot's peer socket
+    path (``bridge.upstream.peers``: a worker serves its own there too)."""
 
     slot: int
     sock: socket.socket
     master_pid: int
     ready: Callable[[], None]
+    peers: tuple[str, ...] = ()
 
 
 # what a worker runs: (its settings, its context) -> exit code
@@ -443,7 +448,16 @@ def _worker_process(master: Master, settings: Settings, slot: int, ready_w: int)
             os.write(ready_w, READY)
             os.close(ready_w)
 
-    return master.run_worker(slot_settings(settings, slot), WorkerContext(slot, sock, os.getppid(), ready))
+    context = WorkerContext(slot, sock, os.getppid(), ready, peer_paths(master.metrics_dir, len(master.sockets)))
+    return master.run_worker(slot_settings(settings, slot), context)
+
+
+PEERS_DIR: Final = "peers"
+
+
+def peer_paths(run_dir: str, count: int) -> tuple[str, ...]:
+    """Each slot's peer socket, in the master's private run directory (made by ``metrics_directory``)."""
+    return tuple(os.path.join(run_dir, PEERS_DIR, f"worker-{slot}.sock") for slot in range(count))
 
 
 def slot_settings(settings: Settings, slot: int) -> Settings:
@@ -479,8 +493,10 @@ def _mark_dead(metrics_dir: str, pid: int) -> None:
 
 @contextlib.contextmanager
 def metrics_directory() -> Iterator[str]:
-    """A fresh directory for the workers' metric files, removed when the master exits."""
+    """A fresh private directory for the workers' metric files and their peer sockets, removed when the master
+    exits."""
     path = tempfile.mkdtemp(prefix="profile-bridge-metrics-")
+    os.mkdir(os.path.join(path, PEERS_DIR), 0o700)
     try:
         yield path
     finally:

@@ -32,6 +32,7 @@ from bridge.resolve import Resolver, answer_headers, measure_of
 from bridge.span_rpc import (
     SpanCall,
     answer_of,
+    carried_trace,
     diff_answer,
     diff_headers,
     diff_max_nodes,
@@ -40,6 +41,7 @@ from bridge.span_rpc import (
     side_tree,
 )
 from bridge.state import METRICS, SETTINGS, backends_of, call_context
+from bridge.upstream import peers
 from bridge.wire.allowlist import mount_call
 from bridge.wire.pyroscope import QUERIER_METHODS, SPAN_RPCS, TOP, method_label, rpc_method
 
@@ -65,6 +67,10 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if method in SPAN_RPCS:
         call = read_span_call(method, data, codec)
         if call.queries:
+            trace_id = carried_trace(call)
+            owner = await peers.forward(request, trace_id, ctx, settings, body) if trace_id else None
+            if owner is not None:  # the worker that keeps this trace resolves it
+                return owner
             return await _resolve(request, backends.resolver, call, codec, ctx)
         if call.body is not None:  # passed on with its selector cut back, nothing else changed
             data = body = call.body

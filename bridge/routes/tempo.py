@@ -36,6 +36,7 @@ from bridge.offload import OFFLOAD
 from bridge.services import enrich_policy
 from bridge.spans import Trace
 from bridge.state import METRICS, SETTINGS, SPAN_CACHE, backends_of, call_context
+from bridge.upstream import peers
 from bridge.wire.allowlist import mount_call
 from bridge.wire.tempo import TempoAnswer, is_protobuf_answer, trace_request
 
@@ -66,6 +67,9 @@ async def trace_by_id(
     request: web.Request, path: str, version: int, trace_id: str, ctx: CallContext
 ) -> web.StreamResponse:
     app = request.app
+    owner = await peers.forward(request, trace_id, ctx, app[SETTINGS])  # the worker that keeps this trace
+    if owner is not None:
+        return owner
     backends = backends_of(app)
     answer = await backends.tempo.trace_by_id(request, path, ctx)
     if answer.status != 200:

@@ -79,18 +79,21 @@ async def stream_through(
     body: bytes | None = None,
     body_encoding: str | None = None,
     metrics: Metrics | None = None,
+    peer: bool = False,
 ) -> web.StreamResponse:
     """Forward ``request`` to ``target_url`` (query included; a ``str`` is taken as already percent-encoded) and
     stream the answer back. Raises ``UpstreamError`` when the upstream fails before answering.
 
     ``body``: the request body when the caller has already read it, sent instead of the request's stream, with
-    ``body_encoding`` as its ``Content-Encoding`` (None: identity). ``read_body`` returns both."""
+    ``body_encoding`` as its ``Content-Encoding`` (None: identity). ``read_body`` returns both. ``peer``: the target
+    is another worker of this bridge (``bridge.upstream.peers``), reached through ``session``'s own connector: never
+    handed back to nginx in front, never over the lean relay."""
     if any(t is not None and t <= MIN_TIMEOUT for t in (timeout.total, timeout.connect, timeout.sock_read)):
         # aiohttp reads a zero timeout as "no timeout": a spent budget must fail here, not wait forever
         raise UpstreamTimeout(upstream, f"no time left in the request's budget to ask {upstream}")
     url = target_url if isinstance(target_url, URL) else URL(target_url, encoded=True)
     request[PASSED_THROUGH] = True
-    if PASS_BACK_HEADER in request.headers and (body is None or body is raw_body(request)):
+    if not peer and PASS_BACK_HEADER in request.headers and (body is None or body is raw_body(request)):
         return web.Response(status=PASS_BACK_STATUS, headers={PASS_BACK_HEADER: "1"})
     headers = end_to_end(request.headers, _REQUEST_DROP)
     data: bytes | aiohttp.StreamReader | None = body
@@ -103,7 +106,7 @@ async def stream_through(
         headers.popall("Content-Length", None)
     else:
         data = request.content
-    pool = _lean_pool(request, url)
+    pool = None if peer else _lean_pool(request, url)
     if pool is not None and (body is not None or not request.body_exists or _small_body(request)):
         if body is None and request.body_exists:
             body = (await read_body(request, relay.MAX_BODY))[0]  # still in its Content-Encoding, sent as is

@@ -6,6 +6,7 @@ sees 16-hex span ids. Real processes (``python -m bridge serve``), real data (th
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import re
 from collections.abc import AsyncIterator
@@ -112,3 +113,42 @@ async def test_a_click_on_a_process_that_never_saw_the_trace_is_answered_right(
     # Pyroscope never saw the trace part
     selectors = [entry for r in pyro.calls("SelectMergeSpanProfile") for entry in r.message.span_selector]  # type: ignore[union-attr]
     assert selectors and all(HEX16.fullmatch(entry) for entry in selectors)
+
+
+async def test_workers_of_one_bridge_fetch_each_trace_once(doubles: tuple[TempoDouble, PyroscopeDouble]) -> None:
+    """The promise per bridge, however many workers: two bridges of two workers each, every request on a new
+    connection (so the kernel spreads them over the workers), a few traces opened on the first and every span of
+    them clicked on both at once. Each trace costs exactly one trace-by-ID call per bridge — its owner worker's
+    (``bridge.upstream.peers``; before it: 170 calls for 60 traces where 120 is the promise) — and every click is
+    answered as the first bridge answers it and counted once."""
+    tempo, pyro = doubles
+    args = ("--proxy", "--tempo-url", tempo.url, "--pyroscope-url", pyro.url, "--workers", "2")
+    first, second = await start_bridge(*args), await start_bridge(*args)
+    traces = load_shop().trace_ids()[:8]
+    try:
+        connector = aiohttp.TCPConnector(force_close=True)  # a connection per request: spread over the workers
+        async with aiohttp.ClientSession(connector=connector) as session:
+            views = [await open_trace(session, first, trace_id) for trace_id in traces]
+            clicks = [
+                (bridge, span, service) for spans in views for bridge in (first, second) for span, service in spans
+            ]
+            answers = await asyncio.gather(*(click(session, bridge, span, service) for bridge, span, service in clicks))
+            async with session.get(f"{second.base}/metrics") as resp:
+                exposition = await resp.text()
+    finally:
+        assert await first.stop() == 0
+        assert await second.stop() == 0
+
+    for trace_id in traces:  # one for the first bridge's trace view (its clicks reuse it), one for the second's
+        assert len(tempo.calls(f"/api/v2/traces/{trace_id}")) == 2, trace_id
+    assert tempo.search_calls == []
+    by_bridge: dict[int, list[tuple[str, str]]] = {id(first): [], id(second): []}
+    for (bridge, _, _), answer in zip(clicks, answers, strict=True):
+        by_bridge[id(bridge)].append(answer)
+    assert by_bridge[id(second)] == by_bridge[id(first)]
+    counted = re.search(
+        r'^profile_bridge_requests_total\{code="200",route="/pyroscope/SelectMergeSpanProfile"\} (\S+)$',
+        exposition,
+        re.M,
+    )
+    assert counted is not None and float(counted.group(1)) == len(clicks) // 2  # relayed clicks count once

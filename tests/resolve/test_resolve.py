@@ -374,3 +374,33 @@ async def test_without_a_time_range_the_search_covers_the_last_day_on_the_inject
     assert (int(search.query["start"]), int(search.query["end"])) == (int(now) - 24 * 3600, int(now) + 60)
     # 1_795_945_400 s is 2026-11-29 09:43:20 UTC
     assert "not found in Tempo between 2026-11-28 09:43:20 and 2026-11-29 09:44:20 UTC" in res.reason
+
+
+async def test_clicks_arriving_while_a_fetched_trace_is_handed_over_share_it() -> None:
+    """One trace-by-ID per trace, also for a click that comes in the turns between the shared fetch finishing and its
+    waiters resuming: the fetch itself puts the trace in the span cache before anyone can miss it there. A click
+    starts on every turn of the event loop, each for another span of the same trace."""
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    spans = [Span(trace_id, f"{i + 1:016x}", "", f"span {i}", 2, "svc", 1_000, 2_000) for i in range(200)]
+    fetched: list[str] = []
+
+    class Tempo:
+        name = "tempo"
+
+        async def trace_by_id(
+            self, tid: str, c: CallContext, start_s: int | None = None, end_s: int | None = None
+        ) -> Trace:
+            fetched.append(tid)
+            for _ in range(5):
+                await asyncio.sleep(0)
+            return Trace.from_spans(spans, tid)
+
+    settings = Settings.for_tests(mode="proxy")
+    resolver = Resolver(Tempo(), None, SpanCache(10_000, 64 * 1024**2, 60), settings, Metrics(), clock=capture_now)  # type: ignore[arg-type]
+    lookups = []
+    for span in spans:
+        lookups.append(asyncio.ensure_future(resolver.lookup_span(span.span_id, ctx(), trace_id=trace_id)))
+        await asyncio.sleep(0)
+    found = await asyncio.gather(*lookups)
+    assert all(f is not None and f[0].span_id == s.span_id for f, s in zip(found, spans, strict=True))
+    assert fetched == [trace_id]
