@@ -214,6 +214,19 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--span-id", metavar="S")
     doc.add_argument("--expect-function", metavar="NAME", help="a function that must be in the span's profile")
     doc.add_argument("--profile-type", metavar="ID", help="default: PROFILE_BRIDGE_PROFILE_TYPE")
+    doc.add_argument(
+        "--datasources",
+        metavar="PATH",
+        type=Path,
+        help="Grafana's data source provisioning file or directory to check the wiring in (default: "
+        "/etc/grafana/provisioning/datasources when it exists)",
+    )
+    doc.add_argument(
+        "--grafana-token-file",
+        metavar="FILE",
+        type=Path,
+        help="a Grafana token that may read data sources, to read them from PROFILE_BRIDGE_GRAFANA_URL",
+    )
 
     from bridge.commands.store import add_parser as add_store_parser
 
@@ -353,6 +366,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
                     expect_function=args.expect_function,
                     profile_type=args.profile_type or settings.profile_type,
                     out=sys.stdout,
+                    datasources=args.datasources,
+                    grafana_token_file=args.grafana_token_file,
                 )
             )
         if args.command == "demo":

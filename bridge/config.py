@@ -23,6 +23,7 @@ PREFIX: Final = "PROFILE_BRIDGE_"
 
 Mode = Literal["proxy", "standalone"]
 EnrichPolicy = Literal["all", "profiled-services", "off"]
+ProfileIdForm = Literal["span-and-trace", "span"]
 
 
 class ConfigError(ValueError):
@@ -345,6 +346,7 @@ class Settings:
     max_upstream_answer_bytes: int = 64 * 1024**2
     # Tempo enrichment
     enrich: EnrichPolicy = "all"
+    profile_id_form: ProfileIdForm = "span-and-trace"
     # standalone store
     data_dir: str = "./profile-bridge-data"
     retention_age: float = 7 * 24 * 3600.0
@@ -611,6 +613,13 @@ FIELDS: Final[tuple[FieldSpec, ...]] = (
         parse_upstream_allow,
         "",
         "more calls for the mounts to relay, e.g. tempo:/flush (docs/security.md); they need ingest",
+    ),
+    _f(
+        "PROFILE_ID_FORM",
+        "profile_id_form",
+        parse_choice("span-and-trace", "span"),
+        "span-and-trace",
+        "pyroscope.profile.id as /tempo writes it: span-and-trace, or span (the plain id; docs/grafana.md)",
     ),
     _f(
         "DATA_DIR",

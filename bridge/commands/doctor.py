@@ -8,6 +8,8 @@ Checks, in order (a check whose input a failed check should have given is skippe
 3. span found                   7. samples linked to the span (or which fallback would answer)
 4. span carries pyroscope.profile.id (or the bridge's enrichment adds it)
 8. the expected function in the answer (``--expect-function``)
+9. Grafana's data sources: not Tempo through the bridge with its profiles straight to Pyroscope while the bridge
+   writes ``<span id>:<trace id>`` (``bridge.commands.datasources``; a note instead when none can be read)
 
 Without ``--trace-id``/``--span-id`` it picks a recent root span itself: the slowest one with linked samples, else
 the slowest (``--trace-id`` alone: that trace's root span; ``--span-id`` alone: found by Tempo's search). It only
@@ -40,6 +42,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, TextIO
 
 import aiohttp
@@ -50,6 +53,8 @@ from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
 from bridge.answer import Scope
 from bridge.call import CallContext, Deadline
+from bridge.commands.checks import Check
+from bridge.commands.datasources import check_datasources
 from bridge.commands.resolve import (
     EXIT_FAILED,
     EXIT_OK,
@@ -87,14 +92,6 @@ def settle_seconds(settings: Settings) -> float:
     """How long after a span ends its CPU samples can be expected: the capture window that holds its end closes at
     most ``PROFILE_BRIDGE_CAPTURE_WINDOW`` later, and its upload takes ``UPLOAD_LAG_S`` more."""
     return settings.capture_window + UPLOAD_LAG_S
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    name: str
-    ok: bool | None  # None: skipped because an earlier hop failed
-    detail: str
-    fix: str = ""
 
 
 Answerer = Callable[[str, str, Scope, str], Awaitable[dict[str, Any]]]
@@ -717,6 +714,8 @@ async def doctor(
     err: TextIO,
     hops: Hops | None = None,
     clock: Callable[[], float] = time.time,
+    datasources: Path | None = None,
+    grafana_token_file: Path | None = None,
 ) -> int:
     try:
         tid, sid = check_ids(trace_id, span_id, profile_type)
@@ -724,6 +723,9 @@ async def doctor(
         print(f"profile-bridge doctor: {exc.message}", file=err)
         return EXIT_USAGE
     out.write(f"profile-bridge doctor ({settings.mode} mode, profile type {profile_type})\n")
+    wiring = await check_datasources(settings, datasources, grafana_token_file)
+    if isinstance(wiring, str):
+        out.write(f"  ({wiring})\n")
     if hops is not None:
         checks = await diagnose(
             hops,
@@ -745,6 +747,8 @@ async def doctor(
                 profile_type=profile_type,
                 now=clock(),
             )
+    if not isinstance(wiring, str):
+        checks.append(wiring)
     out.write(format_checks(checks))
     return EXIT_FAILED if any(c.ok is False for c in checks) else EXIT_OK
 
@@ -758,6 +762,8 @@ def run_doctor(
     profile_type: str,
     out: TextIO,
     err: TextIO = sys.stderr,
+    datasources: Path | None = None,
+    grafana_token_file: Path | None = None,
 ) -> int:
     try:
         return asyncio.run(
@@ -769,6 +775,8 @@ def run_doctor(
                 profile_type=profile_type,
                 out=out,
                 err=err,
+                datasources=datasources,
+                grafana_token_file=grafana_token_file,
             )
         )
     except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line, never a stack trace

@@ -17,15 +17,17 @@ without Tempo's lagging search.
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import logging
+from collections.abc import Callable
 from functools import partial
 from typing import Final
 
 import aiohttp
 from aiohttp import web
 
-from bridge import offload
+from bridge import offload, tasks
 from bridge.body import HOP_BY_HOP, end_to_end
 from bridge.call import CallContext
 from bridge.compression import EncodingError, accepts_gzip, undo_content_encoding
@@ -79,9 +81,10 @@ async def trace_by_id(
     metrics = app[METRICS]
     if len(answer.body) >= ENRICH_IN_HELPER_BYTES:
         return await _big_answer(request, answer, version, protobuf, policy, trace_id, ctx)
+    carried = carried_trace_of(app, trace_id)
     try:
         plain = undo_content_encoding(answer.body, answer.encoding, app[SETTINGS].max_upstream_answer_bytes)
-        enriched = enrich_trace_body(plain, version=version, protobuf=protobuf, policy=policy, trace_id=trace_id)
+        enriched = enrich_trace_body(plain, version=version, protobuf=protobuf, policy=policy, trace_id=carried)
     except (EncodingError, UndecodableBody) as exc:
         reason = exc.reason if isinstance(exc, UndecodableBody) else "encoding"
         log.warning("tempo: trace %s answer passed through unchanged, it cannot be decoded (%s)", trace_id, exc)
@@ -94,6 +97,13 @@ async def trace_by_id(
         metrics.enriched_spans.inc(enriched.added)
     _remember(app, ctx, trace_id, enriched)
     return response
+
+
+def carried_trace_of(app: web.Application, trace_id: str) -> str | None:
+    """The trace id the written pyroscope.profile.id values carry (``<span id>:<trace id>``), or None when the
+    setting asks for the plain span id (``PROFILE_BRIDGE_PROFILE_ID_FORM=span``: a Pyroscope data source that
+    reaches Pyroscope directly would send the carried form to Pyroscope, which refuses it)."""
+    return trace_id if app[SETTINGS].profile_id_form == "span-and-trace" else None
 
 
 async def _send(request: web.Request, answer: TempoAnswer, enriched: Enriched | None) -> web.StreamResponse:
@@ -156,7 +166,7 @@ async def _big_answer(
             version=version,
             protobuf=protobuf,
             policy=policy,
-            trace_id=trace_id,
+            trace_id=carried_trace_of(app, trace_id),
             gzip_level=GZIP_LEVEL if client_gzip else None,
             max_bytes=limit,
         ),
@@ -183,7 +193,18 @@ async def _big_answer(
         cache = app[SPAN_CACHE]
         cache.put_pending(ctx.cache_scope, trace_id, load, done.span_count, len(body))
         metrics.cache_entries.labels("spans").set(len(cache))
+        if carried_trace_of(app, trace_id) is None:  # no click will carry the trace: index its spans now
+            tasks.spawn(_index(app, ctx.cache_scope, trace_id, load), f"index trace {trace_id}")
     return response
+
+
+async def _index(app: web.Application, scope: str, trace_id: str, load: Callable[[], Trace]) -> None:
+    """Parse a big trace held pending (off the event loop) and index its spans, for clicks that name a span only."""
+    if app[SPAN_CACHE].pending(scope, trace_id) is None:
+        return  # parsed meanwhile, or gone
+    trace = await asyncio.to_thread(load)
+    if len(trace):
+        app[SPAN_CACHE].put_trace(scope, trace)
 
 
 def _remember(app: web.Application, ctx: CallContext, trace_id: str, enriched: Enriched) -> None:
