@@ -12,9 +12,10 @@ The anchor, in the same run and interleaved trace by trace: one more bridge, not
 trace itself and answers the same clicks (one replica: the span cache always has the trace). A click answered
 differently from the anchor (mode or reason) is wrong.
 
-Targets: 0 wrong answers; no Tempo search; at most one trace-by-ID call per trace per process. Each bridge has its
-own Tempo double (sharing the same traces) so Tempo's calls are counted per process. Everything runs on 127.0.0.1;
-loops are bounded by the number of traces.
+Targets: 0 wrong answers; no Tempo search; at most one trace-by-ID call per trace per bridge, however many workers it
+has (``--workers``: its workers send what a trace's owner keeps to the owner, ``bridge.upstream.peers``). Each bridge
+has its own Tempo double (sharing the same traces) so Tempo's calls are counted per bridge. Everything runs on
+127.0.0.1; loops are bounded by the number of traces.
 """
 
 from __future__ import annotations
@@ -222,8 +223,8 @@ async def run(replicas: int, n_traces: int, workers: int, tmp: Path) -> list[str
         f"RATIO wrong answers: {wrong}/{clicks} = {wrong / max(1, clicks):.1%} (target 0) "
         f"{'OK' if wrong == 0 else 'MISSED'}",
         f"RATIO Tempo searches: {searches} (target 0) {'OK' if searches == 0 else 'MISSED'}",
-        f"RATIO trace-by-ID calls per trace per process: max {max(per_trace, default=0)} (target <= 1 with one "
-        f"worker per process) {'OK' if max(per_trace, default=0) <= workers else 'MISSED'}",
+        f"RATIO trace-by-ID calls per trace per bridge: max {max(per_trace, default=0)} (target <= 1 with "
+        f"{workers} worker{'s' if workers > 1 else ''} each) {'OK' if max(per_trace, default=0) <= 1 else 'MISSED'}",
     ]
     return lines
 

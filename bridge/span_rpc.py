@@ -62,6 +62,8 @@ def read_span_call(method: str, data: bytes, codec: Codec) -> SpanCall:
         doc: dict[str, Any] | None = None
     else:
         doc = decode_document(data, cls)
+        if method != "SelectMergeSpanProfile" and not any(_selector_keys(_side_document(doc, p)) for p in places):
+            return SpanCall(method, None)  # no span selector anywhere: passed on as it came, never parsed further
         msg = strict_message(doc, cls)
     queries = _queries(method, msg, places) if msg is not None else {}
     if queries:
@@ -96,6 +98,11 @@ def _side_document(doc: dict[str, Any], place: str) -> dict[str, Any] | None:
         if isinstance(side, dict):
             return side
     return None
+
+
+def _selector_keys(side: dict[str, Any] | None) -> bool:
+    """Whether a JSON side names a non-empty span selector."""
+    return side is not None and any(side.get(key) for key in _JSON_KEYS)
 
 
 def _json_name(name: str) -> str:
