@@ -120,6 +120,7 @@ def _queries(method: str, msg: Message, places: tuple[str, ...]) -> dict[str, Sp
         query = _query_of(side)
         if query is None:
             return {}
+        clean_span_ids(query.span_ids)  # no valid id → InvalidArgument now, before any side asks anybody
         out[place] = query
     if out and method == "Diff":
         max_nodes = diff_max_nodes(msg)

@@ -114,7 +114,12 @@ async def _diff(
         headers[place] = answer_headers(resolution, measure_of(resolution, query.profile_type))
         return side_tree(resolution)
 
-    left, right = await asyncio.gather(tree("left", msg.left), tree("right", msg.right))
+    sides = await asyncio.gather(tree("left", msg.left), tree("right", msg.right), return_exceptions=True)
+    for side in sides:  # both ran to the end; the first failure is the answer
+        if isinstance(side, BaseException):
+            raise side
+    left, right = sides
+    assert isinstance(left, flamegraph.Node) and isinstance(right, flamegraph.Node)
     body, out = encode_response(diff_answer(left, right, max_nodes), codec, request.headers.get("Accept-Encoding"))
     out.update(diff_headers({place: headers[place] for place in ("left", "right") if place in headers}))
     return web.Response(body=body, headers=out)
