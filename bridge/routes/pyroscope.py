@@ -65,15 +65,15 @@ async def handle(request: web.Request) -> web.StreamResponse:
     body, encoding = await read_body(request, settings.max_body_bytes)
     data = decompress(body, encoding, settings.max_body_bytes)
     if method in SPAN_RPCS:
-        call = read_span_call(method, data, codec)
-        if call.queries:
-            trace_id = carried_trace(call)
+        span_call = read_span_call(method, data, codec)
+        if span_call.queries:
+            trace_id = carried_trace(span_call)
             owner = await peers.forward(request, trace_id, ctx, settings, body) if trace_id else None
             if owner is not None:  # the worker that keeps this trace resolves it
                 return owner
-            return await _resolve(request, backends.resolver, call, codec, ctx)
-        if call.body is not None:  # passed on with its selector cut back, nothing else changed
-            data = body = call.body
+            return await _resolve(request, backends.resolver, span_call, codec, ctx)
+        if span_call.body is not None:  # passed on with its selector cut back, nothing else changed
+            data = body = span_call.body
             encoding = None
     answer = await backends.pyroscope.call(method, data, codec, ctx)
     if answer is None:
