@@ -99,11 +99,12 @@ def decode_document(data: bytes, cls: type[Message]) -> dict[str, Any]:
 
 def strict_message(doc: dict[str, Any], cls: type[M]) -> M | None:
     """The message a JSON document holds when every field and enum name in it is one our .proto knows; None when it
-    holds anything else (then only the document itself says all the request says)."""
+    holds anything else (then only the document itself says all the request says), or a value no field can hold
+    (``1e999`` in an int64 reads as infinity: Pyroscope refuses it in its own words)."""
     msg = cls()
     try:
         json_format.ParseDict(doc, msg)
-    except (json_format.ParseError, RecursionError):
+    except (json_format.ParseError, RecursionError, OverflowError, ValueError, TypeError):
         return None
     return msg
 
