@@ -4,6 +4,7 @@ mode, ``bridge.store``). Protocols only: both modes implement them, neither is i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from bridge._proto import querier_pb2 as qpb
@@ -69,6 +70,18 @@ class ProfileSource(Protocol):
         ...
 
     async def ready(self, ctx: CallContext) -> str: ...
+
+
+class PeriodSource(Protocol):
+    """What one sample adds to a profile's values, as the store kept it from each upload (``profiles.period``).
+    Pyroscope's query API does not say: its merged pprof carries a period guessed from the profile type
+    (``pkg/pprof/pprof.go`` ``SetProfileMetadata``), so proxy mode goes without (``bridge.sampling``)."""
+
+    async def sample_periods(
+        self, profile_type: str, selector: str, start_ms: int, end_ms: int, ctx: CallContext
+    ) -> Mapping[int, int]:
+        """Each period (0: not known) of the matching profiles in ``[start_ms, end_ms]``, with how many had it."""
+        ...
 
 
 class FunctionIndex(Protocol):

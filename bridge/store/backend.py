@@ -299,6 +299,13 @@ class Store:
     async def analyze_query(self, req: qpb.AnalyzeQueryRequest, ctx: CallContext) -> qpb.AnalyzeQueryResponse:
         return await self.overview.analyze_query(req, ctx)
 
+    # ----------------------------------------------------------------------------------------- PeriodSource
+
+    async def sample_periods(
+        self, profile_type: str, selector: str, start_ms: int, end_ms: int, ctx: CallContext
+    ) -> dict[int, int]:
+        return await self.profiles.sample_periods(profile_type, selector, start_ms, end_ms, ctx)
+
     # ----------------------------------------------------------------------------------------- FunctionIndex
 
     async def function_spans(self, query: FunctionQuery, selector: str, ctx: CallContext) -> FunctionHits:

@@ -27,12 +27,14 @@ from bridge.jfr.convert import JfrProfiles, Labels, convert, parse_labels
 from bridge.jfr.cursor import JfrError, JfrTooLarge
 from bridge.profiletype import NAME_LABEL, ProfileType
 from bridge.store.decode import (
+    NANOS,
     SERVICE_LABEL,
     LegacyName,
     ProfileRecord,
     epoch_to_ns,
     legacy_base,
     records_from_samples,
+    sample_period,
 )
 
 JFR_EVENT_LABEL = "jfr_event"
@@ -106,5 +108,7 @@ def records_from_jfr(
             ptype = ProfileType(profile.metric, s_type, s_unit, *profile.period_type)
             labelled: Mapping[str, str] = {**base, NAME_LABEL: profile.metric}
             samples = ((frames, values[index], labels) for frames, values, labels in profile.samples)
-            out.extend(records_from_samples(labelled, ptype, time_ns, duration, samples))
+            # a CPU or wall sample is worth 1e9 // sampleRate ns (bridge/jfr/convert.py): what one sample adds
+            period = sample_period(s_type, s_unit, *profile.period_type, NANOS // sample_rate if sample_rate else 0)
+            out.extend(records_from_samples(labelled, ptype, time_ns, duration, samples, period))
     return out

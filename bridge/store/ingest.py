@@ -222,8 +222,8 @@ class Ingest:
                 continue
             series_id = self._series_id(conn, tenant, record)
             cur = conn.execute(
-                "INSERT INTO profiles (series_id, time_ns, duration_ns, total) VALUES (?, ?, ?, ?)",
-                (series_id, record.time_ns, record.duration_ns, record.total),
+                "INSERT INTO profiles (series_id, time_ns, duration_ns, total, period) VALUES (?, ?, ?, ?, ?)",
+                (series_id, record.time_ns, record.duration_ns, record.total, record.period),
             )
             profile_id = cur.lastrowid
             stack_id = self._stack_id

@@ -464,6 +464,27 @@ class Profiles:
         ).fetchall()
         return [ProfileRow(series[sid], pid, t, total) for pid, sid, t, total in rows]
 
+    async def sample_periods(
+        self, profile_type: str, selector: str, start_ms: int, end_ms: int, ctx: CallContext
+    ) -> dict[int, int]:
+        """What one sample adds to the values (``profiles.period``, 0: not known) of the ``profile_type`` profiles
+        ``selector`` matches in the window, each with the number of profiles that had it."""
+        window = window_ns(start_ms, end_ms)
+        parsed = parse_selector(selector)
+
+        def read(conn: sqlite3.Connection) -> dict[int, int]:
+            series = self._series(conn, ctx.tenant_key, [parsed], profile_type)
+            if not series:
+                return {}
+            rows = conn.execute(
+                "SELECT period, count(*) FROM profiles WHERE series_id IN (SELECT value FROM json_each(?)) "
+                "AND time_ns >= ? AND time_ns < ? GROUP BY period",
+                (json.dumps(list(series)), *window),
+            )
+            return {int(period): int(n) for period, n in rows}
+
+        return await self._db.read(read)
+
     async def select_series(self, req: qpb.SelectSeriesRequest, ctx: CallContext) -> qpb.SelectSeriesResponse:
         """Totals per step from ``start`` (and, with ``EXEMPLAR_TYPE_INDIVIDUAL``, each point's largest profile as
         its exemplar, as Pyroscope's v2 read path keeps one per point: ``pkg/model/timeseries/aggregator.go``

@@ -24,6 +24,8 @@ Layout (ids are integers; span ids are stored as signed 64-bit integers, trace i
   ``present_buckets`` (7) lists the 10-minute buckets that hold spans (kind 0) and linked profiles (kind 1).
 - ``tenant_settings`` (8): Pyroscope's ``settings.v1.SettingsService`` per tenant (name, value, modified at, in ms),
   which Profiles Drilldown keeps its plugin settings in (``store/settings.py``).
+- ``profiles.period`` (9): what one sample adds to the profile's values (0: not known), so a total is also a count
+  of samples.
 """
 
 from __future__ import annotations
@@ -216,6 +218,12 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         modified_at INTEGER NOT NULL,
         PRIMARY KEY (tenant, name)
     ) WITHOUT ROWID;
+    """,
+    # 9: what one sample adds to each profile's values, in its sample unit (the pprof period, the /ingest sampleRate
+    # as nanoseconds, OTLP's period, a JFR upload's 1e9 // sampleRate; 0 unknown, as for every profile stored
+    # before): how a span's total becomes a number of samples, and so its sampling uncertainty (bridge/sampling.py)
+    """
+    ALTER TABLE profiles ADD COLUMN period INTEGER NOT NULL DEFAULT 0;
     """,
 )
 
