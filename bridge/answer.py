@@ -43,10 +43,9 @@ from bridge.resolve import (
     SpanQuery,
     labels_of,
     measure_of,
-    quantity_of,
 )
+from bridge.sampling import Sampler, Sampling, Tally, add_tallies, quantity_of, sampling_json, sampling_of
 from bridge.selector import merge_selector
-from bridge.sources import ProfileSource
 from bridge.spans import Span, Trace
 
 Scope = Literal["span", "request"]
@@ -76,6 +75,7 @@ class ServiceShare:
     spans: int  # included parts
     attributed: bool = True  # False: a time-window fallback drawn for the span itself, not this request's cost
     frame: str = ""  # the frame its part hangs under on the flame graph
+    tally: Tally | None = None  # the value as a count of samples (None: not counted, or a part was not)
 
     @property
     def label(self) -> str:
@@ -127,7 +127,8 @@ class Answer:
         own = measure_of(self.resolution, self.profile_type)
         if self.scope == "span":
             return own
-        what = quantity_of(self.profile_type)
+        sampling = self.sampling
+        what = sampling.measure if sampling is not None and sampling.sampler.sdk else quantity_of(self.profile_type)
         counted = [s for s in self.services if s.attributed]
         services = f"{len(counted)} service{'' if len(counted) == 1 else 's'}"
         if not counted and not self.fallback_total:
@@ -142,6 +143,40 @@ class Answer:
             return Measure(Attribution.SERVICE, text)
         attribution = Attribution.SPAN if own.attribution is Attribution.SPAN else Attribution.REQUEST
         return Measure(attribution, text)
+
+    @property
+    def sampling(self) -> Sampling | None:
+        """What the number is and how sure (``bridge.sampling``): the span's own answer's, or for a request the sum
+        of what is attributed to it — counted only when every part it adds up was."""
+        if self.scope == "span":
+            return self.resolution.sampling
+        parts = [p.resolution.sampling for p in self.parts if p.included and p.resolution.mode in REQUEST_MODES]
+        if not parts:
+            return self.resolution.sampling if self.fallback_total else None
+        known = [s for s in parts if s is not None]
+        samplers = {s.sampler for s in known}
+        units = {s.unit for s in known}
+        sampler = samplers.pop() if len(samplers) == 1 else None
+        if sampler is None:
+            what = quantity_of(self.profile_type)
+            sampler = Sampler("", what, f"{what}: the request's parts were sampled by different SDKs")
+        tallies = [s.tally for s in known if s.tally is not None]
+        tally = add_tallies(tallies) if len(tallies) == len(parts) else None
+        return Sampling(sampler, tally, units.pop() if len(units) == 1 else "")
+
+    @property
+    def wall_ns(self) -> int | None:
+        """The wall time the number belongs to, for the "more than the span lasted" flag: the span for ``linked``,
+        its local root (the request) for ``local-root``; None for a time window, and for a request across services
+        (processes may work for it at the same time)."""
+        res = self.resolution
+        if self.scope == "request":
+            return None
+        if res.mode is Mode.LINKED:
+            return self.span.duration_ns
+        if res.mode is Mode.LOCAL_ROOT and res.local_root is not None:
+            return res.local_root.duration_ns
+        return None
 
     @property
     def reasons(self) -> list[str]:
@@ -184,8 +219,8 @@ def combine(
     counted: set[str] = set()
     parts: list[Part] = []
     by_service: dict[str, list[int]] = {}
-
     fallback: dict[str, list[int]] = {}
+    tallies: dict[tuple[str, bool], list[Tally | None]] = {}
 
     def add(span: Span, res: Resolution, tree: flamegraph.Node, attributed: bool = True) -> None:
         name = (span.service or UNKNOWN_SERVICE) if attributed else fallback_frame(span.service, res.mode)
@@ -199,6 +234,7 @@ def combine(
         share = (by_service if attributed else fallback).setdefault(span.service, [0, 0])
         share[0] += tree.total
         share[1] += 1
+        tallies.setdefault((span.service, attributed), []).append(res.sampling.tally if res.sampling else None)
         counted.update(res.span_ids)
 
     own_tree = flamegraph.decode(own.flamegraph)
@@ -235,11 +271,23 @@ def combine(
         add(span, res, tree)
         parts.append(Part(span, res, tree.total, True, f"called on this span's behalf ({res.mode.value})"))
 
+    def summed(service: str, attributed: bool) -> Tally | None:
+        parts = tallies.get((service, attributed), [])
+        known = [t for t in parts if t is not None]
+        return add_tallies(known) if len(known) == len(parts) else None
+
     services = tuple(
-        ServiceShare(service, value, count, frame=service or UNKNOWN_SERVICE)
+        ServiceShare(service, value, count, frame=service or UNKNOWN_SERVICE, tally=summed(service, True))
         for service, (value, count) in sorted(by_service.items(), key=lambda kv: (-kv[1][0], kv[0]))
     ) + tuple(
-        ServiceShare(service, value, count, attributed=False, frame=fallback_frame(service, own.mode))
+        ServiceShare(
+            service,
+            value,
+            count,
+            attributed=False,
+            frame=fallback_frame(service, own.mode),
+            tally=summed(service, False),
+        )
         for service, (value, count) in sorted(fallback.items(), key=lambda kv: (-kv[1][0], kv[0]))
     )
     return root, tuple(parts), services
@@ -300,12 +348,21 @@ async def answer(
 # --------------------------------------------------------------------------------------------- local roots' own samples
 
 
+@dataclass(frozen=True, slots=True)
+class Linked:
+    """A local root's own linked samples: their total and, when they are a count, how many (``bridge.sampling``)."""
+
+    total: int
+    tally: Tally | None
+
+
 async def linked_totals(
-    profiles: ProfileSource, trace: Trace, current: str, profile_type: str, settings: Settings, ctx: CallContext
-) -> dict[str, int | None]:
-    """Each local root's own linked samples (``SelectMergeSpanProfile`` with its id alone); None when the backend
-    failed for that span. Children have none of their own: the SDKs record their CPU under the local root. At most
-    ``MAX_LINKED_QUERIES`` are asked: the current span's local root and the local roots below it first."""
+    resolver: Resolver, trace: Trace, current: str, profile_type: str, settings: Settings, ctx: CallContext
+) -> dict[str, Linked | None]:
+    """Each local root's own linked samples (``SelectMergeSpanProfile`` with its id alone), counted by what its
+    service's profiles say (``Resolver.samplers``); None when the backend failed for that span. Children have
+    none of their own: the SDKs record their CPU under the local root. At most ``MAX_LINKED_QUERIES`` are asked: the
+    current span's local root and the local roots below it first."""
     first = [trace.local_root(current), *trace.descendant_local_roots(current)]
     ordered = {s.span_id: s for s in first if s is not None}
     for s in trace.spans.values():
@@ -314,21 +371,26 @@ async def linked_totals(
     roots = list(ordered.values())[:MAX_LINKED_QUERIES]
     limit = asyncio.Semaphore(8)
 
-    async def one(span: Span) -> int | None:
+    async def one(span: Span) -> Linked | None:
         start, end = span_window(span)
+        selector = selector_for(span, settings.label_map)
         req = qpb.SelectMergeSpanProfileRequest(
             profile_typeID=profile_type,
-            label_selector=selector_for(span, settings.label_map),
+            label_selector=selector,
             span_selector=[span.span_id],
             start=start,
             end=end,
         )
         async with limit:
             try:
-                resp = await profiles.select_merge_span_profile(req, ctx)
+                resp = await resolver.profiles.select_merge_span_profile(req, ctx)
             except BridgeError:
                 return None
-        return int(resp.flamegraph.total) if resp.HasField("flamegraph") else 0
+            fg = resp.flamegraph if resp.HasField("flamegraph") else None
+            if fg is None or flamegraph.is_empty(fg):
+                return Linked(0, None)
+            sdks, periods = await resolver.samplers.facts(profile_type, selector, (start, end), ctx)
+        return Linked(int(fg.total), sampling_of(fg, profile_type, sdks, periods).tally)
 
     values = await asyncio.gather(*(one(s) for s in roots))
     return {s.span_id: v for s, v in zip(roots, values, strict=True)}
@@ -349,7 +411,23 @@ def _part_json(part: Part) -> dict[str, Any]:
         "attributed": part.included and part.resolution.mode in REQUEST_MODES,
         "note": part.note,
         "answeredBy": list(part.resolution.span_ids),
+        "sampling": sampling_json(part.resolution.sampling, _part_wall(part)),
     }
+
+
+def _part_wall(part: Part) -> int | None:
+    res = part.resolution
+    if res.mode is Mode.LINKED:
+        return part.span.duration_ns
+    if res.mode is Mode.LOCAL_ROOT and res.local_root is not None:
+        return res.local_root.duration_ns
+    return None
+
+
+def _tally_json(t: Tally | None) -> dict[str, Any] | None:
+    if t is None:
+        return None
+    return {"samples": t.samples, "interval95": {"low": round(t.low), "high": round(t.high)}}
 
 
 def answer_json(ans: Answer) -> dict[str, Any]:
@@ -377,6 +455,8 @@ def answer_json(ans: Answer) -> dict[str, Any]:
         "measure": {"attribution": measure.attribution.value, "own": measure.own, "text": measure.text},
         "attributedTotal": ans.attributed_total,
         "fallbackTotal": ans.fallback_total,
+        # how many samples make up ``total`` (attributed, for a request), their 95 % interval and what they measure
+        "sampling": sampling_json(ans.sampling, ans.wall_ns),
     }
     if ans.scope == "request":
         attributed = ans.attributed_total
@@ -389,6 +469,7 @@ def answer_json(ans: Answer) -> dict[str, Any]:
                 "attributed": s.attributed,
                 # shares of what the request cost; a fallback part is the whole service's, so it has no share
                 "share": (round(s.value / attributed, 4) if attributed else 0.0) if s.attributed else None,
+                "sampling": _tally_json(s.tally),
             }
             for s in ans.services
         ]

@@ -99,7 +99,7 @@ class StandaloneMode:
                     name=self.name,
                     traces=store,
                     profiles=store,
-                    resolver=Resolver(store, store, span_cache, settings, metrics, clock=clock.now),
+                    resolver=Resolver(store, store, span_cache, settings, metrics, clock=clock.now, periods=store),
                     pyroscope=StorePyroscope(store),
                     tempo=StoreTempo(store),
                     profiled_services=ProfiledServices(

@@ -21,6 +21,7 @@ from bridge.call import CallContext
 from bridge.config import Settings
 from bridge.errors import BridgeError
 from bridge.resolve import Mode, Resolver
+from bridge.sampling import Sampling
 from bridge.sources import TraceSource
 from bridge.spans import Span, Trace
 from bridge.units import format_duration_ns
@@ -58,6 +59,7 @@ class RowResolution:
     reason: str
     total: int
     error_code: str = ""
+    sampling: Sampling | None = None  # the total as a count of samples (``bridge.sampling``)
 
 
 def slowest_local_roots(
@@ -146,6 +148,6 @@ async def resolve_rows(
                 )
             except BridgeError as exc:
                 return RowResolution(None, exc.message, 0, exc.code.value)
-        return RowResolution(ans.mode, ans.resolution.reason, ans.tree.total)
+        return RowResolution(ans.mode, ans.resolution.reason, ans.tree.total, sampling=ans.sampling)
 
     return list(await asyncio.gather(*(one(s) for s in spans)))

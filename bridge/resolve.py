@@ -27,7 +27,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final
 
@@ -40,8 +40,10 @@ from bridge.config import Settings
 from bridge.errors import InvalidArgument, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from bridge.metrics import Metrics
 from bridge.profiletype import PROFILE_TYPE_LABEL, BadProfileType, ProfileType
+from bridge.samplers import Samplers
+from bridge.sampling import Sampling, quantity_of, sampling_of
 from bridge.selector import merge_selector
-from bridge.sources import ProfileSource, TraceSource
+from bridge.sources import PeriodSource, ProfileSource, TraceSource
 from bridge.spancache import SpanCache
 from bridge.spans import SERVICE_NAME, SearchHit, Span, Trace
 
@@ -88,6 +90,9 @@ class Resolution:
     span_ids: tuple[str, ...]  # the span ids whose samples answered (linked/local-root)
     # the wall-clock time the answer's samples were taken in (whole capture windows; time-window mode)
     covered_ms: tuple[int, int] | None = None
+    # the total as a count of samples, and what the samples measure (``bridge.sampling``); None for ``none``
+    sampling: Sampling | None = None
+    answered_type: str = ""  # the profile type that answered, when not the asked one (a CPU equivalent)
 
     @property
     def reason_header(self) -> str:
@@ -365,20 +370,6 @@ def empty_window_reason(span: Span, root: Span | None, selector: str, window: tu
 
 # --------------------------------------------------------------------------------------------- what a number measures
 
-# a profile type's sample type → what its values are, in words (anything else: the sample type itself)
-QUANTITIES: Final = {
-    "cpu": "CPU",
-    "wall": "wall time",
-    "samples": "samples",
-    "alloc_objects": "allocated objects",
-    "alloc_space": "allocated memory",
-    "inuse_objects": "objects in use",
-    "inuse_space": "memory in use",
-    "contentions": "contentions",
-    "delay": "lock wait time",
-    "goroutine": "goroutines",
-    "goroutines": "goroutines",
-}
 # modes whose samples belong to the span's request (its own process's local root), not to the whole service
 REQUEST_MODES: Final = frozenset({Mode.LINKED, Mode.LOCAL_ROOT})
 
@@ -405,13 +396,6 @@ class Measure:
         return self.attribution is Attribution.SPAN
 
 
-def quantity_of(profile_type: str) -> str:
-    """``process_cpu:cpu:nanoseconds:…`` → ``CPU``; ``memory:alloc_space:bytes:…`` → ``allocated memory``."""
-    parts = profile_type.split(":")
-    sample_type = parts[1] if len(parts) > 1 else profile_type
-    return QUANTITIES.get(sample_type, sample_type or "samples")
-
-
 def seconds_text(ms: int) -> str:
     seconds = ms / 1000
     return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
@@ -419,8 +403,9 @@ def seconds_text(ms: int) -> str:
 
 def measure_of(res: Resolution, profile_type: str) -> Measure:
     """Pure: what ``res``'s flame graph total measures. Only ``linked`` is the span's own cost; ``local-root`` is its
-    whole request in that process; ``time-window`` is its service's cost during a window, every request included."""
-    what = quantity_of(profile_type)
+    whole request in that process; ``time-window`` is its service's cost during a window, every request included.
+    The quantity is what the SDK's samples are (``bridge.sampling``: "sampled on-GIL time"), else the type's."""
+    what = res.sampling.measure if res.sampling is not None else quantity_of(profile_type)
     span, root = res.span, res.local_root
     service = (span.service if span is not None else "") or "its service"
     if res.mode is Mode.LINKED:
@@ -490,6 +475,7 @@ class WindowAnswer:
     note: str
     flamegraph: querier_pb2.FlameGraph | None
     covered: tuple[int, int] | None = None  # the capture windows the samples were taken in (``covered_by``)
+    type_id: str = ""  # the profile type that answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -513,9 +499,11 @@ class Resolver:
         metrics: Metrics,
         *,
         clock: Callable[[], float] = time.time,
+        periods: PeriodSource | None = None,
     ) -> None:
         self.traces = traces
         self.profiles = profiles
+        self.samplers = Samplers(profiles, periods)  # how a service's profiles were sampled (``bridge.samplers``)
         self.span_cache = span_cache
         self.settings = settings
         self.metrics = metrics
@@ -535,8 +523,18 @@ class Resolver:
     async def resolve(self, query: SpanQuery, ctx: CallContext) -> Resolution:
         span_ids = clean_span_ids(query.span_ids)
         resolution = await self._resolve(span_ids, query, ctx, carried_traces(query.span_ids))
+        if resolution.mode is not Mode.NONE:
+            resolution = await self._sampled(resolution, query, ctx)
         self.metrics.resolutions.labels(resolution.mode.value).inc()
         return resolution
+
+    async def _sampled(self, res: Resolution, query: SpanQuery, ctx: CallContext) -> Resolution:
+        """The answer's total as a count of samples (``bridge.sampling``), from what its profiles say: the SDK that
+        uploaded them (``otel.scope.name`` / ``pyroscope_spy``) and, where kept, each profile's period."""
+        type_id = res.answered_type or query.profile_type
+        window = res.covered_ms or res.window_ms or (query.start_ms, query.end_ms)
+        sdks, periods = await self.samplers.facts(type_id, res.label_selector or "{}", window, ctx)
+        return replace(res, sampling=sampling_of(res.flamegraph, type_id, sdks, periods))
 
     async def _resolve(
         self, span_ids: tuple[str, ...], query: SpanQuery, ctx: CallContext, carried: Mapping[str, str]
@@ -567,7 +565,19 @@ class Resolver:
         if fg is not None:
             reason = time_window_reason(span, found_in.length_s, no_samples_why(span, root)) + found_in.note
             relabelled = flamegraph.relabel_root(fg, flamegraph.root_label(reason))
-            return Resolution(Mode.TIME_WINDOW, reason, relabelled, span, root, window, used, (), found_in.covered)
+            return Resolution(
+                Mode.TIME_WINDOW,
+                reason,
+                relabelled,
+                span,
+                root,
+                window,
+                used,
+                (),
+                found_in.covered,
+                None,
+                found_in.type_id,
+            )
         reason = empty_window_reason(span, root, used, window)
         empty = flamegraph.empty(flamegraph.root_label(reason))
         return Resolution(Mode.NONE, reason, empty, span, root, window, used, ())
@@ -648,7 +658,7 @@ class Resolver:
             merged = await self.profiles.select_merge_stacktraces(req, ctx)
             fg = merged.flamegraph if merged.HasField("flamegraph") else None
             if fg is not None and not flamegraph.is_empty(fg):
-                return WindowAnswer(window, answer.length_s, note, fg, answer.covered)
+                return WindowAnswer(window, answer.length_s, note, fg, answer.covered, type_id)
         assert first is not None  # cpu_equivalents always names at least the asked type
         return first
 
@@ -870,5 +880,6 @@ __all__: Final = [
     "covered_by",
     "labels_of",
     "measure_of",
+    "quantity_of",
     "window_of",
 ]

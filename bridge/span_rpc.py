@@ -37,6 +37,8 @@ from bridge.connect import Codec, decode_document, decode_message, encode_docume
 from bridge.errors import InvalidArgument
 from bridge.limits import time_range_problem
 from bridge.resolve import Mode, Resolution, SpanQuery, carried_traces, clean_span_ids, measure_of
+from bridge.sampling import sampling_text
+from bridge.units import format_duration_ns
 from bridge.wire.pyroscope import DEFAULT_MAX_NODES, FLAMEGRAPH_FORMATS, SPAN_RPCS, SPAN_SELECTOR_FIELD, TOP
 
 _JSON_KEYS: Final = ("spanSelector", SPAN_SELECTOR_FIELD)  # protojson accepts the JSON name and the proto name
@@ -232,10 +234,13 @@ def plain_side(side: qpb.SelectMergeStacktracesRequest, max_nodes: int) -> qpb.S
 
 
 def grafana_flamegraph(resolution: Resolution, profile_type: str) -> qpb.FlameGraph:
-    """The flame graph Grafana gets; its root bar is all Grafana shows of how it was found.
+    """The flame graph Grafana gets; its root bar is all Grafana shows of how it was found and how sure it is.
 
+    - Every answer with samples says what its total is and how many samples make it up, with the 95 % interval
+      (``bridge.sampling``): "sampled on-GIL time linked to this span, 83 samples: 830 ms ± 179 ms (95 %)".
     - A fallback (``local-root``, ``time-window``) says first what its total is — e.g. "shop-frontend CPU during the
-      19 s window around this span, not this span's own" — then why.
+      19 s window around this span, not this span's own" — then why; a ``local-root`` total beyond its request's wall
+      time plus 3σ says so.
     - A ``none`` answer would be one row, which span details do not draw at all: it becomes a one-unit placeholder of
       two rows whose bars say why there is nothing (the ``X-Profile-Bridge-Resolution: none`` header and the root's
       label say it is not data)."""
@@ -243,12 +248,19 @@ def grafana_flamegraph(resolution: Resolution, profile_type: str) -> qpb.FlameGr
         return flamegraph.placeholder(
             flamegraph.root_label(f"none: {resolution.reason}"), f"no samples — {resolution.reason}"
         )
-    if resolution.mode is Mode.LINKED:
-        return resolution.flamegraph
     measure = measure_of(resolution, profile_type)
-    return flamegraph.relabel_root(
-        resolution.flamegraph, flamegraph.root_label(f"{measure.text} — {resolution.reason}")
-    )
+    sampling = resolution.sampling
+    counted = sampling_text(sampling)
+    if resolution.mode is Mode.LINKED:
+        if sampling is None:
+            return resolution.flamegraph
+        return flamegraph.relabel_root(resolution.flamegraph, flamegraph.root_label(f"{measure.text}, {counted}"))
+    text = f"{measure.text}; {counted}" if counted else measure.text
+    root = resolution.local_root
+    if resolution.mode is Mode.LOCAL_ROOT and sampling is not None and root is not None:
+        if sampling.exceeds(root.duration_ns):
+            text += f"; more than the request lasted ({format_duration_ns(root.duration_ns)}) beyond wall + 3σ"
+    return flamegraph.relabel_root(resolution.flamegraph, flamegraph.root_label(f"{text} — {resolution.reason}"))
 
 
 def answer_of(method: str, resolution: Resolution, profile_type: str) -> Message:

@@ -17,13 +17,14 @@ from urllib.parse import urlencode
 import jinja2
 
 from bridge import flamegraph, ids
-from bridge.answer import Answer, selector_for
+from bridge.answer import Answer, Linked, selector_for
 from bridge.burners import function_href
 from bridge.config import Settings
 from bridge.functions import MAX_PATTERN_CHARS
 from bridge.grafana import PYROSCOPE_DS_TYPE, TEMPO_DS_TYPE, explore_url, span_window
 from bridge.profiletype import ProfileType
 from bridge.recent import span_path
+from bridge.sampling import figure_text, sampling_text
 from bridge.spans import Span, Trace
 from bridge.state import Backends
 from bridge.units import format_duration_ns, format_value, share
@@ -207,13 +208,13 @@ class TreeRow:
     span: Span
     duration: str
     local_root: bool
-    linked: str  # formatted linked samples of a local root, "" for in-process children
+    linked: str  # a local root's linked samples with their interval and count, "" for in-process children
     current: bool
     href: str
 
 
 def tree_rows(
-    trace: Trace, current: str, values: Mapping[str, int | None], unit: str, scope: str, limit: int = MAX_TREE_ROWS
+    trace: Trace, current: str, values: Mapping[str, Linked | None], unit: str, scope: str, limit: int = MAX_TREE_ROWS
 ) -> tuple[list[TreeRow], int]:
     """The trace's span tree, depth first, at most ``limit`` rows (the current span always among them), and how many
     rows were left out. A local root's linked samples: its value, ``?`` when the backend failed, ``—`` when it was not
@@ -232,7 +233,7 @@ def tree_rows(
             linked = "—"
         else:
             value = values[span.span_id]
-            linked = "?" if value is None else format_value(value, unit)
+            linked = "?" if value is None else figure_text(value.total, value.tally, unit)
         rows.append(
             TreeRow(
                 depth,
@@ -247,7 +248,7 @@ def tree_rows(
     return rows, hidden
 
 
-def span_context(ans: Answer, settings: Settings, values: Mapping[str, int | None], query: str) -> dict[str, Any]:
+def span_context(ans: Answer, settings: Settings, values: Mapping[str, Linked | None], query: str) -> dict[str, Any]:
     """What ``span.html`` shows of an answer (``values``: each local root's linked total, ``linked_totals``)."""
     scope, profile_type = ans.scope, ans.profile_type
     unit = ProfileType.parse(profile_type).sample_unit
@@ -269,16 +270,20 @@ def span_context(ans: Answer, settings: Settings, values: Mapping[str, int | Non
         "svg": flame_svg(ans.tree, unit, query, frozenset(s.label for s in ans.services)),
         "total": format_value(ans.tree.total, unit),
         "measure": ans.measure,
+        "sampling": sampling_lines(ans, unit),
         "services": [
             (
                 s.label,
-                format_value(s.value, unit),
+                figure_text(s.value, s.tally, unit),
                 share(s.value, ans.attributed_total) if s.attributed else "not counted: fallback",
                 s.spans,
             )
             for s in ans.services
         ],
-        "parts": [(p, format_value(p.value, unit)) for p in ans.parts],
+        "parts": [
+            (p, figure_text(p.value, p.resolution.sampling.tally if p.resolution.sampling else None, unit))
+            for p in ans.parts
+        ],
         "tree": rows,
         "tree_hidden": hidden,
         "scope_links": [
@@ -323,6 +328,28 @@ def span_context(ans: Answer, settings: Settings, values: Mapping[str, int | Non
         "compare_href": f"/spans/{span.trace_id}/{span.span_id}/compare"
         + ("" if profile_type == settings.profile_type else "?" + urlencode({"profile_type": profile_type})),
     }
+
+
+def sampling_lines(ans: Answer, unit: str) -> dict[str, str]:
+    """The headline's interval and the lines under it: how many samples, what they are, and the flag when the
+    number is more than the span lasted beyond wall + 3σ (``bridge.sampling``)."""
+    sampling = ans.sampling
+    out = dict.fromkeys(("measure", "why", "sdk", "margin", "count", "interval", "counted_by", "exceeds"), "")
+    if sampling is None:
+        return out
+    t = sampling.tally
+    out.update(measure=sampling.measure, why=sampling.sampler.why, sdk=sampling.sampler.sdk)
+    if t is not None and t.samples > 0:
+        out["margin"] = format_value(t.margin, unit)
+        out["count"] = f"{t.samples:,} sample{'' if t.samples == 1 else 's'}"
+        out["interval"] = f"{format_value(t.low, unit)} – {format_value(t.high, unit)}"
+        out["counted_by"] = t.source
+    else:
+        out["count"] = sampling_text(sampling)
+    wall = ans.wall_ns
+    if wall is not None and sampling.exceeds(wall):
+        out["exceeds"] = f"{sampling.why_exceeds()} (wall time {format_duration_ns(wall)})"
+    return out
 
 
 def send_data_hints(settings: Settings, backends: Backends, origin: str, host: str) -> dict[str, str]:

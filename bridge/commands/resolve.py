@@ -84,6 +84,40 @@ def top_table(costs: list[FunctionCost], whole: int, unit: str, key: str, top: i
     return ["  " + "  ".join(r[i].rjust(widths[i]) for i in range(4)) + "  " + r[4] for r in rows]
 
 
+def figure_of(total: int, sampling: Mapping[str, Any] | None, unit: str) -> str:
+    """``830 ms ± 179 ms (83 samples)`` from an API ``sampling`` object; the bare value when it is not a count."""
+    samples = (sampling or {}).get("samples")
+    interval = (sampling or {}).get("interval95")
+    if not samples or not interval:
+        return format_value(total, unit)
+    margin = max(total - int(interval["low"]), int(interval["high"]) - total)
+    return (
+        f"{format_value(total, unit)} ± {format_value(margin, unit)} ({samples:,} sample{'' if samples == 1 else 's'})"
+    )
+
+
+def sampling_lines(sampling: Mapping[str, Any] | None, unit: str) -> list[str]:
+    """What the number is and how sure: the count with its 95 % interval, the sampler, the wall-time flag."""
+    if not sampling:
+        return []
+    samples, interval = sampling.get("samples"), sampling.get("interval95")
+    if samples and interval:
+        low, high = format_value(int(interval["low"]), unit), format_value(int(interval["high"]), unit)
+        counted = (
+            f"{samples:,} sample{'' if samples == 1 else 's'}, 95 % interval {low} – {high} ({sampling['countedBy']})"
+        )
+    elif samples == 0:
+        counted = "0 samples"
+    else:
+        counted = str(sampling.get("countedBy") or "not a count of samples") + ": no sampling interval"
+    lines = [f"samples  {counted}"]
+    if sampling.get("why"):
+        lines.append(f"sampler  {sampling['sdk'] + ': ' if sampling.get('sdk') else ''}{sampling['why']}")
+    if sampling.get("exceedsWall"):
+        lines.append(f"flag     {sampling['exceedsWallWhy']}")
+    return lines
+
+
 def format_report(doc: Mapping[str, Any], top: int) -> str:
     """The terminal report for one answer, from the API's JSON document (both modes produce it)."""
     span = doc["span"]
@@ -104,23 +138,24 @@ def format_report(doc: Mapping[str, Any], top: int) -> str:
     if measure:
         own = "" if measure.get("own") else "  [not this span's own cost]"
         lines.append(f"measure  {measure['text']}{own}")
+    lines += sampling_lines(doc.get("sampling"), unit)
     if doc["scope"] == "request":
         lines.append("parts:")
         for part in doc.get("parts", []):
             mark = "+" if part["included"] else "-"
             lines.append(
                 f"  {mark} {part['service']} {part['name']} [{part['mode']}] "
-                f"{format_value(int(part['total']), unit)}: {part['note']}"
+                f"{figure_of(int(part['total']), part.get('sampling'), unit)}: {part['note']}"
             )
         lines.append("per service (shares of what is attributed to the request):")
         attributed = int(doc.get("attributedTotal", total))
         for svc in doc.get("services", []):
             counted = share(int(svc["total"]), attributed) if svc.get("attributed", True) else "not counted: fallback"
             lines.append(
-                f"  {svc.get('frame') or svc['service']}  {format_value(int(svc['total']), unit)}  "
+                f"  {svc.get('frame') or svc['service']}  {figure_of(int(svc['total']), svc.get('sampling'), unit)}  "
                 f"{counted}  ({svc['spans']} span{'' if svc['spans'] == 1 else 's'})"
             )
-    lines.append(f"profile  {profile_type}: {format_value(total, unit)}")
+    lines.append(f"profile  {profile_type}: {figure_of(total, doc.get('sampling'), unit)}")
     if total <= 0:
         lines.append("no samples: nothing to list")
         return "\n".join(lines) + "\n"
@@ -146,16 +181,21 @@ def format_compare(doc: Mapping[str, Any]) -> str:
     lines = ["", f"compare  {doc['headline']}"]
     if baseline["requests"]:
         lines.append(
-            f"         here {format_value(int(here['total']), unit)}, usually "
+            f"         here {figure_of(int(here['total']), here.get('sampling'), unit)}, usually "
             f"{format_value(round(float(baseline['perRequest'])), unit)} per request"
         )
     for note in doc.get("notes", []):
         lines.append(f"note     {note}")
+    test = doc.get("test")
+    if test:
+        lines.append(f"test     {test['name']}, p < {test['alpha']:g}")
     if doc["unusual"]:
         lines.append(f"most unusual functions (self, per request; {baseline['requests']} usual requests)")
         lines += [f"  {item['text']}" for item in doc["unusual"]]
+    elif test:
+        lines.append("nothing differs beyond sampling noise")
     else:
-        lines.append("nothing differs")
+        lines.append("nothing tested: the values are not counts of samples")
     return "\n".join(lines) + "\n"
 
 

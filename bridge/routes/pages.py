@@ -87,7 +87,7 @@ async def span_page(request: web.Request) -> web.Response:
         ctx = call_context(request)  # one budget for the whole page
         ans = await answer_for(request, params, ctx)
         values = await linked_totals(
-            backends_of(request.app).profiles, ans.trace, ans.span.span_id, params.profile_type, settings, ctx
+            backends_of(request.app).resolver, ans.trace, ans.span.span_id, params.profile_type, settings, ctx
         )
     except BridgeError as exc:
         return error_page(exc)

@@ -477,7 +477,9 @@ class PyroscopeDouble:
         for p in self.profiles:
             if start and end and not start <= p.time_ms <= end:
                 continue
-            if all(matches_selector(m, p.labels) for m in matchers):
+            # Pyroscope's series index holds the profile type's labels too (``__name__``, ``__profile_type__``)
+            labels = {**p.labels, "__name__": p.type_id.split(":")[0], "__profile_type__": p.type_id}
+            if all(matches_selector(m, labels) for m in matchers):
                 found.append(p)
         return found
 

@@ -295,6 +295,7 @@ async def test_a_span_without_samples_says_so_and_why(stack: Stack) -> None:
 
 
 def test_the_span_tree_of_a_huge_trace_is_capped_and_keeps_the_current_span() -> None:
+    from bridge.answer import Linked
     from bridge.spans import Span
 
     spans = [
@@ -302,7 +303,7 @@ def test_the_span_tree_of_a_huge_trace_is_capped_and_keeps_the_current_span() ->
     ]
     trace = Trace.from_spans(spans, "ab" * 16)
     current = spans[2500].span_id
-    rows, hidden = views.tree_rows(trace, current, {spans[0].span_id: 5_000_000}, "nanoseconds", "span")
+    rows, hidden = views.tree_rows(trace, current, {spans[0].span_id: Linked(5_000_000, None)}, "nanoseconds", "span")
     assert len(rows) == views.MAX_TREE_ROWS + 1 and hidden == 3000 - len(rows)
     assert rows[-1].current and rows[-1].span.span_id == current
     assert rows[0].linked == "5.00 ms" and rows[0].local_root

@@ -59,7 +59,10 @@ async def test_lists_the_index_pages_requests_with_their_resolution_mode(stack: 
             # each row is a local root: linked exactly when the capture's samples carry its id, with their total
             truth = linked_total(span.span_id)
             if truth:
+                sampling = res.pop("sampling")
                 assert res == {"mode": "linked", "reason": f"samples linked to span {span.span_id}", "total": truth}
+                assert sampling["samples"] == truth // 10_000_000  # pyroscope-io's 10 ms samples
+                assert sampling["measure"] == "sampled on-GIL time"
             else:
                 assert res["mode"] in ("time-window", "none") and res["reason"]
             assert "error" not in req

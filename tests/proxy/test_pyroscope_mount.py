@@ -147,9 +147,15 @@ async def test_linked_hit_returns_pyroscopes_flame_graph_as_it_came(stack: Stack
     assert headers["X-Profile-Bridge-Resolution"] == "linked"
     assert span.span_id in headers["X-Profile-Bridge-Reason"]
     assert headers["Content-Type"] == ("application/proto" if codec == "proto" else "application/json")
-    assert root_name(fg) == "total" and fg.total > 0
     direct = stack.pyroscope.select_merge_span_profile(span_request(span))
-    assert fg == direct.flamegraph  # exactly what Pyroscope answered
+    # exactly what Pyroscope answered, its root bar saying what the total is and how sure: pyroscope-io's samples
+    # (otel.scope.name) every 10 ms, ±1.96·√n of them
+    n = direct.flamegraph.total // 10_000_000  # type: ignore[attr-defined]
+    margin = 1.959963984540054 * n**0.5 * 10
+    assert root_name(fg) == (
+        f"total — sampled on-GIL time linked to this span, {n} samples: {n * 10:.1f} ms ± {margin:.1f} ms (95 %)"
+    )
+    assert fg == flamegraph.relabel_root(direct.flamegraph, root_name(fg))  # type: ignore[attr-defined]
     assert stack.tempo.requests == []  # a linked hit needs no span lookup
     [asked] = stack.pyroscope.calls("SelectMergeSpanProfile")
     assert list(asked.message.span_selector) == [span.span_id]  # type: ignore[union-attr]
@@ -164,15 +170,15 @@ async def test_child_span_resolves_to_its_local_root(stack: Stack) -> None:
     _, headers, fg = await resolve(stack, child)
     assert headers["X-Profile-Bridge-Resolution"] == "local-root"
     expected = (
-        f"total — shop-frontend CPU of the whole request GET /checkout (its local root), not this span's "
-        f"own — local root GET /checkout (renderCart's CPU is recorded under its local root span "
-        f"{root.span_id})"
+        f"total — shop-frontend sampled on-GIL time of the whole request GET /checkout (its local root), not this "
+        f"span's own; 6 samples: 60.0 ms ± 48.0 ms (95 %) — local root GET /checkout (renderCart's CPU is recorded "
+        f"under its local root span {root.span_id})"
     )
     assert root_name(fg) == expected
     assert headers["X-Profile-Bridge-Reason"].startswith("local root GET /checkout (renderCart's CPU")
     assert headers["X-Profile-Bridge-Attribution"] == "request"
     assert headers["X-Profile-Bridge-Measure"] == (
-        "shop-frontend CPU of the whole request GET /checkout (its local root), not this span's own"
+        "shop-frontend sampled on-GIL time of the whole request GET /checkout (its local root), not this span's own"
     )
     root_only = stack.pyroscope.select_merge_span_profile(span_request(root)).flamegraph  # type: ignore[attr-defined]
     assert flamegraph.decode(fg).total == root_only.total
@@ -199,8 +205,9 @@ async def test_child_span_whose_root_has_no_samples_falls_back_to_the_time_windo
     label = root_name(fg)
     # the root bar says first what the total is (the service's CPU over whole capture windows), then why
     assert re.match(
-        r"total — shop-frontend CPU during the [\d.]+ s window around this span \(\S+–\S+ UTC\), not "
-        r"this span's own — time-window fallback: no samples linked to span " + child.span_id,
+        r"total — shop-frontend sampled on-GIL time during the [\d.]+ s window around this span \(\S+–\S+ UTC\), "
+        r"not this span's own; \d+ samples: [\d.]+ ms ± [\d.]+ ms \(95 %\) — time-window fallback: no samples "
+        r"linked to span " + child.span_id,
         label,
     )
     assert "renderCart, shop-frontend" in label and "10 s capture windows" in label

@@ -9,6 +9,7 @@ is read back by a decoder written here from Pyroscope's 7-values-per-node layout
 from __future__ import annotations
 
 import io
+import math
 import re
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
@@ -53,6 +54,14 @@ def per_path(stacks: Stacks, requests: int = 1) -> dict[tuple[str, ...], tuple[i
         for i in range(1, len(path) + 1):
             totals[path[:i]] = totals.get(path[:i], 0) + value
     return {p: (t, scaled.get(p, 0)) for p, t in totals.items() if t > 0}
+
+
+def conditional_p(here: int, usual: int, requests: int) -> float:
+    """The test's own reading of the exact conditional Poisson test: P(X ≤ here) and P(X ≥ here) for X ~
+    Binomial(here + usual, 1 / (1 + requests)), summed term by term; two-sided, twice the smaller."""
+    n, p = here + usual, 1 / (1 + requests)
+    pmf = [math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(n + 1)]
+    return min(1.0, 2 * min(sum(pmf[: here + 1]), sum(pmf[here:])))
 
 
 def functions(stacks: Stacks) -> dict[str, tuple[int, int]]:
@@ -163,16 +172,26 @@ async def test_a_busy_request_against_the_endpoints_usual_one(bridge: Bridge) ->
     for f in doc["functions"]:
         assert f["diff"]["self"] == round(f["here"]["self"] - dict((w[0], w[3]) for w in want)[f["name"]], 3)
 
-    # the top five in words
-    floor = 0.01 * max(sum(mine.values()), sum(theirs.values()) / n)  # under 1 % of a request: not unusual
-    top = [w for w in want if abs(w[1] - w[3]) >= floor][:5]
-    assert 0 < len(top)
+    # unusual: only self sample counts (10 ms each, pyroscope-io at 100 Hz) that differ beyond sampling noise, p < 0.01
+    period = 10_000_000
+    tested = {
+        w[0]: (w[1] // period, round(w[3] * n) // period, conditional_p(w[1] // period, round(w[3] * n) // period, n))
+        for w in want
+    }
+    for f in doc["functions"]:
+        here_n, usual_n, p = tested[f["name"]]
+        assert (f["samples"]["here"], f["samples"]["usual"]) == (here_n, usual_n)
+        assert f["pValue"] == pytest.approx(p, rel=1e-6, abs=1e-12)
+    top = [w for w in want if tested[w[0]][2] < 0.01][:5]
+    assert 0 < len(top) < len([w for w in want if w[1] != w[3]])  # some differences are noise, not all
     assert [u["name"] for u in doc["unusual"]] == [w[0] for w in top]
     assert doc["unusual"][0]["name"].startswith("count_primes") and doc["unusual"][0]["diff"]["self"] > 0
+    assert doc["test"] == {"name": doc["test"]["name"], "alpha": 0.01, "period": period}
+    assert "conditional test of two Poisson rates" in doc["test"]["name"]
     for item in doc["unusual"]:
         assert re.fullmatch(
-            re.escape(item["name"]) + r": ([0-9.]+ [mµ]?s|none) here vs ([0-9.]+ [mµ]?s|none) per "
-            r"request usually",
+            re.escape(item["name"]) + r": ([0-9.]+ [mµ]?s|none) here \(\d+ samples?\) vs ([0-9.]+ [mµ]?s|none) per "
+            rf"request usually \(\d+ samples? in {n} requests; p (< 0\.0001|= 0\.00\d\d)\)",
             item["text"],
         ), item["text"]
 
@@ -420,4 +439,5 @@ async def test_resolve_compare_in_standalone_mode_asks_the_running_bridge(aiohtt
         cli_settings, span.trace_id, own, scope="span", top=5, profile_type=CPU, out=out, err=err, compare_window="1h"
     )
     assert code == 0, err.getvalue()
-    assert "most unusual functions" in out.getvalue() and "count_primes:" in out.getvalue()
+    assert "most unusual functions" in out.getvalue() and "count_primes" in out.getvalue()
+    assert re.search(r"here \(\d+ samples?\) vs .* samples? in \d+ requests; p ", out.getvalue())

@@ -154,8 +154,8 @@ async def test_the_api_says_a_time_window_total_is_the_services_not_the_spans(st
     assert resp.status == 200 and doc["mode"] == "time-window"
     assert doc["measure"]["attribution"] == "service" and doc["measure"]["own"] is False
     assert re.fullmatch(
-        r"shop-frontend CPU during the [\d.]+ s window around this span \(\S+–\S+ UTC\), not this "
-        r"span's own",
+        r"shop-frontend sampled on-GIL time during the [\d.]+ s window around this span \(\S+–\S+ UTC\), not "
+        r"this span's own",  # pyroscope-io's samples (otel.scope.name): on-GIL time, not CPU
         doc["measure"]["text"],
     )
     assert doc["attributedTotal"] == 0 and doc["fallbackTotal"] == doc["total"] > 0
@@ -167,7 +167,7 @@ async def test_the_api_says_a_time_window_total_is_the_services_not_the_spans(st
 async def test_the_api_says_a_linked_total_is_the_spans_own(stack: Stack) -> None:
     root = stack.shop.pick("frontend-root", where=lambda r: linked_total(r.span_id) > 0)
     doc = await (await stack.http.get(path(root.trace_id, root.span_id))).json()
-    assert doc["measure"] == {"attribution": "span", "own": True, "text": "CPU linked to this span"}
+    assert doc["measure"] == {"attribution": "span", "own": True, "text": "sampled on-GIL time linked to this span"}
     assert doc["attributedTotal"] == doc["total"] == linked_total(root.span_id) and doc["fallbackTotal"] == 0
 
 
@@ -205,15 +205,15 @@ async def test_the_span_page_headlines_what_the_number_is(stack: Stack) -> None:
     headline = re.search(r'<h2 id="headline">(.*?)</h2>', page, re.S)
     assert headline is not None
     assert re.match(
-        r"Flame graph — shop-frontend CPU during the [\d.]+ s window around this span .*, not this span's "
-        r"own: <span id=\"total\">",
+        r"Flame graph — shop-frontend sampled on-GIL time during the [\d.]+ s window around this span .*, not "
+        r"this span's own: <span id=\"total\">",
         headline.group(1),
     )
     assert "not this span's own cost" in page
 
     root = stack.shop.pick("frontend-root", where=lambda r: linked_total(r.span_id) > 0)
     page = html.unescape(await (await stack.http.get(f"/spans/{root.trace_id}/{root.span_id}")).text())
-    assert '<h2 id="headline">Flame graph — CPU linked to this span: <span id="total">' in page
+    assert '<h2 id="headline">Flame graph — sampled on-GIL time linked to this span: <span id="total">' in page
     assert "not this span's own cost" not in page
 
 
@@ -225,7 +225,8 @@ async def test_resolve_prints_what_the_number_is(stack: Stack) -> None:
     )
     assert code == 0, err.getvalue()
     assert re.search(
-        r"^measure  shop-frontend CPU during the [\d.]+ s window around this span .*not this span's own"
+        r"^measure  shop-frontend sampled on-GIL time during the [\d.]+ s window around this span .*not this "
+        r"span's own"
         r"  \[not this span's own cost\]$",
         out.getvalue(),
         re.M,
