@@ -365,7 +365,7 @@ def test_start_line_says_where_and_warns_when_reachable_without_authentication(t
         ["--listen", f"0.0.0.0:{port}"],
         {**env, "PROFILE_BRIDGE_AUTH_TOKENS_FILE": str(tokens)},
         tmp_path,
-        "standalone mode: store",
+        "standalone mode: store in ",  # cli.py logs it after the listening line (mode.py says "store at" before)
     )
     assert code == 0, text
     assert "(standalone mode, authentication on: 2 tokens)" in text and "WITHOUT AUTHENTICATION" not in text
