@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import NoReturn
+from typing import Final, NoReturn
 
 import pytest
 
@@ -31,6 +31,19 @@ def require_tool(*names: str, package: str, purpose: str) -> str:
         if found:
             return found
     _missing(f"{names[0]} is not installed (apt-get install -y {package}); needed to {purpose}")
+
+
+# Go 1.26 where the machine image puts it (and CI's), else Debian's golang-go on PATH
+GO_CANDIDATES: Final = ("/usr/local/go/bin/go",)
+
+
+def require_go(purpose: str) -> str:
+    """The Go toolchain that builds the tests' Go programs (tests/sdk/go needs Go >= 1.26); otherwise skip (or fail
+    under CI) saying how to get it."""
+    for candidate in GO_CANDIDATES:
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return require_tool("go", package="golang-go", purpose=purpose)
 
 
 def go_pprof_top(profile: Path, work_dir: Path, *args: str) -> str:

@@ -28,22 +28,13 @@ from aiohttp import web
 
 from tests.node_sdk import Capture, Upload
 from tests.paths import ROOT
-from tests.tools import require_tool
+from tests.tools import require_go
 
 GO_DIR: Final = ROOT / "tests" / "sdk" / "go"
 SERVICE: Final = "shop-go"
 ROLES: Final = ("cpu-root", "cpu-child", "io-root", "io-child")
 BUILD_TIMEOUT_S: Final = 480.0
 RUN_TIMEOUT_S: Final = 90.0
-# Go 1.26 where the machine image puts it (and CI's), else Debian's golang-go on PATH
-GO_CANDIDATES: Final = ("/usr/local/go/bin/go",)
-
-
-def require_go() -> str:
-    for candidate in GO_CANDIDATES:
-        if os.access(candidate, os.X_OK):
-            return candidate
-    return require_tool("go", package="golang-go", purpose="build the Go SDK service (tests/sdk/go)")
 
 
 def _env() -> dict[str, str]:
@@ -65,7 +56,7 @@ async def _run(*argv: str, cwd: Path, timeout: float) -> tuple[int, str, str]:
 
 
 def build_service(directory: Path) -> Path:
-    go = require_go()
+    go = require_go("build the Go SDK service (tests/sdk/go)")
     binary = directory / "shop-go"
     try:
         done = subprocess.run(
