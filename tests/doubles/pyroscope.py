@@ -41,7 +41,8 @@ keep their ``span_id`` and ``trace_id`` (``pkg/model/profile.go`` line 93: a spa
   ``pyroscope_spy`` (``spyName``, else ``unknown``) and the name's tags; the one timestamp is the pprof's own
   ``time_nanos`` (an END stamp for ``@datadog/pprof``), replaced by ``from`` only when zero or in 1970.
 - ``POST /ingest?format=jfr`` (the Java agent's upload: multipart ``jfr`` and ``labels`` parts, or a raw body),
-  read with the JDK's ``jfr`` tool by ``tests/doubles/pyroscope_jfr.py``, which says what it models.
+  converted as Pyroscope converts it — with grafana/jfr-parser, the library Pyroscope calls — by
+  ``tests/doubles/pyroscope_jfr.py``, which says what it models.
 - Faults (``double.faults``): ``delay`` seconds, ``code`` (answer with that Connect error), ``reset`` (drop the
   connection before answering), ``garbage`` (200 with bytes that are not the message), ``paths`` prefix filter.
   ``refused_url()`` (from the Tempo double) gives a URL where nothing listens.
@@ -86,11 +87,11 @@ from tests.doubles.pyroscope_model import (
     multipart_parts,
     period_type,
     pprof_samples,
+    pushed_profiles,
     range_heatmap,
     read_pprof,
     relabeled,
     sample_types,
-    split_series,
     top_series,
 )
 from tests.paths import SHOP_CAPTURE
@@ -107,6 +108,7 @@ __all__ = [  # the model's functions stay importable from here, as they always w
     "fold_threshold",
     "period_type",
     "pprof_samples",
+    "pushed_profiles",
     "read_pprof",
     "relabeled",
     "sample_types",
@@ -145,17 +147,7 @@ def load_push_profiles(directory: Path = SHOP_CAPTURE) -> list[StoredProfile]:
 def _load(directory: Path) -> tuple[StoredProfile, ...]:
     out: list[StoredProfile] = []
     for path in sorted(directory.glob("*_push*.bin")):
-        req = push_pb2.PushRequest.FromString(path.read_bytes())
-        for series in req.series:
-            labels = {lp.name: lp.value for lp in series.labels}
-            name = labels.pop("__name__", "unknown")
-            for raw in series.samples:
-                profile = read_pprof(raw.raw_profile)
-                ptype, punit = period_type(profile)
-                for index, (stype, sunit) in enumerate(sample_types(profile)):
-                    type_id = f"{name}:{stype}:{sunit}:{ptype}:{punit}"
-                    samples = pprof_samples(profile, index)
-                    out.extend(split_series(type_id, labels, profile.time_nanos // 1_000_000, samples))
+        out += pushed_profiles(push_pb2.PushRequest.FromString(path.read_bytes()))
     return tuple(out)
 
 
@@ -250,14 +242,10 @@ class PyroscopeDouble:
     async def _ingest_jfr(self, request: web.Request, raw: bytes) -> web.StreamResponse:
         from tests.doubles.pyroscope_jfr import ingested_jfr_profiles  # it builds on this module's StoredProfile
 
-        labels = b""
-        if request.content_type.startswith("multipart/"):
-            form = await multipart_parts(request.headers["Content-Type"], raw)
-            if "jfr" not in form:
-                return web.Response(status=400, text="jfr field is required\n")
-            raw, labels = form["jfr"], form.get("labels", b"")
         try:
-            self.profiles.extend(await ingested_jfr_profiles(request.query, raw, labels))
+            self.profiles.extend(
+                await ingested_jfr_profiles(request.query_string, request.headers.get("Content-Type", ""), raw)
+            )
         except ValueError as exc:
             return web.Response(status=400, text=f"{exc}\n")
         return web.Response(status=200)

@@ -1,146 +1,116 @@
-"""The Pyroscope double's ``/ingest?format=jfr`` — a TEST DOUBLE's reading of a Java upload, not Pyroscope's.
+"""The Pyroscope double's ``/ingest?format=jfr`` — a TEST DOUBLE's reading of a Java upload that converts it with the
+code Pyroscope itself converts it with.
 
-Pyroscope takes the recording from the multipart part ``jfr`` (or the whole body) and the ``LabelsSnapshot`` from
-the part ``labels``, each gunzipped when it starts with gzip's magic bytes (``pkg/og/convert/jfr/profile.go``
-``loadJFRFromForm``, ``decompress``), converts it with grafana/jfr-parser and labels each series with
-``pprof/pyroscope/pyroscope.go`` ``Labels``. This double reads the recording with the JDK's own parser — the ``jfr``
-tool's ``print --json`` — so it shares nothing with the bridge's reader (``bridge/jfr``), and applies the rules it
-models, written here from jfr-parser's ``pprof/parser.go``:
+Pyroscope hands a JFR upload to ``pkg/og/convert/jfr/profile.go`` ``ParseToPprof``: the recording from the multipart
+part ``jfr`` (or the whole body when it is not multipart), the ``LabelsSnapshot`` from the part ``labels``, each
+gunzipped when it starts with gzip's magic bytes (``loadJFRFromForm``, ``decompress``); grafana/jfr-parser's
+``pprof.ParseJFR`` turns them into one pprof per kind of event (CPU, wall, allocations in and outside TLABs, locks,
+…), and its ``pyroscope.Labels`` names each series (the ``name``'s tags, ``service_name`` or ``app_name``,
+``pyroscope_spy``, ``jfr_event``, ``__name__``). The query is read as
+``pkg/ingester/pyroscope/ingest_handler.go`` ``parseInputMetadataFromRequest`` reads it.
 
-- ``jdk.ExecutionSample`` whose thread is not ``STATE_SLEEPING`` → ``process_cpu:cpu:nanoseconds:cpu:nanoseconds``,
-  each worth ``1e9 // sampleRate`` ns (``sampleRate`` 100 when absent);
-- ``jdk.ObjectAllocationInNewTLAB`` → ``memory:alloc_in_new_tlab_objects:count:space:bytes`` (1) and
-  ``memory:alloc_in_new_tlab_bytes:bytes:space:bytes`` (``tlabSize``); ``jdk.ObjectAllocationOutsideTLAB`` the
-  same as ``alloc_outside_tlab_*`` (``allocationSize``);
-- a sample's labels: its ``contextId``'s context in the ``LabelsSnapshot`` (string ids resolved), a non-zero
-  ``spanId`` as ``profile_id`` (16 hex digits), which Pyroscope renames ``span_id`` (``pkg/model/pprofsplit``);
-- frames ``<class>.<method>`` as the recording names them (async-profiler writes the JVM's internal class names,
-  ``java/lang/Thread``, which the tool prints as they are), root first; a stack without frames is dropped;
-- series labels: the name's tags (not ``__``-prefixed), ``pyroscope_spy``, ``jfr_event`` (the recording's
-  ``event`` setting), and the application name as ``service_name`` (``app_name`` when the tags hold one);
-- every profile stamped at ``from``.
+``tests/doubles/jfrparse`` is a small Go program that does exactly that with jfr-parser and Pyroscope's API module
+from the Go module proxy (its ``go.mod`` pins jfr-parser v0.18.0, the version grafana/pyroscope's ``go.mod`` names on
+line 222; ``main.go`` says which upstream lines it follows) and prints the ``push.v1.PushRequest`` Pyroscope goes on
+with. So the double accepts what Pyroscope accepts, refuses what it refuses (400 with jfr-parser's message), and
+shares nothing with the bridge's reader (``bridge/jfr``). Pyroscope's next steps are the double's own
+(``tests.doubles.pyroscope_model.pushed_profiles``): one stored profile per series and sample type, ``__delta__``
+left out, ``profile_id`` sample labels renamed ``span_id`` and the other sample labels (a context's ``span_name``,
+``thread_name``) made series labels, as ``pkg/model/pprofsplit`` does.
 
-Other events (wall clock, locks, the JDK's own GC and class events) are not modelled: they are read past, as
-jfr-parser reads past what it does not convert, and the agents the tests run record none of the modelled ones'
-siblings. jfr-parser's renaming of JVM-generated lambda classes is not modelled either: the tests' hot methods are
-plain methods.
+It replaces a reading with the JDK's ``jfr print --json``, which refuses what Pyroscope accepts: async-profiler chunks
+that declare a constant pool with no element ("Pool jdk.types.Package must contain at least one element", JDK 17's
+``ChunkParser.fillConstantPools``) — ``tests/sdk/test_jfr_double.py`` uploads one.
+
+``jfrparse_binary()`` builds the program once: under the system's temporary directory, keyed by a hash of its
+``go.mod``, ``go.sum`` and ``main.go`` (so every test process, and every later run, reuses one build); ``.ci/run``
+downloads its modules beforehand (``go mod download``), as it does for ``tests/sdk/go``. A test that uploads JFR to
+the double builds Go, so it is marked ``slow``; it calls ``jfrparse_binary()`` before its clock starts.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gzip
-import json
-import shutil
+import functools
+import hashlib
+import os
+import subprocess
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from google.protobuf.message import DecodeError
 
-from bridge._proto import jfr_labels_pb2
-from tests.doubles.pyroscope import StoredProfile, app_and_tags
+from bridge._proto import push_pb2
+from tests.doubles.pyroscope_model import StoredProfile, pushed_profiles
+from tests.paths import ROOT
+from tests.tools import require_go
 
-STACK_DEPTH: Final = 2048  # the agents' default jstackdepth
-JFR_TIMEOUT_S: Final = 60.0
-CPU: Final = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
-# event → [(profile type, the field whose value one event adds, or None for 1)]
-MODELLED: Final[Mapping[str, tuple[tuple[str, str | None], ...]]] = {
-    "jdk.ObjectAllocationInNewTLAB": (
-        ("memory:alloc_in_new_tlab_objects:count:space:bytes", None),
-        ("memory:alloc_in_new_tlab_bytes:bytes:space:bytes", "tlabSize"),
-    ),
-    "jdk.ObjectAllocationOutsideTLAB": (
-        ("memory:alloc_outside_tlab_objects:count:space:bytes", None),
-        ("memory:alloc_outside_tlab_bytes:bytes:space:bytes", "allocationSize"),
-    ),
-}
+JFRPARSE_DIR: Final = ROOT / "tests" / "doubles" / "jfrparse"
+SOURCES: Final = ("go.mod", "go.sum", "main.go")
+BUILD_TIMEOUT_S: Final = 480.0
+PARSE_TIMEOUT_S: Final = 60.0
 
 
-def _gunzip(raw: bytes) -> bytes:
-    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+def _go_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("LD_PRELOAD", "FAKETIME"))}
 
 
-def _contexts(raw: bytes) -> dict[int, dict[str, str]]:
-    snapshot = jfr_labels_pb2.LabelsSnapshot()
-    snapshot.ParseFromString(_gunzip(raw))
-    strings = dict(snapshot.strings)
-    return {
-        cid: {strings.get(k, ""): strings.get(v, "") for k, v in ctx.labels.items()}
-        for cid, ctx in snapshot.contexts.items()
-    }
-
-
-async def _print_events(recording: bytes) -> list[dict[str, Any]]:
-    tool = shutil.which("jfr")
-    if tool is None:
-        raise ValueError("this double reads JFR with the JDK's jfr tool, which is not installed")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "upload.jfr"
-        path.write_bytes(recording)
-        proc = await asyncio.create_subprocess_exec(
-            tool, "print", "--json", "--stack-depth", str(STACK_DEPTH), str(path),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        out, err = await asyncio.wait_for(proc.communicate(), JFR_TIMEOUT_S)
-    if proc.returncode != 0:
-        raise ValueError(f"not a JFR recording: {err.decode(errors='replace').strip()[:300]}")
-    events: list[dict[str, Any]] = json.loads(out)["recording"]["events"]
-    return events
-
-
-def _frames(event: dict[str, Any]) -> tuple[str, ...]:
-    stack = event["values"].get("stackTrace") or {}
-    frames = stack.get("frames") or []
-    return tuple(f"{f['method']['type']['name']}.{f['method']['name']}" for f in reversed(frames))
-
-
-async def ingested_jfr_profiles(query: Mapping[str, str], recording: bytes, labels: bytes) -> list[StoredProfile]:
-    """One stored profile per profile type of a JFR upload (see the module docstring)."""
-    app, tags = app_and_tags(query)
-    base = {**tags, "app_name" if "service_name" in tags else "service_name": app}
-    base["pyroscope_spy"] = query.get("spyName") or ""
+@functools.cache
+def jfrparse_binary() -> Path:
+    """The built ``tests/doubles/jfrparse`` (built now unless a build of these exact sources exists)."""
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        digest.update(name.encode() + b"\0" + (JFRPARSE_DIR / name).read_bytes() + b"\0")
+    binary = Path(tempfile.gettempdir()) / "profile-bridge-jfrparse" / digest.hexdigest()[:16] / "jfrparse"
+    if binary.is_file():
+        return binary
+    go = require_go("build the Pyroscope double's JFR converter (tests/doubles/jfrparse)")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    partial = binary.with_name(f"jfrparse.{os.getpid()}.partial")
     try:
-        contexts = _contexts(labels) if labels else {}
-        events = await _print_events(_gunzip(recording))
-    except (OSError, EOFError, DecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not a JFR upload: {exc!r}") from exc
-    period = 1_000_000_000 // int(query.get("sampleRate") or 100)
-    jfr_event = next(
-        (e["values"]["value"] for e in events if e["type"] == "jdk.ActiveSetting" and e["values"]["name"] == "event"),
-        "",
-    )
-    if jfr_event:
-        base["jfr_event"] = jfr_event
-    by_type: dict[str, dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], int]] = {}
-    for event in events:
-        frames = _frames(event)
-        if not frames:
-            continue
-        values = event["values"]
-        sample = dict(contexts.get(int(values.get("contextId") or 0), {}))
-        if values.get("spanId"):
-            sample["profile_id"] = f"{int(values['spanId']) & (2**64 - 1):016x}"
-        if "profile_id" in sample:
-            sample["span_id"] = sample.pop("profile_id")
-        key = (frames, tuple(sorted((k, v) for k, v in sample.items() if k and v)))
-        adds: tuple[tuple[str, int], ...] = ()
-        if event["type"] == "jdk.ExecutionSample" and values.get("state") != "STATE_SLEEPING":
-            adds = ((CPU, period),)
-        elif event["type"] in MODELLED:
-            adds = tuple((t, 1 if f is None else int(values[f])) for t, f in MODELLED[event["type"]])
-        for type_id, value in adds:
-            table = by_type.setdefault(type_id, {})
-            table[key] = table.get(key, 0) + value
-    time_ms = int(query.get("from") or 0) * 1000
-    return [
-        StoredProfile(
-            type_id=type_id,
-            labels=dict(base),
-            time_ms=time_ms,
-            samples=[(frames, value, dict(sample)) for (frames, sample), value in table.items() if value],
+        done = subprocess.run(
+            [go, "build", "-o", str(partial), "."],
+            cwd=JFRPARSE_DIR,
+            env=_go_env(),
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+            check=False,
         )
-        for type_id, table in by_type.items()
-    ]
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"go build in {JFRPARSE_DIR} did not finish within {BUILD_TIMEOUT_S:g} s") from None
+    assert done.returncode == 0, f"go build in {JFRPARSE_DIR} failed:\n{done.stderr[-3000:]}"
+    partial.replace(binary)  # atomic: a concurrent test process sees no binary or a whole one
+    return binary
+
+
+async def converted_upload(query_string: str, content_type: str, body: bytes) -> push_pb2.PushRequest:
+    """The PushRequest Pyroscope's JFR converter makes of an upload; ``ValueError`` with its message when it
+    refuses the upload."""
+    binary = await asyncio.to_thread(jfrparse_binary)
+    proc = await asyncio.create_subprocess_exec(
+        str(binary), "-query", query_string, "-content-type", content_type,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(body), PARSE_TIMEOUT_S)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise AssertionError(f"jfrparse did not finish within {PARSE_TIMEOUT_S:g} s") from None
+    if proc.returncode == 1:
+        raise ValueError(err.decode(errors="replace").strip()[:500])
+    assert proc.returncode == 0, f"jfrparse exited with {proc.returncode}: {err.decode(errors='replace')[-2000:]}"
+    return push_pb2.PushRequest.FromString(out)
+
+
+async def ingested_jfr_profiles(query_string: str, content_type: str, body: bytes) -> list[StoredProfile]:
+    """The profiles Pyroscope stores of a JFR upload (see the module docstring)."""
+    req = await converted_upload(query_string, content_type, body)
+    try:
+        return pushed_profiles(req)
+    except (DecodeError, LookupError) as exc:  # jfr-parser's pprof, read back: a defect of this double if it fails
+        raise AssertionError(f"the double cannot read jfr-parser's pprof: {exc!r}") from exc

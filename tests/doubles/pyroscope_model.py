@@ -16,7 +16,7 @@ from typing import Final
 
 from google.protobuf.message import DecodeError
 
-from bridge._proto import profile_pb2, querier_pb2, types_pb2
+from bridge._proto import profile_pb2, push_pb2, querier_pb2, types_pb2
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +154,25 @@ def split_series(
         series.update(labels)
         out.append(StoredProfile(type_id, series, time_ms, grouped))
     return out or [StoredProfile(type_id, dict(labels), time_ms, [])]
+
+
+def pushed_profiles(req: push_pb2.PushRequest) -> list[StoredProfile]:
+    """A PushRequest as Pyroscope stores it: per series, pprof and sample type (``__name__`` and the pprof's types make
+    its profile type), ``__delta__`` left out (``pkg/segmentwriter/memdb/head.go`` line 87), a sample whose value of
+    the type is 0 left out (it adds nothing; ``pkg/pprof/pprof.go`` ``Normalize`` drops all-zero samples), split
+    into series by their sample labels (``split_series``)."""
+    out: list[StoredProfile] = []
+    for series in req.series:
+        labels = {lp.name: lp.value for lp in series.labels if lp.name != "__delta__"}
+        name = labels.pop("__name__", "unknown")
+        for raw in series.samples:
+            profile = read_pprof(raw.raw_profile)
+            ptype, punit = period_type(profile)
+            for index, (stype, sunit) in enumerate(sample_types(profile)):
+                samples = [s for s in pprof_samples(profile, index) if s[1]]
+                type_id = f"{name}:{stype}:{sunit}:{ptype}:{punit}"
+                out.extend(split_series(type_id, labels, profile.time_nanos // 1_000_000, samples))
+    return out
 
 
 async def multipart_parts(content_type: str, raw: bytes) -> dict[str, bytes]:

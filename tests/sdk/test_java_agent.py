@@ -12,15 +12,16 @@ from Maven Central, pinned in its ``pom.xml`` (``tests/sdk/java_agent.py`` build
   - a ``GET /cpu`` root span is ``linked`` — its own samples, ``hotPrimes`` on top; its child ``checksum`` is
     ``local-root`` (the processor marks root spans only); the I/O child ``query-db`` is never passed off as having
     CPU of its own; Grafana's ``SelectMergeSpanProfile`` answers the flame graph;
-  - the same through the doubles in proxy mode, the Pyroscope double reading the uploads with the JDK's jfr tool.
+  - the same through the doubles in proxy mode, the Pyroscope double converting the uploads as Pyroscope does, with
+    grafana/jfr-parser (``tests/doubles/pyroscope_jfr.py``).
 
 - ``io.pyroscope:agent`` 2.1.2 as ``-javaagent`` on its own (no span processor can pair with it here, see the pom):
   its uploads are accepted and a request span resolves by time window to the hot method.
 
-One JVM run per flavour, shared by the module. Marked ``slow`` (Maven, javac, two JVMs and a bridge process: tens of
-seconds). Date-safe: the JVMs, the bridge and the test all read the real clock of this run — the agent stamps its
-uploads and the SDK its spans now, and nothing is compared with a fixed date; the faketime runs skip it all the
-same.
+One JVM run per flavour, shared by the module. Marked ``slow`` (Maven, javac, two JVMs, a bridge process and the
+double's Go converter: tens of seconds). Date-safe: the JVMs, the bridge and the test all read the real clock of this
+run — the agent stamps its uploads and the SDK its spans now, and nothing is compared with a fixed date; the faketime
+runs skip it all the same.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from email.parser import BytesParser
 from email.policy import HTTP
+from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qs
 
@@ -42,6 +44,7 @@ from bridge._proto import jfr_labels_pb2
 from bridge.app import create_app
 from bridge.config import Settings
 from tests.doubles.pyroscope import PyroscopeDouble
+from tests.doubles.pyroscope_jfr import jfrparse_binary
 from tests.node_sdk import Upload, resource_spans_of
 from tests.sdk.java_agent import SERVICE, Shop, ShopRun, build_shop, run_shop, tempo_holding
 from tests.serving import BridgeProcess
@@ -245,6 +248,11 @@ async def test_spans_resolve_against_a_standalone_bridge(otel_run: ShopRun, brid
     await check_spans(bridge.base, otel_run.spans)
 
 
+@pytest.fixture(scope="module")
+def jfrparse() -> Path:
+    return jfrparse_binary()  # the double's JFR converter, built before any upload's timeout runs
+
+
 async def replayed(run: ShopRun, aiohttp_server: Server) -> PyroscopeDouble:
     """The Pyroscope double after the agent's uploads, replayed exactly as the agent sent them."""
     pyro = PyroscopeDouble(profiles=[])
@@ -258,9 +266,10 @@ async def replayed(run: ShopRun, aiohttp_server: Server) -> PyroscopeDouble:
     return pyro
 
 
-async def check_totals_as_the_jdk_reads_them(base: str, pyro: PyroscopeDouble) -> None:
-    """Each profile type's total and the hot method's, in the bridge's store and in the double, which read the
-    recordings with the JDK's own jfr tool: equal, so the bridge's reader dropped nothing of the agent's JFR."""
+async def check_totals_as_pyroscope_reads_them(base: str, pyro: PyroscopeDouble) -> None:
+    """Each profile type's total and the hot method's, in the bridge's store and in the double, which converted the
+    recordings with Pyroscope's own converter (grafana/jfr-parser): equal, so the bridge's reader dropped nothing of
+    the agent's JFR and read it as Pyroscope does."""
     types = {p.type_id for p in pyro.profiles}
     assert JAVA_TYPES <= types <= JAVA_TYPES | MAYBE, types
     assert types == await profile_types(base)
@@ -292,10 +301,10 @@ def node_totals(flamegraph: dict[str, Any]) -> dict[str, int]:
 
 
 async def test_spans_resolve_through_the_doubles_in_proxy_mode(
-    otel_run: ShopRun, bridge: BridgeProcess, aiohttp_server: Server
+    otel_run: ShopRun, bridge: BridgeProcess, jfrparse: Path, aiohttp_server: Server
 ) -> None:
     pyro = await replayed(otel_run, aiohttp_server)
-    await check_totals_as_the_jdk_reads_them(bridge.base, pyro)
+    await check_totals_as_pyroscope_reads_them(bridge.base, pyro)
     tempo = tempo_holding(otel_run.capture)
     tempo.url = str((await aiohttp_server(tempo.app)).make_url("")).rstrip("/")
     settings = Settings.for_tests(mode="proxy", pyroscope_url=pyro.url, tempo_url=tempo.url)
@@ -306,10 +315,12 @@ async def test_spans_resolve_through_the_doubles_in_proxy_mode(
 # --------------------------------------------------------------------------------------------- io.pyroscope:agent
 
 
-async def test_the_plain_agent_resolves_by_time_window(agent_run: tuple[ShopRun, str], aiohttp_server: Server) -> None:
+async def test_the_plain_agent_resolves_by_time_window(
+    agent_run: tuple[ShopRun, str], jfrparse: Path, aiohttp_server: Server
+) -> None:
     run, base = agent_run
     check_uploads(run, labels=False)
-    await check_totals_as_the_jdk_reads_them(base, await replayed(run, aiohttp_server))
+    await check_totals_as_pyroscope_reads_them(base, await replayed(run, aiohttp_server))
     headers, stacks = await span_answer(base, run.spans["cpu-root"])
     assert headers["X-Profile-Bridge-Resolution"] == "time-window", headers["X-Profile-Bridge-Reason"]
     assert headers["X-Profile-Bridge-Attribution"] == "service"
