@@ -160,3 +160,101 @@ class Recording:
         size = cp_at + len(cp)
         header = struct.pack(">4sHHqqqqqqqi", b"FLR\x00", 2, 1, size, cp_at, meta_at, self.start_ns, 10**9, 0, 10**9, 1)
         return header + events + meta + cp
+
+
+# ------------------------------------------------------------------------------------- changing a real recording
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = 0
+    for i in range(9):
+        b = buf[pos + i]
+        if i == 8:
+            return value | b << 56, pos + 9
+        value |= (b & 0x7F) << (7 * i)
+        if b < 0x80:
+            return value, pos + i + 1
+    raise AssertionError("unreachable")
+
+
+def _padded_varint(n: int, width: int) -> bytes:
+    """``n`` as a varint of exactly ``width`` bytes (continuation bits on the high zero groups), as recorders write
+    an event's size before they know it."""
+    out = bytearray()
+    for i in range(width):
+        out.append((n & 0x7F) | (0x80 if i < width - 1 else 0))
+        n >>= 7
+    assert n == 0, "does not fit"
+    return bytes(out)
+
+
+def class_ids(chunk: bytes) -> dict[str, int]:
+    """A single-chunk recording's type name → class id, from its metadata event (a string table, then a tree of
+    elements, each a name, attribute pairs and children, every string an index into that table)."""
+    pos = struct.unpack_from(">q", chunk, 24)[0]
+    _, pos = _read_varint(chunk, pos)  # size
+    for _ in range(4):  # type 0, start, duration, metadata id
+        _, pos = _read_varint(chunk, pos)
+    count, pos = _read_varint(chunk, pos)
+    strings: list[str] = []
+    for _ in range(count):
+        encoding = chunk[pos]
+        pos += 1
+        length = 0
+        if encoding in (3, 4, 5):  # UTF-8 bytes, UTF-16 chars (one varint each), Latin-1 bytes
+            length, pos = _read_varint(chunk, pos)
+        if encoding == 4:
+            chars = []
+            for _ in range(length):
+                char, pos = _read_varint(chunk, pos)
+                chars.append(chr(char))
+            strings.append("".join(chars))
+            continue
+        assert encoding in (0, 1, 3, 5), f"string encoding {encoding} in metadata"
+        strings.append(chunk[pos : pos + length].decode("utf-8" if encoding == 3 else "latin-1"))
+        pos += length
+    found: dict[str, int] = {}
+
+    def element(pos: int) -> int:
+        name, pos = _read_varint(chunk, pos)
+        n_attrs, pos = _read_varint(chunk, pos)
+        attrs = {}
+        for _ in range(n_attrs):
+            k, pos = _read_varint(chunk, pos)
+            v, pos = _read_varint(chunk, pos)
+            attrs[strings[k]] = strings[v]
+        if strings[name] == "class":
+            found[attrs["name"]] = int(attrs["id"])
+        n_children, pos = _read_varint(chunk, pos)
+        for _ in range(n_children):
+            pos = element(pos)
+        return pos
+
+    element(pos)
+    return found
+
+
+def with_empty_pool(chunk: bytes, type_name: str) -> bytes:
+    """A single-chunk recording whose last checkpoint declares one more constant pool, first: ``type_name`` with no
+    element (as async-profiler writes a pool it has nothing for, e.g. ``jdk.types.Package``). Nothing else changes:
+    the event's size, the chunk's size and the metadata's offset (when after the checkpoint) follow the insertion."""
+    magic, _, _, size, cp_at, meta_at = struct.unpack_from(">4sHHqqq", chunk)
+    assert magic == b"FLR\x00" and size == len(chunk), "one chunk expected"
+    type_id = class_ids(chunk)[type_name]
+    event_size, pos = _read_varint(chunk, cp_at)
+    width = pos - cp_at
+    kind, pos = _read_varint(chunk, pos)
+    assert kind == 1, "the header's constant-pool offset must point at a checkpoint event"
+    for _ in range(3):  # start, duration, delta to the previous checkpoint
+        _, pos = _read_varint(chunk, pos)
+    pos += 1  # the checkpoint's type/flush byte
+    pools, after = _read_varint(chunk, pos)
+    empty = varint(type_id) + varint(0)
+    body = chunk[cp_at + width : pos] + varint(pools + 1) + empty + chunk[after : cp_at + event_size]
+    event = _padded_varint(width + len(body), width) + body
+    grown = len(event) - event_size
+    out = bytearray(chunk[:cp_at] + event + chunk[cp_at + event_size :])
+    struct.pack_into(">q", out, 8, size + grown)
+    if meta_at > cp_at:
+        struct.pack_into(">q", out, 24, meta_at + grown)
+    return bytes(out)

@@ -13,6 +13,7 @@ from bridge.compression import Budget
 from bridge.jfr import cursor
 from bridge.jfr.convert import convert, merge_generated_names, parse_labels
 from tests.jfr_expected import read_expected
+from tests.jfr_writer import with_empty_pool
 from tests.paths import JFR_FIXTURES
 
 FIXTURES = JFR_FIXTURES
@@ -29,10 +30,13 @@ def recording(name: str) -> bytes:
     return gzip.decompress((FIXTURES / f"{name}.jfr.gz").read_bytes())
 
 
-def converted(name: str) -> dict[str, dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], list[int]]]:
+def converted(
+    name: str, *, empty_pool: bool = False
+) -> dict[str, dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], list[int]]]:
     labels_file = RECORDINGS[name]
     labels = parse_labels(gzip.decompress((FIXTURES / labels_file).read_bytes())) if labels_file else None
-    result = convert(recording(name), sample_rate=100, labels=labels, budget=Budget(1 << 30))
+    jfr = with_empty_pool(recording(name), "jdk.types.Package") if empty_pool else recording(name)
+    result = convert(jfr, sample_rate=100, labels=labels, budget=Budget(1 << 30))
     out: dict[str, dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], list[int]]] = {}
     for profile in result.profiles:
         key = profile.metric + "_" + " ".join(f"{t}__{u}" for t, u in profile.sample_types)
@@ -57,6 +61,14 @@ def test_every_profile_matches_jfr_parser(name: str) -> None:
         _, _, samples = read_expected(path)
         assert got.get(metric) == samples, f"{name}: {metric} differs from jfr-parser's"
     assert set(got) == expected_metrics
+
+
+@pytest.mark.parametrize("name", sorted(RECORDINGS))
+def test_a_chunk_with_an_empty_constant_pool_reads_the_same(name: str) -> None:
+    """async-profiler declares a pool with no element when it has nothing for a type; the JDK's jfr tool refuses such
+    a chunk ("Pool jdk.types.Package must contain at least one element"), jfr-parser — so Pyroscope — reads it whole,
+    and so does the bridge."""
+    assert converted(name, empty_pool=True) == converted(name)
 
 
 def test_profile_types_and_labels_as_pyroscope_names_them() -> None:
