@@ -2,9 +2,9 @@
 productions with precedence, and what each production builds (``actions``).
 
 ``scripts/gen_traceql_tables.py`` turns ``PRODUCTIONS`` and ``PRECEDENCE`` into the LALR(1) tables of
-``_tables.py`` (``bridge/traceql/lalr.py``), resolving conflicts the way yacc does (precedence and associativity,
-else shift; an earlier production wins a reduce/reduce conflict), so the same texts parse — and the same fail —
-as in Tempo. A production's precedence is that of its last terminal, or its ``%prec`` token.
+``lalr_tables.json`` (``bridge/traceql/lalr.py``; ``_tables.py`` loads them), resolving conflicts the way yacc does
+(precedence and associativity, else shift; an earlier production wins a reduce/reduce conflict), so the same texts
+parse — and the same fail — as in Tempo. A production's precedence is that of its last terminal, or its ``%prec`` token.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Pure, build time only: LALR(1) parse tables from a grammar with yacc's precedence rules (``grammar.py`` in,
-``_tables.py`` out via ``scripts/gen_traceql_tables.py``; a test checks the committed tables are current).
+``lalr_tables.json`` out via ``scripts/gen_traceql_tables.py``; a test checks the committed tables are current).
 
 The construction is the textbook one (Aho, Lam, Sethi, Ullman, *Compilers*, 4.7.5): LR(0) item sets, then lookaheads
 found spontaneously or propagated from kernel items until nothing changes. Conflicts are settled as yacc settles them:

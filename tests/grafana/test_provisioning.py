@@ -459,6 +459,7 @@ def test_a_built_wheel_renders_the_dashboards_without_the_repository(tmp_path: P
     with zipfile.ZipFile(wheel) as archive:
         shipped = sorted(n for n in archive.namelist() if n.startswith("bridge/provisioning/dashboards/"))
         assert shipped == [f"bridge/provisioning/dashboards/{name}" for name in dashboard_sources()]
+        assert "bridge/traceql/lalr_tables.json" in archive.namelist()  # the TraceQL parser's tables are data too
         archive.extractall(site)
     out, cwd = tmp_path / "out", tmp_path / "elsewhere"
     cwd.mkdir()

@@ -120,7 +120,7 @@ def test_lalr_tables_are_those_of_the_grammar() -> None:
     assert spec and spec.loader
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
-    assert (ROOT / "bridge/traceql/_tables.py").read_text() == gen.render(), "run scripts/gen_traceql_tables.py"
+    assert (ROOT / "bridge/traceql/lalr_tables.json").read_text() == gen.render(), "run scripts/gen_traceql_tables.py"
 
 
 PRINTED = json.loads((ROOT / "tests/fixtures/tempo/traceql/printed.json").read_text())
