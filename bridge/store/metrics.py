@@ -120,7 +120,7 @@ class Executor:
             row = SpanRow._make(raw)
             span = column_span(row) if cheap else self.decoder.span(row, TraceInfo(row.trace_id), 0)
             if test is None or test(span):
-                self.run.observe(sub, span, self.run.want_exemplar(row.trace_id))
+                self.run.observe(sub, span, self.run.want_exemplar(sub.key, row.trace_id))
 
     def by_trace(self, sub: SubQuery) -> None:
         test = compile_need(sub.need)
@@ -176,7 +176,7 @@ class Executor:
             scan = metric_scan(where, lo, min(q.end, lo + width), False)
             for raw in self.conn.execute(scan.sql + " LIMIT 2", bind(scan, self.conn, self.tenant)):
                 row = SpanRow._make(raw)
-                if self.run.want_exemplar(row.trace_id):
+                if self.run.want_exemplar(sub.key, row.trace_id):
                     span: Span = column_span(row)
                     stage = self.run.stages[sub.key]
                     stage.observe_exemplar(span, self.run.labels[sub.key](span))
@@ -185,7 +185,8 @@ class Executor:
 def counting_sql(where: Sql | None, groups: list[str], q: QueryRange, iv: Intervals) -> tuple[str, tuple[object, ...]]:
     """Pure: the ``GROUP BY`` that counts one service's spans per interval (``(start - interval start - 1) / step``)
     and group, on its range of the ``(tenant, service, start)`` index (parameters: tenant, service, then these)."""
-    interval = "0" if iv.instant else f"(start_ns - {iv.start} - 1) / {iv.step}"
+    # an instant query has one interval; a bare 0 in GROUP BY would name a column, so it is an expression here
+    interval = "(0 * start_ns)" if iv.instant else f"(start_ns - {iv.start} - 1) / {iv.step}"
     cols = "".join(f"{g}, " for g in groups)
     extra = f" AND ({where.text})" if where is not None else ""
     text = (

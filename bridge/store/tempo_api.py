@@ -28,6 +28,7 @@ from bridge.connect import headers_get
 from bridge.errors import BridgeError, InvalidArgument
 from bridge.store.backend import Store
 from bridge.traceql import params, wire
+from bridge.traceql.errors import InvalidQuery, ParseError, QueryError, Unsupported
 from bridge.traceql.search import response_json
 from bridge.wire.tempo import PROTOBUF, TempoAnswer, wants_protobuf
 
@@ -83,10 +84,29 @@ async def answer(
         return _text(f"standalone mode does not serve {method} /tempo/{path}", 501)
     try:
         return await _route(store, path, query, headers, ctx)
+    except QueryError as exc:
+        return _query_error(exc, path)
     except InvalidArgument as exc:
         return _text(exc.message, 400)
     except BridgeError as exc:
         return _text(exc.message, exc.http_status)
+
+
+def _query_error(exc: QueryError, path: str) -> Answer:
+    """A query's error framed as Tempo's HTTP API frames it, and as it writes it (``pipeline.NewBadRequest``: the text
+    alone, no newline). Search: ``invalid TraceQL query: …`` for whatever parsing or validation refuses
+    (``modules/frontend/pipeline/async_query_validator_middleware.go``). ``query_range``: a parse error bare (the
+    sharder parses first, ``metrics_query_range_sharder.go``), a validation error as the engine's ``compiling query:
+    …`` (``pkg/traceql/engine_metrics.go``); the instant query compiles first (``combiner.NewTypedQueryRange``), so
+    both read ``compiling query: …``. The engine's own refusals (``not a metrics query``) and the bridge's stand
+    alone."""
+    text = exc.message
+    if isinstance(exc, ParseError | InvalidQuery | Unsupported):
+        if path == "api/search":
+            text = f"invalid TraceQL query: {text}"
+        elif path == METRICS_INSTANT or not isinstance(exc, ParseError):
+            text = f"compiling query: {text}"
+    return 400, {"Content-Type": "text/plain; charset=utf-8"}, text.encode()
 
 
 async def _route(

@@ -21,6 +21,7 @@ from typing import Any, Final
 from bridge.traceql.ast import Attribute, I, MetricsAggregate, Scope
 from bridge.traceql.fields import attribute_getter
 from bridge.traceql.model import Span
+from bridge.traceql.ops import go_pow
 from bridge.traceql.timeseries import (
     BUCKET_LABEL,
     METRIC_NAME,
@@ -78,7 +79,7 @@ def log2_quantile(p: float, buckets: list[tuple[float, int]]) -> float:
     interp = (max_samples - total) / buckets[bucket][1]
     hi = math.log2(buckets[bucket][0])
     lo = math.log2(buckets[bucket - 1][0]) if bucket > 0 else hi - 1
-    return float(2 ** (lo + (hi - lo) * interp))
+    return go_pow(2.0, lo + (hi - lo) * interp)
 
 
 def value_reader(attr: Attribute | None) -> Callable[[Span], float]:

@@ -19,7 +19,7 @@ from bridge.traceql.ast import MetricsAggregate, MetricsCompare, Pipeline, Root
 from bridge.traceql.compare import CompareStage
 from bridge.traceql.conditions import FetchRequest, condition_values, extract
 from bridge.traceql.engine import compile_pipeline
-from bridge.traceql.errors import InvalidQuery
+from bridge.traceql.errors import NotRunnable
 from bridge.traceql.model import Span, Spanset, TraceInfo
 from bridge.traceql.parser import parse
 from bridge.traceql.prefilter import Need, need, span_by_span
@@ -73,7 +73,7 @@ def compile_metrics(text: str) -> MetricsPlan:
     root = parse(text)
     validate_root(root)
     if not root.is_metrics:
-        raise InvalidQuery("not a metrics query: add a metrics function, such as `{ } | rate()`")
+        raise NotRunnable("not a metrics query")
     requests = extract(root)
     subs = [
         SubQuery(
@@ -116,7 +116,7 @@ class Run:
     q: QueryRange
     stages: dict[str, FirstStage | CompareStage] = field(default_factory=dict)
     labels: dict[str, Callable[[Span], list[Label]]] = field(default_factory=dict)
-    exemplar_traces: set[bytes] = field(default_factory=set)
+    exemplar_traces: dict[str, set[bytes]] = field(default_factory=dict)
     spans: int = 0
 
     def __post_init__(self) -> None:
@@ -143,11 +143,14 @@ class Run:
         if exemplar:
             stage.observe_exemplar(s, self.labels[sub.key](s))
 
-    def want_exemplar(self, trace_id: bytes) -> bool:
-        """One exemplar per trace, while the request has room (``sampleExemplar``)."""
-        if len(self.exemplar_traces) >= self.q.exemplars or trace_id in self.exemplar_traces:
+    def want_exemplar(self, key: str, trace_id: bytes) -> bool:
+        """One exemplar per trace and sub-query, while the request has room (``sampleExemplar``): each sub-query of
+        ``(A) + (B)`` is its own evaluator in Tempo (``CompileMetricsQueryRangeNonRaw``), so both sides keep theirs
+        and the math merges them (``mergeExemplars``)."""
+        seen = self.exemplar_traces.setdefault(key, set())
+        if len(seen) >= self.q.exemplars or trace_id in seen:
             return False
-        self.exemplar_traces.add(trace_id)
+        seen.add(trace_id)
         return True
 
     def observe_trace(self, sub: SubQuery, info: TraceInfo, spans: list[Span], keep: Callable[[Span], bool]) -> None:
@@ -155,7 +158,7 @@ class Run:
         start = [s for s in spans if keep(s)]
         if not start:
             return
-        exemplar = self.want_exemplar(info.trace_id)
+        exemplar = self.want_exemplar(sub.key, info.trace_id)
         for ss in sub.evaluate([Spanset(info, start)]):
             counted = [s for s in ss.spans if self.counts(s.start_ns)]
             for i, s in enumerate(counted):

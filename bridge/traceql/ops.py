@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Final
 
 from bridge.traceql.ast import BOOLEAN_OPS, Op
-from bridge.traceql.errors import EvalError, InvalidQuery, Unsupported
+from bridge.traceql.errors import EvalError, InvalidQuery, NotBuilt
 from bridge.traceql.values import (
     ARRAYS,
     ELEMENT_OF,
@@ -125,7 +125,7 @@ def compile_regex(pattern: str) -> re.Pattern[str]:
         if text in ("\\z",):
             continue
         if text.startswith("\\p") or text.startswith("\\P") or "U" in text:
-            raise Unsupported(f"regular expression feature {text!r} (Go RE2 syntax Python's re cannot run)")
+            raise NotBuilt(f"regular expression feature {text!r} (Go RE2 syntax Python's re cannot run)")
         raise InvalidQuery(f"invalid regex: `{pattern}`")
     translated = pattern.replace("\\z", "\\Z")
 
@@ -177,20 +177,74 @@ def _int_op(op: Op, a: int, b: int) -> Static | None:
     if op is Op.LTE:
         return TRUE if a <= b else FALSE
     if op is Op.POW:
-        return Static(T.INT, as_int64(_go_pow(float(b), float(a))))
+        return Static(T.INT, as_int64(go_pow(float(b), float(a))))
     return None
 
 
-def _go_pow(x: float, y: float) -> float:
-    """``math.Pow`` without Python's exceptions (0 to a negative power is +Inf, overflow is Inf)."""
-    try:
-        return math.pow(x, y)
-    except ZeroDivisionError:
-        return math.inf
-    except OverflowError:
-        return math.inf if x > 0 or y % 2 == 0 else -math.inf
-    except ValueError:
+def go_pow(x: float, y: float) -> float:
+    """Go's ``math.Pow`` (``src/math/pow.go``), step for step: not the C library's ``pow``, whose last bit differs
+    now and then (``2 ** 0.415…`` is ``0.6764149631050581`` in C, ``0.676414963105058`` in Go and so in Tempo's
+    quantiles). The fraction of ``y`` goes through ``exp(yf * log(x))``, the integer part through exact squarings."""
+    special = _pow_special(x, y)
+    if special is not None:
+        return special
+    yf, yi = math.modf(abs(y))
+    if yf != 0 and x < 0:
         return math.nan
+    if yi >= 1 << 63:
+        return 1.0 if x == -1 else 0.0 if (abs(x) < 1) == (y > 0) else math.inf
+    a1, ae = 1.0, 0
+    if yf != 0:
+        if yf > 0.5:
+            yf, yi = yf - 1, yi + 1
+        a1 = math.exp(yf * math.log(x))
+    x1, xe = math.frexp(x)
+    i = int(yi)
+    while i:
+        if xe < -(1 << 12) or (1 << 12) < xe:
+            ae += xe
+            break
+        if i & 1:
+            a1 *= x1
+            ae += xe
+        x1 *= x1
+        xe <<= 1
+        if x1 < 0.5:
+            x1 += x1
+            xe -= 1
+        i >>= 1
+    if y < 0:
+        a1, ae = 1 / a1, -ae
+    try:
+        return math.ldexp(a1, ae)
+    except OverflowError:
+        return math.copysign(math.inf, a1)
+
+
+def _pow_special(x: float, y: float) -> float | None:
+    """The special cases at the top of Go's ``pow``."""
+    if y == 0 or x == 1:
+        return 1.0
+    if y == 1:
+        return x
+    if math.isnan(x) or math.isnan(y):
+        return math.nan
+    odd = y.is_integer() and abs(y) < 1 << 53 and int(y) % 2 == 1
+    if x == 0:
+        if y < 0:
+            return -math.inf if math.copysign(1, x) < 0 and odd else math.inf
+        return x if math.copysign(1, x) < 0 and odd else 0.0
+    if math.isinf(y):
+        return 1.0 if x == -1 else 0.0 if (abs(x) < 1) == (y > 0) else math.inf
+    if math.isinf(x):
+        if x < 0:
+            return go_pow(1 / x, -y)
+        return 0.0 if y < 0 else math.inf
+    if y == 0.5:
+        return math.sqrt(x) if x >= 0 else math.nan
+    if y == -0.5:
+        return 1 / math.sqrt(x) if x >= 0 else math.nan
+    return None
 
 
 def _float_div(a: float, b: float) -> float:
@@ -218,7 +272,7 @@ def _float_op(op: Op, lhs: Static, rhs: Static) -> Static:
     if op is Op.MOD:
         return Static(T.FLOAT, math.fmod(a, b) if b != 0 and not math.isinf(a) else math.nan)
     if op is Op.POW:
-        return Static(T.FLOAT, _go_pow(a, b))
+        return Static(T.FLOAT, go_pow(a, b))
     if op is Op.GT:
         return TRUE if a > b else FALSE
     if op is Op.GTE:

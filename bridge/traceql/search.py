@@ -26,7 +26,7 @@ from bridge.traceql.conditions import (
     visible_attributes,
 )
 from bridge.traceql.engine import compile_pipeline
-from bridge.traceql.errors import InvalidQuery, QueryError
+from bridge.traceql.errors import NotRunnable, QueryError
 from bridge.traceql.model import Span, Spanset, TraceInfo, span_id_hex
 from bridge.traceql.parser import parse
 from bridge.traceql.validate import validate_root
@@ -50,16 +50,14 @@ class SearchPlan:
 
 
 def compile_search(text: str) -> SearchPlan:
-    """``Compile`` for a search: a metrics query or math between sub-queries is refused (Tempo does the same)."""
+    """``Compile`` for a search: math between sub-queries is refused, as Tempo refuses it. A metrics query is searched
+    as Tempo searches one (``engine.go`` ``Compile``: ``SinglePipeline``): its spanset pipeline runs, its metrics
+    stages only add what they read (a ``by()`` attribute) to what each span shows, its hints are ignored."""
     root = parse(text)
     validate_root(root)
     pipeline = root.single_pipeline()
-    if pipeline is None or root.is_metrics:
-        raise InvalidQuery(
-            "a metrics query cannot be searched: send it to /api/metrics/query_range"
-            if root.is_metrics
-            else "math expressions not supported"
-        )
+    if pipeline is None:
+        raise NotRunnable("math expressions not supported")
     fetch = next(iter(extract(root).values()))
     names = name_condition(fetch)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from bridge.traceql.ast import (
     MAX_GROUP_BYS,
+    OP_TEXT,
     STRUCTURAL_OPS,
     Aggregate,
     Attribute,
@@ -99,10 +100,11 @@ def _validate_scalar_filter(f: ScalarFilter) -> None:
     validate_element(f.lhs)
     validate_element(f.rhs)
     _check_binary(f.op, f.lhs, f.rhs, f)
+    # Tempo's very words: ast_validate.go passes "(%v)" to newUnsupportedError and never formats it
     if not isinstance(f.lhs, Aggregate):
-        raise Unsupported(f"scalar filter lhs of type ({type(f.lhs).__name__}): {f}")
+        raise Unsupported("scalar filter lhs of type (%v)")
     if not isinstance(f.rhs, Static):
-        raise Unsupported(f"scalar filter rhs of type ({type(f.rhs).__name__}): {f}")
+        raise Unsupported("scalar filter rhs of type (%v)")
 
 
 def _validate_aggregate(a: Aggregate) -> None:
@@ -145,7 +147,7 @@ def _validate_binary(e: BinaryOp) -> None:
         for pattern in (e.rhs.value,) if rt is T.STRING else e.rhs.value:
             compile_regex(pattern)
     if e.op in STRUCTURAL_OPS:
-        raise Unsupported(f"binary operation ({e.op.name})")
+        raise Unsupported(f"binary operation ({OP_TEXT.get(e.op, e.op.name)})")
 
 
 def _validate_unary(e: UnaryOp) -> None:
@@ -187,7 +189,8 @@ def validate_second_stage(stage: object) -> None:
     if isinstance(stage, MathExpr):
         if stage.op is not Op.NONE:
             if stage.op not in (Op.ADD, Op.SUB, Op.MULT, Op.DIV):
-                raise InvalidQuery(f"unsupported math operation between queries: {stage.op.name}")
+                op = OP_TEXT.get(stage.op, stage.op.name)
+                raise InvalidQuery(f"unsupported math operation between queries: {op}")
             validate_second_stage(stage.lhs)
             validate_second_stage(stage.rhs)
         if stage.stage is not None:
@@ -200,10 +203,10 @@ def validate_second_stage(stage: object) -> None:
             raise InvalidQuery("limit must be greater than 0")
     elif isinstance(stage, MetricsFilter):
         if stage.op not in (Op.GT, Op.GTE, Op.LT, Op.LTE, Op.EQ, Op.NEQ):
-            raise InvalidQuery(f"unsupported metrics filter operation: {stage.op.name}")
+            raise InvalidQuery(f"unsupported metrics filter operation: {OP_TEXT.get(stage.op, stage.op.name)}")
     elif isinstance(stage, MetricsScalarOp):
         if stage.op not in (Op.ADD, Op.SUB, Op.MULT, Op.DIV):
-            raise InvalidQuery(f"unsupported scalar operation: {stage.op.name}")
+            raise InvalidQuery(f"unsupported scalar operation: {OP_TEXT.get(stage.op, stage.op.name)}")
 
 
 def is_valid_field(e: object) -> bool:

@@ -1,15 +1,14 @@
-"""Standalone Tempo's TraceQL endpoints over HTTP semantics: every example of Tempo's language list answers the
-status Tempo answers (valid → 200 on its endpoint, parse / validation failures → 400, Tempo's own unsupported
-constructs → 400 ``unsupported: …``; never 500 or 501), ``/api/metrics/query_range`` and ``/api/metrics/query`` in
-Tempo's JSON and protobuf (``tempopb.QueryRangeResponse`` / ``QueryInstantResponse``), their parameters read as Tempo
-reads them, and a real server routing them through the ``/tempo`` mount."""
+"""Standalone Tempo's TraceQL endpoints over HTTP semantics (every case of Tempo's corpus: ``test_conformance.py``):
+a query's error framed per endpoint as Tempo frames it (never 500 or 501), a metrics query searched as Tempo searches
+it, ``/api/metrics/query_range`` and ``/api/metrics/query`` in Tempo's JSON and protobuf
+(``tempopb.QueryRangeResponse`` / ``QueryInstantResponse``), their parameters read as Tempo reads them, and a real
+server routing them through the ``/tempo`` mount."""
 
 from __future__ import annotations
 
 import functools
 import json
 import time
-from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,7 @@ from bridge._proto import tempo_pb2
 from bridge.app import create_app
 from bridge.config import Settings
 from bridge.store import Store, tempo_api
-from bridge.traceql.parser import parse
 from tests.store.test_store import ctx
-from tests.traceql.test_language import EXAMPLES, SECTIONS
 from tests.traceql.test_search_cases import store_trace
 
 NOW_S = 1_000_000.0  # the store's clock: far after the trace (at 1,000 s), so the end cutoff never bites
@@ -49,39 +46,35 @@ async def call(
     return result
 
 
-async def status_of(store: Store, text: str) -> tuple[int, bytes]:
-    """What Grafana gets for the text: a metrics query goes to query_range, anything else to search."""
-    try:
-        metrics = parse(text).is_metrics
-    except Exception:
-        metrics = False
-    if metrics:
-        status, _, body = await call(store, "api/metrics/query_range", {"q": text, **WINDOW})
-    else:
-        status, _, body = await call(store, "api/search", {"q": text, "start": "900", "end": "1100"})
-    return status, body
+async def test_each_endpoint_frames_a_query_error_as_tempo_does(store: Store) -> None:
+    """Search: ``invalid TraceQL query: …`` (the frontend's validator); ``query_range``: a parse error bare (its
+    sharder parses first), a validation error as the engine's ``compiling query: …``; the instant query compiles first,
+    so both read ``compiling query: …``. The text alone, no newline, as Tempo writes a 400."""
+    cases = [
+        ("{ . }", "parse error at line 1, col 3: syntax error: unexpected END_ATTRIBUTE, expecting IDENTIFIER"),
+        ("{ parent.a != 3 }", "parent not yet supported"),
+        ('{ 1 + "foo" = 1 }', "binary operations must operate on the same type: 1 + `foo`"),
+    ]
+    for text, error in cases:
+        _, _, searched = await call(store, "api/search", {"q": text})
+        _, _, ranged = await call(store, "api/metrics/query_range", {"q": text, **WINDOW})
+        _, _, instant = await call(store, "api/metrics/query", {"q": text, "start": "900", "end": "1100"})
+        assert searched.decode() == f"invalid TraceQL query: {error}"
+        assert ranged.decode() == (error if error.startswith("parse error") else f"compiling query: {error}")
+        assert instant.decode() == f"compiling query: {error}"
 
 
-async def test_every_example_answers_tempos_status(store: Store) -> None:
-    counts: Counter[tuple[str, int]] = Counter()
-    wrong = []
-    for section in SECTIONS:
-        for text in EXAMPLES[section]:
-            status, body = await status_of(store, text)
-            counts[section, status] += 1
-            expected = 200 if section == "valid" else 400
-            if status != expected or (section == "unsupported" and not body.startswith(b"unsupported: ")):
-                wrong.append((section, text, status, body[:200]))
-    assert wrong == []
-    expected = {("valid", 200): 284, ("parse_fails", 400): 87, ("validate_fails", 400): 70, ("unsupported", 400): 22}
-    assert counts == expected
-
-
-async def test_a_query_on_the_wrong_endpoint_says_where_it_belongs(store: Store) -> None:
-    status, _, body = await call(store, "api/search", {"q": "{} | rate()"})
-    assert status == 400 and b"/api/metrics/query_range" in body
+async def test_a_metrics_query_searches_as_tempo_searches_it(store: Store) -> None:
+    """Tempo searches a metrics query's spanset pipeline (``SinglePipeline``); its ``by()`` shows on each span. A
+    search query is not a metrics query, and math between metrics queries is not a search (Tempo: a 500)."""
+    status, _, body = await call(store, "api/search", {"q": "{ } | count_over_time() by (name)"})
+    (trace,) = json.loads(body)["traces"]
+    assert status == 200 and trace["spanSet"]["matched"] == 4
+    assert {s.get("name") for s in trace["spanSet"]["spans"]} == {"MySpan", "RootSpan", None}  # the third has none
     status, _, body = await call(store, "api/metrics/query_range", {"q": "{ .foo }", **WINDOW})
-    assert status == 400 and b"not a metrics query" in body
+    assert (status, body) == (400, b"not a metrics query")
+    status, _, body = await call(store, "api/search", {"q": "({} | rate()) + ({} | rate())"})
+    assert (status, body) == (400, b"math expressions not supported")
 
 
 def intervals() -> list[str]:
@@ -143,6 +136,17 @@ async def test_instant_query_is_one_value_per_series(store: Store) -> None:
     _, _, raw = await call(store, "api/metrics/query", query, PROTO)
     proto = tempo_pb2.QueryInstantResponse.FromString(raw)
     assert sorted(s.value for s in proto.series) == sorted(s["value"] for s in doc["series"])
+
+
+async def test_instant_count_from_sql(store: Store) -> None:
+    """``rate()`` and ``count_over_time()`` by service are counted in SQL; an instant query has one interval."""
+    query = {"start": "900", "end": "1100"}
+    _, _, body = await call(store, "api/metrics/query", {"q": "{} | rate()", **query})
+    (series,) = json.loads(body)["series"]
+    assert series["value"] == pytest.approx(4 / 200)
+    q = "{} | count_over_time() by (resource.service.name)"
+    _, _, body = await call(store, "api/metrics/query", {"q": q, **query})
+    assert [s["value"] for s in json.loads(body)["series"]] == [1, 1, 1, 1]
 
 
 @pytest.mark.parametrize(
