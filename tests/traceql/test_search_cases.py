@@ -1,27 +1,22 @@
 """Tempo's search conformance, ported as data: ``tests/fixtures/tempo/traceql/search_cases.json`` holds the fully
 populated trace of ``tempodb/tempodb_search_test.go`` (``makeExpectedTrace``: four services, a span with an event
 and a link, a broken span) and the queries its runners assert must and must not find it, with the spansets some of
-them must answer exactly. Each case runs twice: on the pure engine (``bridge.traceql``) and through the standalone
-store's ``/api/search`` (ingest, SQL pushdown, evaluation, Tempo's JSON)."""
+them must answer exactly. Here each case runs on the pure engine (``bridge.traceql``); ``test_conformance.py`` runs
+them all again through the standalone store's ``/api/search`` (ingest, SQL pushdown, evaluation, Tempo's JSON)."""
 
 from __future__ import annotations
 
 import copy
-import functools
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from bridge.store import Store, tempo_api
 from bridge.store.decode import otlp_json_ids_to_base64
 from bridge.traceql import model, search
-from tests.store.test_store import ctx
 
 CASES = json.loads((Path(__file__).resolve().parents[1] / "fixtures/tempo/traceql/search_cases.json").read_text())
 WANT = CASES["want"]
@@ -135,52 +130,3 @@ def store_trace() -> otlp_trace_svc.ExportTraceServiceRequest:
     req = otlp_trace_svc.ExportTraceServiceRequest()
     json_format.ParseDict(otlp_json_ids_to_base64(doc), req)
     return req
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = await Store.open(tmp_path, clock=lambda: 1_000_000.0)
-    await s.ingest_otlp_traces(store_trace(), None)
-    yield s
-    await s.close()
-
-
-async def api_search(store: Store, q: str, start: int = 0, end: int = 0) -> list[dict[str, Any]]:
-    query = {"q": q, **({"start": str(start), "end": str(end)} if start or end else {})}
-    handler = functools.partial(tempo_api.answer, store)
-    status, _, body = await handler("GET", "api/search", query, {}, ctx())
-    assert status == 200, (q, body)
-    traces: list[dict[str, Any]] = json.loads(body.replace(BROKEN_ID.encode(), b"0" * 16)).get("traces", [])
-    return traces
-
-
-async def test_store_finds_the_trace_where_tempo_does(store: Store) -> None:
-    missed = []
-    for q, start, end in all_cases(MATCH):
-        if [metadata(t) for t in await api_search(store, q, start, end)] != [WANT]:
-            missed.append(q)
-    assert missed == []
-
-
-async def test_store_does_not_find_it_where_tempo_does_not(store: Store) -> None:
-    found = [q for q, start, end in all_cases(NO_MATCH) if await api_search(store, q, start, end)]
-    assert found == []
-
-
-async def test_store_answers_tempos_spansets(store: Store) -> None:
-    wrong = []
-    for item in CASES["spansets"]:
-        got = await api_search(store, item["q"])
-        if not got or got[0]["spanSets"] != item["spanSets"]:
-            wrong.append((item["q"], got[0]["spanSets"] if got else None))
-    assert wrong == []
-
-
-async def test_store_nil_comparisons_agree_with_the_engine(store: Store) -> None:
-    """The same table through the store: ``{ c }`` is pushed down to SQL there."""
-    for item in CASES["existence_root"]:
-        c = item["condition"]
-        for q in (f"{{ .child }} < {{ {c} }}", f"{{ {c} }}"):
-            answer = await api_search(store, q)
-            has_root = any(s["spanID"] == ROOT_SPAN for t in answer for ss in t["spanSets"] for s in ss["spans"])
-            assert has_root is item["containsRootSpan"], q
