@@ -15,19 +15,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bridge.store import Store  # noqa: E402
 from tests.traceql import conformance as cf  # noqa: E402
-from tests.traceql.test_search_cases import store_trace  # noqa: E402
 
 
 async def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        store = await Store.open(Path(tmp), clock=lambda: 1_000_000.0)
+        store, shop = await cf.open_stores(Path(tmp))
         try:
-            await store.ingest_otlp_traces(store_trace(), None)
-            outcomes = await cf.everything(store)
+            outcomes = await cf.everything(store, shop)
         finally:
             await store.close()
+            await shop.close()
     print(f"Tempo {cf.REVISION[:7]} ({cf.REVISION})\n")
     print(cf.table(outcomes))
     differing = [o for o in outcomes if o.verdict != cf.CORRECT]

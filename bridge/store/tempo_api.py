@@ -5,8 +5,9 @@ Served: trace by ID (v2 ``api/v2/traces/<id>``, v1 ``api/traces/<id>``; protobuf
 ``application/protobuf``, JSON otherwise; v1 404 / v2 200 with an empty trace when unknown), ``api/search`` (TraceQL,
 ``bridge.traceql``), ``api/metrics/query_range`` and ``api/metrics/query`` (TraceQL metrics), ``api/search/tags``,
 ``api/v2/search/tags``, ``api/search/tag/<tag>/values``, ``api/v2/search/tag/<tag>/values``, ``api/status/buildinfo``,
-``ready``, ``api/echo``. Search and metrics answer in JSON, or protobuf when asked (Tempo's frontend answers both in
-JSON over HTTP; protobuf is how its queriers and its gRPC stream carry the same messages). Anything else: 501.
+``ready``, ``api/echo``. Search answers JSON, or ``tempopb.SearchResponse`` when ``Accept`` names protobuf; metrics
+answer JSON whatever ``Accept`` says — both as Tempo's frontend answers over HTTP (protobuf metrics travel only on its
+gRPC stream). Anything else: 501.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ async def _route(
     if path == "api/search":
         return await _search(store, query, headers, ctx)
     if path in (METRICS_RANGE, METRICS_INSTANT):
-        return await _metrics(store, path, query, headers, ctx)
+        return await _metrics(store, path, query, ctx)
     if path == "api/search/tags":
         names = await store.tag_names(ctx.tenant)
         return _json({"tagNames": sorted({*names.get("resource", []), *names.get("span", [])})})
@@ -198,9 +199,7 @@ async def _search(store: Store, query: Mapping[str, str], headers: Mapping[str, 
     return _json(doc)
 
 
-async def _metrics(
-    store: Store, path: str, query: Mapping[str, str], headers: Mapping[str, str], ctx: CallContext
-) -> Answer:
+async def _metrics(store: Store, path: str, query: Mapping[str, str], ctx: CallContext) -> Answer:
     """``/api/metrics/query_range`` and ``/api/metrics/query`` (instant): TraceQL metrics in Tempo's answer shape."""
     now = store.now_ns()
     instant = path == METRICS_INSTANT
@@ -224,12 +223,7 @@ async def _metrics(
         doc["status"] = "PARTIAL"
         doc["message"] = outcome.partial
     doc = {k: doc[k] for k in ("series", "metrics", "status", "message") if k in doc}
-    protobuf = wants_protobuf(headers_get(headers, "Accept") or "")
-    if instant:
-        doc = wire.instant_json(doc)
-        if protobuf:
-            return 200, {"Content-Type": PROTOBUF}, wire.instant_protobuf(doc)
-        return _json(doc)
-    if protobuf:
-        return 200, {"Content-Type": PROTOBUF}, wire.query_range_protobuf(doc)
-    return _json(doc)
+    # JSON even when ``Accept`` asks for protobuf, as Tempo's frontend answers over HTTP (its query range combiner is
+    # built JSON-only: modules/frontend/combiner/metrics_query_range.go, initHTTPCombiner(c, api.HeaderAcceptJSON));
+    # protobuf is how its gRPC stream carries the same messages
+    return _json(wire.instant_json(doc) if instant else doc)

@@ -239,6 +239,8 @@ class FirstStage:
     def series(self) -> SeriesSet:
         if self.op == "quantile_over_time":
             return self._quantiles()
+        if not self.agg.by and not self.bucketed:
+            self.group_of(())  # ``UngroupedAggregator``: its one series is there even when no span came (rate 0)
         out: SeriesSet = {}
         for group in self.groups.values():
             values = self._values(group.cells)

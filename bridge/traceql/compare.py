@@ -6,7 +6,8 @@ Series: ``{__meta_type="baseline"|"selection", <attribute>=<value>}`` and ``{__m
 "selection_total", <attribute>=nil}``. The attributes are those Tempo reads with "select all": the span's and its
 resource's and instrumentation scope's attributes, ``name``, ``status``, ``statusMessage``, ``kind``,
 ``span:childCount``, ``rootName``, ``rootServiceName``, ``instrumentation:name`` / ``:version`` (durations, ids and
-nested-set numbers are never compared).
+nested-set numbers are never compared), and Tempo's default dedicated columns, which a Tempo block holds for every
+span: a span without one reads it as nil, and that nil is counted like any value.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ BASELINE: Final = Static(T.STRING, "baseline")
 SELECTION: Final = Static(T.STRING, "selection")
 BASELINE_TOTAL: Final = Static(T.STRING, "baseline_total")
 SELECTION_TOTAL: Final = Static(T.STRING, "selection_total")
+# tempodb/backend/block_meta.go defaultDedicatedColumns: columns of their own in every vParquet5 block, so "select all"
+# reads them for every span (vparquet5 block_traceql.go: each dedicated column selected as is), nil when unset
+DEDICATED_RESOURCE: Final = ("k8s.cluster.name", "k8s.namespace.name", "k8s.pod.name", "k8s.container.name")
+DEDICATED_SPAN: Final = (
+    "http.request.method", "http.response.status_code", "url.path", "url.route", "server.address", "server.port",
+    "http.method", "http.url", "http.route", "http.status_code",
+)  # fmt: skip
 
 
 def span_attributes(s: Span) -> Iterator[tuple[str, Static]]:
@@ -38,11 +46,20 @@ def span_attributes(s: Span) -> Iterator[tuple[str, Static]]:
     yield "instrumentation:name", Static(T.STRING, s.scope.name)
     yield "instrumentation:version", Static(T.STRING, s.scope.version)
     for k, v in s.attrs.items():
-        yield _name("span", k), v
+        if v.type is not T.NIL:
+            yield _name("span", k), v
     for k, v in s.resource.attrs.items():
-        yield _name("resource", k), v
+        if v.type is not T.NIL:
+            yield _name("resource", k), v
     for k, v in s.scope.attrs.items():
-        yield _name("instrumentation", k), v
+        if v.type is not T.NIL:
+            yield _name("instrumentation", k), v
+    for k in DEDICATED_SPAN:
+        if k not in s.attrs:
+            yield _name("span", k), NIL
+    for k in DEDICATED_RESOURCE:
+        if k not in s.resource.attrs:
+            yield _name("resource", k), NIL
 
 
 def _name(scope: str, key: str) -> str:
@@ -76,7 +93,7 @@ class CompareStage:
         values, totals = self.values[side], self.totals[side]
         n = self.iv.count
         for name, v in span_attributes(s):
-            if v.type is T.DURATION or v.type is T.NIL:
+            if v.type is T.DURATION:
                 continue
             per_value = values.setdefault(name, {})
             entry = per_value.get(map_key(v))

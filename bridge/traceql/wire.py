@@ -1,7 +1,7 @@
-"""Pure: search and metrics answers in Tempo's protobuf (``pkg/tempopb/tempo.proto``: ``SearchResponse``,
-``QueryRangeResponse``, ``QueryInstantResponse``), from the same documents the JSON answers are (gogo jsonpb's
-JSON: int64 as strings, zero values left out), and an instant answer from a range answer
-(``translateQueryRangeToInstant``: each series' first sample).
+"""Pure: search answers in Tempo's protobuf (``pkg/tempopb/tempo.proto`` ``SearchResponse``), from the same
+documents the JSON answers are (gogo jsonpb's JSON: int64 as strings, zero values left out), and an instant metrics
+answer from a range answer (``translateQueryRangeToInstant``: each series' first sample). Metrics answer JSON only over
+HTTP, as Tempo's frontend does.
 """
 
 from __future__ import annotations
@@ -69,27 +69,6 @@ def search_protobuf(doc: dict[str, Any]) -> bytes:
     return out.SerializeToString()
 
 
-def _double(v: Any) -> float:
-    return float({"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}.get(v, v)) if isinstance(v, str) else float(v)
-
-
-def query_range_protobuf(doc: dict[str, Any]) -> bytes:
-    out = tempo_pb2.QueryRangeResponse(metrics=_metrics(doc.get("metrics", {})), message=doc.get("message", ""))
-    if doc.get("status") == "PARTIAL":
-        out.status = tempo_pb2.PARTIAL
-    for s in doc.get("series", []):
-        series = out.series.add(labels=[_key_value(label) for label in s["labels"]])
-        for sample in s.get("samples", []):
-            series.samples.add(timestamp_ms=int(sample["timestampMs"]), value=_double(sample.get("value", 0)))
-        for e in s.get("exemplars", []):
-            series.exemplars.add(
-                labels=[_key_value(label) for label in e["labels"]],
-                value=_double(e.get("value", 0)),
-                timestamp_ms=int(e["timestampMs"]),
-            )
-    return out.SerializeToString()
-
-
 def instant_json(doc: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     series = [
@@ -104,12 +83,3 @@ def instant_json(doc: dict[str, Any]) -> dict[str, Any]:
         if key in doc:
             out[key] = doc[key]
     return out
-
-
-def instant_protobuf(doc: dict[str, Any]) -> bytes:
-    out = tempo_pb2.QueryInstantResponse(metrics=_metrics(doc.get("metrics", {})), message=doc.get("message", ""))
-    if doc.get("status") == "PARTIAL":
-        out.status = tempo_pb2.PARTIAL
-    for s in doc.get("series", []):
-        out.series.add(labels=[_key_value(label) for label in s["labels"]], value=_double(s.get("value", 0)))
-    return out.SerializeToString()

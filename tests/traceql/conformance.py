@@ -13,6 +13,8 @@
   ``/api/search``, ``/api/metrics/query_range`` and ``/api/metrics/query``, and for every search case, holding the same
   trace (recorded on loopback; times and ids put back on the case's own clock). The answers are compared normalized
   (``normalize``): JSON values, not their text; attributes by key; series by labels; exemplars counted.
+- ``drilldown_answers.json``: what that binary answered to each request shape of Grafana Traces Drilldown
+  (``drilldown_requests``) holding the shop capture, compared as ``drilldown_normalize`` puts them.
 
 Every case gets a verdict: ``correct``, ``unsupported-400`` (the bridge's own ``unsupported: <construct>``: built in
 Tempo, not here) or ``wrong``. ``known_differences`` lists the answers that differ from the binary's on purpose, each
@@ -48,6 +50,7 @@ PRINTED: Final = json.loads((FIXTURES / "printed.json").read_text())
 SEARCH: Final = json.loads((FIXTURES / "search_cases.json").read_text())
 METRICS: Final = json.loads((FIXTURES / "metrics_cases.json").read_text())
 BINARY: Final = json.loads((FIXTURES / "binary_answers.json").read_text())
+DRILLDOWN: Final = json.loads((FIXTURES / "drilldown_answers.json").read_text())
 SECTIONS: Final = ("valid", "parse_fails", "validate_fails", "unsupported")
 ENDPOINTS: Final = ("api/search", "api/metrics/query_range", "api/metrics/query")
 CORRECT, UNSUPPORTED, WRONG = "correct", "unsupported-400", "wrong"
@@ -378,14 +381,106 @@ async def binary(store: Store) -> list[Outcome]:
     return out
 
 
+# --------------------------------------------------------------------------------------- Traces Drilldown shapes
+
+
+def drilldown_requests() -> list[tuple[str, dict[str, str]]]:
+    """Each request shape Grafana Traces Drilldown sends (``tests/traceql/test_drilldown.py`` names the source file of
+    each), on the shop capture's clock: RED rates and errors with and without ``by()``, duration quantiles and
+    histogram, a breakdown tile, the comparison tab's ``compare()``, the primary signals, ``topk``, an instant query,
+    the exceptions, structure and span-list searches (limits above the matches: which ``limit`` of more traces Tempo
+    returns is not defined)."""
+    from tests.traceql.test_drilldown import END_S, FILTERS, START_S
+
+    key, window = "resource.service.name", {"start": str(START_S), "end": str(END_S)}
+    sel = (
+        " && status = error} | select(resource.service.name, event.exception.message,event.exception.stacktrace,"
+        "event.exception.type) with(most_recent=true)"
+    )
+    roots = f"{FILTERS} && status = error"
+    metrics = [
+        f"{{{FILTERS}}} | rate() ",
+        f"{{{FILTERS} && {key} != nil}} | rate() by({key})",
+        f"{{{FILTERS} && status=error}} | rate() ",
+        f"{{{FILTERS} && status=error && {key} != nil}} | rate() by({key})",
+        f"{{{FILTERS}}} | quantile_over_time(duration, 0.9) ",
+        f"{{{FILTERS} && {key} != nil}} | quantile_over_time(duration, 0.9) by({key})",
+        f'{{{FILTERS} && name="GET /checkout"}} | rate() by(name)',
+        f"{{{FILTERS}}} | histogram_over_time(duration) ",
+        "{kind=server && true} | rate() ",
+        "{kind=consumer && true} | rate() ",
+        '{span.db.system.name!="" && true} | rate() ',
+        "{true && true} | rate() ",
+        f"{{{FILTERS}}} | rate() by(name) | topk(10)",
+    ]
+    out = [("api/metrics/query_range", {"q": q, **window, "step": "2s"}) for q in metrics]
+    compare = f"{{{FILTERS}}} | compare({{status = error}}, 10, {START_S * 10**9}, {END_S * 10**9})"
+    out.append(("api/metrics/query_range", {"q": compare, **window, "step": f"{END_S - START_S}s"}))
+    out.append(("api/metrics/query", {"q": f"{{{FILTERS}}} | rate() by(name)", **window}))
+    structure = f"({{{roots}}} &>> {{ status = error }}) || ({{{roots}}}) | select(status, {key}, name, nestedSetParent"
+    searches = [
+        ("{true && true" + sel, "400", "10"),
+        ("{" + FILTERS + sel, "400", "10"),
+        (structure + ", nestedSetLeft, nestedSetRight)", "200", "20"),
+        (f"{{{FILTERS}&& duration >= 250ms && duration <= 2s}} | select(name, {key})", "200", "10"),
+        (f"{{{FILTERS}}}", "200", "3"),
+    ]
+    out += [("api/search", {"q": q, "limit": limit, "spss": spss, **window}) for q, limit, spss in searches]
+    return out
+
+
+def drilldown_normalize(path: str, status: int, body: bytes, shift_s: int = 0) -> dict[str, Any]:
+    """``normalize``, less what Tempo itself answers differently from one call to the next: exemplars (sampled), and
+    the values of an attribute ``compare()`` cut at its top 10 (ties come out in Go's map order)."""
+    out = normalize(path, status, body, shift_s)
+    series = out.get("series", [])
+    for s in series:
+        s.pop("exemplars", None)
+    cut = Counter(json.dumps(s["labels"][:1]) + s["labels"][1]["key"] for s in series if len(s["labels"]) == 2)
+    out["series"] = [
+        s for s in series if len(s["labels"]) != 2 or cut[json.dumps(s["labels"][:1]) + s["labels"][1]["key"]] < 10
+    ]
+    if not out["series"]:
+        del out["series"]
+    return out
+
+
+async def drilldown(store: Store) -> list[Outcome]:
+    """Each shape against what the real Tempo answered holding the same capture (``drilldown_answers.json``)."""
+    out = []
+    for item in DRILLDOWN["answers"]:
+        status, body = await call(store, item["path"], item["query"])
+        ok = same(drilldown_normalize(item["path"], status, body), item["answer"])
+        detail = "" if ok else f"unexpected: {body[:300]!r}"
+        section = f"Traces Drilldown → {item['path'].removeprefix('api/')}"
+        out.append(Outcome("Tempo binary", section, item["query"]["q"], _verdict(ok, status, body), detail))
+    return out
+
+
 # -------------------------------------------------------------------------------------------------- counting
 
 
-async def everything(store: Store) -> list[Outcome]:
+async def everything(store: Store, shop: Store) -> list[Outcome]:
+    """Every corpus: ``store`` holds the search cases' trace, ``shop`` the shop capture as ``open_shop`` fills it."""
     try:
-        return [*await examples(store), *await search_runners(store), *metrics_cases(), *await binary(store)]
+        corpora = [*await examples(store), *await search_runners(store), *metrics_cases(), *await binary(store)]
+        return corpora + await drilldown(shop)
     finally:
         _ANSWERS.clear()
+
+
+async def open_stores(root: Path) -> tuple[Store, Store]:
+    """The two stores the corpora run on, each with its clock injected far after its data (no end cutoff bites)."""
+    from tests.store.test_store import CAPTURE_END_S, ingest_capture
+    from tests.traceql.test_drilldown import failing_checkouts
+    from tests.traceql.test_search_cases import store_trace
+
+    store = await Store.open(root / "cases", clock=lambda: 1_000_000.0)
+    await store.ingest_otlp_traces(store_trace(), None)
+    shop = await Store.open(root / "shop", clock=lambda: CAPTURE_END_S + 3600)
+    await ingest_capture(shop)
+    await shop.ingest_otlp_traces(failing_checkouts(), None)
+    return store, shop
 
 
 def table(outcomes: list[Outcome]) -> str:

@@ -242,9 +242,12 @@ async def test_primary_signals(store: Store, signal: str, expected: Any) -> None
     assert (total(series[0], 2) if series else 0) == want
 
 
-async def test_metrics_over_protobuf(store: Store) -> None:
-    """The same RED rate as ``tempopb.QueryRangeResponse`` (what Grafana's backend reads from Tempo)."""
-    query = {"q": f"{{{FILTERS}}} | rate() ", "start": str(START_S), "end": str(END_S), "step": STEP}
-    raw = await get(store, "api/metrics/query_range", query, {"Accept": "application/protobuf"})
-    (series,) = tempo_pb2.QueryRangeResponse.FromString(raw).series
-    assert round(sum(s.value for s in series.samples) * 2, 6) == sum(capture_roots().values()) + ERROR_TRACES
+async def test_span_list_over_protobuf(store: Store) -> None:
+    """A search asked for ``tempopb.SearchResponse`` (``Accept: application/protobuf``) carries what its JSON does."""
+    query = {"q": "{" + FILTERS + ' && name="GET /checkout"}', "limit": "50", "spss": "10"}
+    query |= {"start": str(START_S), "end": str(END_S)}
+    doc = await get(store, "api/search", query)
+    raw = await get(store, "api/search", query, {"Accept": "application/protobuf"})
+    proto = tempo_pb2.SearchResponse.FromString(raw)
+    assert [t.traceID for t in proto.traces] == [t["traceID"] for t in doc["traces"]]
+    assert [t.durationMs for t in proto.traces] == [t.get("durationMs", 0) for t in doc["traces"]]
