@@ -255,7 +255,7 @@ def response_json(traces: list[dict[str, Any]], inspected_spans: int, inspected_
     metrics.update({"completedJobs": 1, "totalJobs": 1})
     if inspected_spans:
         metrics["inspectedSpans"] = str(inspected_spans)
-    doc: dict[str, Any] = {"traces": traces} if traces else {}
+    doc: dict[str, Any] = {"traces": traces}  # `"traces":[]` when none, as Tempo's frontend writes it
     doc["metrics"] = metrics
     return doc
 
