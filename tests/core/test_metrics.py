@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -51,6 +52,7 @@ async def junk_round(client: TestClient[Any, Any], n: int) -> None:
         await client.post(f"/pyroscope/anything/{200 + i % 400}")
 
 
+@pytest.mark.slow  # 1,600 junk requests; compares the /metrics series sets, which hold no time: date-safe
 async def test_junk_adds_no_series_and_metrics_stay_small(aiohttp_server: Server, aiohttp_client: Client) -> None:
     upstream = await aiohttp_server(OddStatuses().app)
     url = str(upstream.make_url("")).rstrip("/")

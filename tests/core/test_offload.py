@@ -128,6 +128,8 @@ def test_an_unchanged_gzipped_answer_is_not_sent_back_across() -> None:
     assert done.body is None and done.encoding == "gzip" and not done.changed and not done.failure
 
 
+@pytest.mark.slow  # helper processes dying and being replaced (tens of seconds of process-pool start-up); no clock is
+# read: date-safe
 async def test_a_helper_that_died_is_replaced() -> None:
     helper = offload.Offload()
     try:

@@ -425,6 +425,7 @@ def test_rendered_tree_is_self_contained(environ: dict[str, str], provisioning_d
     assert sorted(p.name for p in (out / "dashboards").iterdir()) == ["json", "profile-bridge.yaml"]
 
 
+@pytest.mark.slow  # builds a wheel and renders provisioning from it; provisioning holds no time: date-safe
 def test_a_built_wheel_renders_the_dashboards_without_the_repository(tmp_path: Path) -> None:
     """``pip install .`` (not editable) ships the dashboards as package data: build the wheel from a copy of the
     sources (offline, with the setuptools of this environment), unpack it as pip would, and run ``provision`` from it

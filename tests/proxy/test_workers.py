@@ -89,6 +89,7 @@ async def test_workers_share_the_port_and_metrics_count_every_worker(pyroscope: 
     assert not children(bridge.proc.pid)
 
 
+@pytest.mark.slow  # worker processes replaced under load; statuses only: date-safe
 async def test_sighup_replaces_every_worker_while_requests_keep_succeeding(pyroscope: PyroscopeDouble) -> None:
     bridge = await start_bridge(*proxy_args(pyroscope), "--workers", "2")
     try:
@@ -124,6 +125,7 @@ async def test_sighup_replaces_every_worker_while_requests_keep_succeeding(pyros
         assert await bridge.stop() == 0
 
 
+@pytest.mark.slow  # a killed worker process restarted; statuses only: date-safe
 async def test_a_worker_that_dies_is_started_again(pyroscope: PyroscopeDouble) -> None:
     bridge = await start_bridge(*proxy_args(pyroscope), "--workers", "2")
     try:
@@ -137,6 +139,7 @@ async def test_a_worker_that_dies_is_started_again(pyroscope: PyroscopeDouble) -
         assert await bridge.stop() == 0
 
 
+@pytest.mark.slow  # process lifetimes only: date-safe
 async def test_workers_stop_by_themselves_when_the_master_is_killed(pyroscope: PyroscopeDouble) -> None:
     bridge = await start_bridge(*proxy_args(pyroscope), "--workers", "2")
     pids = await wait_children(bridge.proc.pid, 2)

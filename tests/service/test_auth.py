@@ -351,6 +351,7 @@ def _serve_until(args: list[str], env: dict[str, str], cwd: Path, marker: str) -
     return proc.returncode, "".join(lines)
 
 
+@pytest.mark.slow  # `serve` started three times in its own process; only its start line is read: date-safe
 def test_start_line_says_where_and_warns_when_reachable_without_authentication(tmp_path: Path) -> None:
     port = closed_port()
     env = {"PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false", "PROFILE_BRIDGE_DATA_DIR": str(tmp_path / "d")}

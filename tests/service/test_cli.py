@@ -89,6 +89,7 @@ def test_serve_reports_a_port_in_use_in_one_line() -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # `serve` in its own process on a busy port; only its start-up error is read: date-safe
 def test_a_failed_start_is_one_line_without_a_traceback(tmp_path: object) -> None:
 
     with socket.socket() as sock:
@@ -168,6 +169,7 @@ def test_config_after_the_command_wins_over_one_before() -> None:
     assert build_parser().parse_args(["doctor"]).config is None
 
 
+@pytest.mark.slow  # `serve` in its own process; only its start-up log lines are read: date-safe
 def test_proxy_mode_logs_the_tempo_and_pyroscope_urls_it_uses(tmp_path: Path) -> None:
     port, dead = closed_port(), closed_port()
     env = {"PATH": "/usr/bin:/bin", "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false"}

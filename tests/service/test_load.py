@@ -139,6 +139,8 @@ async def _round(base: str) -> list[str]:
     return errors
 
 
+@pytest.mark.slow  # 1,200+ requests over 200 connections for RSS; statuses and memory only, whatever the clock says:
+# date-safe
 async def test_200_connections_at_once_no_errors_and_a_flat_rss(bridge: Bridge) -> None:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
         await _replay_capture(session, bridge.base)
@@ -248,6 +250,8 @@ async def _three_pushes(bridge: Bridge, body: bytes) -> tuple[list[tuple[int, st
         return answers, bridge.peak() - base_peak
 
 
+@pytest.mark.slow  # peak RSS of three bomb uploads (a minute); what is measured is memory, refused before any timestamp
+# is read: date-safe
 async def test_gzip_bombs_at_the_default_limits_cost_what_the_docs_say(bridge: Bridge) -> None:
     """Issue 19: at the default limits (32 MiB bodies, a 128 MiB decompression budget per request) a 612 KB bomb
     raised the peak RSS by 264 MiB (three at once: 465 MiB) while docs/security.md said about 50 MiB. A gzip member

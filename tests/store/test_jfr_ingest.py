@@ -245,6 +245,8 @@ async def test_a_million_constants_and_a_gzip_bomb_stay_within_the_budget(
     assert (await store_of(client).counts()).samples == 0
 
 
+@pytest.mark.slow  # tracemalloc over a 10^6-constant recording refused by its budget; the clock is injected (now_ns=0):
+# date-safe
 def test_memory_a_million_constants_take_is_bounded_by_the_budget() -> None:
     many = Recording(extra_symbols=1_000_000).chunk()
     budget = Budget(4 * 1024 * 1024)
