@@ -240,8 +240,8 @@ async def test_acknowledged_ingest_survives_a_killed_bridge(tmp_path: Path) -> N
     try:
         async with aiohttp.ClientSession(timeout=HTTP_TIMEOUT) as session:
             await wait_healthy(
-                session, url, lambda: f"exit code {proc.returncode}" if proc.returncode is not None else None, 10
-            )
+                session, url, lambda: f"exit code {proc.returncode}" if proc.returncode is not None else None, 30
+            )  # a bound on start-up (imports, the store opened), not a speed claim: 10 s was missed on a loaded machine
             for line in (SHOP_CAPTURE / "index.jsonl").read_text().splitlines():
                 entry = json.loads(line)
                 body = (SHOP_CAPTURE / entry["file"]).read_bytes()
