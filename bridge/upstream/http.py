@@ -8,7 +8,6 @@ specific first, ``raise … from exc``. Pyroscope's own Connect errors pass thro
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Final, TypeVar
@@ -25,14 +24,13 @@ from bridge.errors import (
     Code,
     InvalidArgument,
     UpstreamError,
-    UpstreamTimeout,
     UpstreamUnavailable,
     code_for_http_status,
 )
 from bridge.metrics import Metrics
 from bridge.spans import SearchHit, Span, Trace
 from bridge.upstream.bounded import read_capped
-from bridge.upstream.faults import map_client_error
+from bridge.upstream.guard import exchange_timeout, upstream_call
 from bridge.wire import pyroscope as pyroscope_wire
 from bridge.wire import tempo as tempo_wire
 
@@ -56,10 +54,7 @@ class _Upstream:
 
     def timeout(self, ctx: CallContext) -> aiohttp.ClientTimeout:
         """The time this call may take: what remains of the request's budget, at most ``upstream_timeout``."""
-        left = min(ctx.deadline.remaining(), self.settings.upstream_timeout)
-        if left <= 0.001:
-            raise UpstreamTimeout(self.name, f"no time left in the request's budget to ask {self.name}")
-        return aiohttp.ClientTimeout(total=left, connect=min(self.settings.connect_timeout, left))
+        return exchange_timeout(self.settings, ctx, self.name, f"ask {self.name}")
 
     async def call(
         self,
@@ -77,9 +72,7 @@ class _Upstream:
         sent = ctx.headers()
         if headers:
             sent.update(headers)
-        started = time.perf_counter()
-        outcome = "ok"
-        try:
+        async with upstream_call(self.metrics, self.name, call, timeout) as outcome:
             async with self.session.request(
                 method,
                 self.base_url + path,
@@ -90,19 +83,8 @@ class _Upstream:
                 allow_redirects=False,
             ) as resp:
                 body = await read_capped(resp, self.settings.max_upstream_answer_bytes, self.name, call)
-                if resp.status >= 400:
-                    outcome = str(resp.status)
+                outcome.status(resp.status)
                 return resp.status, resp.headers.get("Content-Type", ""), body
-        except UpstreamError as exc:
-            outcome = exc.code.value
-            raise
-        except Exception as exc:  # noqa: BLE001 - the one boundary where client failures are mapped
-            err = map_client_error(self.name, exc, timeout)
-            outcome = err.code.value
-            raise err from exc
-        finally:
-            if self.metrics is not None:
-                self.metrics.upstream_seconds.labels(self.name, call, outcome).observe(time.perf_counter() - started)
 
     def http_error(self, status: int, body: bytes, what: str) -> UpstreamError:
         """Pure: a non-success answer → the error the user sees, naming the upstream and its words."""

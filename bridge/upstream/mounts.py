@@ -10,7 +10,6 @@ same sessions as their clients (``bridge.upstream.http``).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Final
 
@@ -23,10 +22,10 @@ from bridge.body import HOP_BY_HOP, end_to_end
 from bridge.call import CallContext
 from bridge.config import Settings
 from bridge.connect import Codec, codec_for
-from bridge.errors import InvalidArgument, UpstreamError
+from bridge.errors import InvalidArgument
 from bridge.metrics import Metrics
 from bridge.upstream.bounded import read_capped
-from bridge.upstream.faults import map_client_error
+from bridge.upstream.guard import relay_timeout, upstream_call
 from bridge.upstream.proxy import OWN_HEADERS, stream_through, target_url
 from bridge.wire.pyroscope import SPAN_RPCS
 from bridge.wire.tempo import TempoAnswer
@@ -38,14 +37,6 @@ TEMPO_MOUNT: Final = "/tempo"
 _TRACE_REQUEST_DROP: Final = (
     HOP_BY_HOP | OWN_HEADERS | {"host", "accept-encoding", "content-length", "expect", "cookie"}
 )
-
-
-def upstream_timeout(settings: Settings, ctx: CallContext) -> aiohttp.ClientTimeout:
-    """What is left of the request's budget; connect and each read bounded by the settings."""
-    left = max(0.001, ctx.deadline.remaining())
-    return aiohttp.ClientTimeout(
-        total=left, connect=min(settings.connect_timeout, left), sock_read=min(settings.upstream_timeout, left)
-    )
 
 
 def is_connect(content_type: str | None) -> bool:
@@ -76,7 +67,7 @@ class PyroscopeForward:
             self.session,
             url,
             upstream="pyroscope",
-            timeout=upstream_timeout(self.settings, ctx),
+            timeout=relay_timeout(self.settings, ctx),
             body=body,
             body_encoding=encoding,
             metrics=self.metrics,
@@ -100,7 +91,7 @@ class TempoForward:
             self.session,
             url,
             upstream="tempo",
-            timeout=upstream_timeout(self.settings, ctx),
+            timeout=relay_timeout(self.settings, ctx),
             metrics=self.metrics,
         )
 
@@ -109,25 +100,11 @@ class TempoForward:
         url = target_url(self.base_url, request, TEMPO_MOUNT)
         headers = end_to_end(request.headers, _TRACE_REQUEST_DROP)
         headers["Accept-Encoding"] = "gzip"
-        timeout = upstream_timeout(self.settings, ctx)
-        started = time.perf_counter()
-        outcome = "ok"
-        try:
+        timeout = relay_timeout(self.settings, ctx)
+        async with upstream_call(self.metrics, "tempo", "trace_by_id", timeout) as outcome:
             async with self.session.get(
                 url, headers=headers, timeout=timeout, allow_redirects=False, auto_decompress=False
             ) as resp:
                 body = await read_capped(resp, self.settings.max_upstream_answer_bytes, "tempo", "a trace")
-                outcome = "ok" if resp.status < 400 else str(resp.status)
+                outcome.status(resp.status)
                 return TempoAnswer(resp.status, CIMultiDict(resp.headers), body)
-        except UpstreamError as exc:
-            outcome = exc.code.value
-            raise
-        except Exception as exc:  # noqa: BLE001 - the one boundary where client failures are mapped
-            err = map_client_error("tempo", exc, timeout)
-            outcome = err.code.value
-            raise err from exc
-        finally:
-            if self.metrics is not None:
-                self.metrics.upstream_seconds.labels("tempo", "trace_by_id", outcome).observe(
-                    time.perf_counter() - started
-                )

@@ -12,7 +12,6 @@ words, so the receiver answers its client with the same OTLP error.
 from __future__ import annotations
 
 import json
-import time
 from typing import Final, Protocol
 
 import aiohttp
@@ -26,7 +25,7 @@ from bridge.call import CallContext
 from bridge.config import ConfigError, Settings
 from bridge.errors import CODE_TO_GRPC_NUMBER, Code, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from bridge.metrics import Metrics
-from bridge.upstream.faults import map_client_error
+from bridge.upstream.guard import exchange_timeout, time_left, upstream_call
 
 OTLP_PATH: Final = "/v1development/profiles"
 PROTOBUF: Final = "application/x-protobuf"
@@ -63,13 +62,6 @@ class ProfilesForwarder(Protocol):
     async def export(self, body: bytes, ctx: CallContext) -> svc.ExportProfilesServiceResponse: ...
 
     async def close(self) -> None: ...
-
-
-def upstream_timeout(settings: Settings, ctx: CallContext) -> float:
-    left = min(ctx.deadline.remaining(), settings.upstream_timeout)
-    if left <= 0.001:
-        raise UpstreamTimeout(UPSTREAM, "no time left in the request's budget to forward profiles to pyroscope")
-    return left
 
 
 def http_status_error(status: int, content_type: str, body: bytes) -> UpstreamError:
@@ -121,33 +113,17 @@ class HttpProfilesForwarder:
         self.metrics = metrics
 
     async def export(self, body: bytes, ctx: CallContext) -> svc.ExportProfilesServiceResponse:
-        left = upstream_timeout(self.settings, ctx)
-        timeout = aiohttp.ClientTimeout(total=left, connect=min(self.settings.connect_timeout, left))
+        timeout = exchange_timeout(self.settings, ctx, UPSTREAM, "forward profiles to pyroscope")
         headers = ctx.headers()
         headers["Content-Type"] = PROTOBUF
-        started = time.perf_counter()
-        outcome = "ok"
-        try:
+        async with upstream_call(self.metrics, UPSTREAM, "otlp_export", timeout):
             async with self.session.post(
                 self.url, data=body, headers=headers, timeout=timeout, allow_redirects=False
             ) as resp:
                 answer = await resp.content.read(MAX_ANSWER_BYTES)
                 if resp.status != 200:
-                    err = http_status_error(resp.status, resp.headers.get("Content-Type", ""), answer)
-                    raise err
+                    raise http_status_error(resp.status, resp.headers.get("Content-Type", ""), answer)
                 return _decode_response(answer) if answer else svc.ExportProfilesServiceResponse()
-        except UpstreamError as exc:
-            outcome = exc.code.value
-            raise
-        except Exception as exc:  # noqa: BLE001 - the one boundary where client failures are mapped
-            err = map_client_error(UPSTREAM, exc, timeout)
-            outcome = err.code.value
-            raise err from exc
-        finally:
-            if self.metrics is not None:
-                self.metrics.upstream_seconds.labels(UPSTREAM, "otlp_export", outcome).observe(
-                    time.perf_counter() - started
-                )
 
     async def close(self) -> None:
         return None
@@ -180,22 +156,14 @@ class GrpcProfilesForwarder:
         )
 
     async def export(self, body: bytes, ctx: CallContext) -> svc.ExportProfilesServiceResponse:
-        left = upstream_timeout(self.settings, ctx)
+        left = time_left(self.settings, ctx, UPSTREAM, "forward profiles to pyroscope")
         metadata = tuple((k.lower(), v) for k, v in ctx.headers().items())
-        started = time.perf_counter()
-        outcome = "ok"
-        try:
-            answer: svc.ExportProfilesServiceResponse = await self.export_rpc(body, timeout=left, metadata=metadata)
+        async with upstream_call(self.metrics, UPSTREAM, "otlp_export", left):
+            try:
+                answer: svc.ExportProfilesServiceResponse = await self.export_rpc(body, timeout=left, metadata=metadata)
+            except grpc.aio.AioRpcError as exc:
+                raise grpc_error(exc.code(), exc.details() or "", left) from exc
             return answer
-        except grpc.aio.AioRpcError as exc:
-            err = grpc_error(exc.code(), exc.details() or "", left)
-            outcome = err.code.value
-            raise err from exc
-        finally:
-            if self.metrics is not None:
-                self.metrics.upstream_seconds.labels(UPSTREAM, "otlp_export", outcome).observe(
-                    time.perf_counter() - started
-                )
 
     async def close(self) -> None:
         await self.channel.close()

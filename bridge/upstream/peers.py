@@ -33,7 +33,7 @@ from bridge.call import CallContext
 from bridge.config import Settings
 from bridge.errors import UpstreamError
 from bridge.middleware import from_peer
-from bridge.upstream.mounts import upstream_timeout
+from bridge.upstream.guard import relay_timeout
 from bridge.upstream.proxy import stream_through
 
 log = logging.getLogger("bridge.peers")
@@ -102,7 +102,7 @@ async def forward(
             peers.session(owner),
             url,
             upstream=PEER,
-            timeout=upstream_timeout(settings, ctx),
+            timeout=relay_timeout(settings, ctx),
             body=body,
             body_encoding=request.headers.get("Content-Encoding") if body is not None else None,
             peer=True,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -25,11 +24,12 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from bridge.body import HOP_BY_HOP, end_to_end, raw_body, read_body
-from bridge.errors import InvalidArgument, UpstreamError, UpstreamTimeout
+from bridge.errors import InvalidArgument, UpstreamTimeout
 from bridge.metrics import Metrics
 from bridge.middleware import PASSED_THROUGH
 from bridge.upstream import relay
 from bridge.upstream.faults import map_client_error
+from bridge.upstream.guard import upstream_call
 from bridge.wire.allowlist import normalise
 
 log = logging.getLogger("bridge.proxy")
@@ -112,9 +112,7 @@ async def stream_through(
             body = (await read_body(request, relay.MAX_BODY))[0]  # still in its Content-Encoding, sent as is
             headers["Content-Length"] = str(len(body))
         return await _lean(request, pool, url, headers, body or b"", upstream, timeout, metrics)
-    started = time.perf_counter()
-    outcome = "ok"
-    try:
+    async with upstream_call(metrics, upstream, "passthrough", timeout, map_errors=False) as outcome:
         try:
             upstream_resp = await session.request(
                 request.method,
@@ -128,14 +126,9 @@ async def stream_through(
                 read_bufsize=RELAY_BUFFER,
             )
         except Exception as exc:  # noqa: BLE001 - mapped at this boundary, re-raised typed
-            err = map_client_error(upstream, exc, timeout)
-            outcome = err.code.value
-            raise err from exc
+            raise outcome.fail(exc) from exc
         async with upstream_resp:
             return await _relay(request, upstream_resp, upstream)
-    finally:
-        if metrics is not None:
-            metrics.upstream_seconds.labels(upstream, "passthrough", outcome).observe(time.perf_counter() - started)
 
 
 def _lean_pool(request: web.Request, url: URL) -> relay.Pool | None:
@@ -169,10 +162,8 @@ async def _lean(
         host = f"{host}:{url.port}"
     head = relay.request_head(request.method, url.raw_path_qs, host, list(headers.items()))
     exchange = relay.Exchange(pool, upstream)
-    started = time.perf_counter()
-    outcome = "ok"
     try:
-        try:
+        async with upstream_call(metrics, upstream, "passthrough", timeout, map_errors=False):
             conn = await exchange.start(
                 head,
                 body,
@@ -181,36 +172,31 @@ async def _lean(
                 total=timeout.total,
                 sock_read=timeout.sock_read,
             )
-        except UpstreamError as exc:
-            outcome = exc.code.value
-            raise
-        response = _RelayedResponse(status=conn.status, reason=conn.reason or None)
-        fields: CIMultiDict[str] = CIMultiDict(conn.fields)
-        response.headers.extend(end_to_end(fields, HOP_BY_HOP | {"content-length"}))
-        length = fields.get("Content-Length")
-        framed = length is not None and length.isdigit() and "Transfer-Encoding" not in fields
-        if framed:
-            response.content_length = int(length)  # type: ignore[arg-type]
-        writer = await response.prepare(request)
-        read_timeout = min(t for t in (timeout.sock_read, timeout.total, 3600.0) if t is not None)
+            response = _RelayedResponse(status=conn.status, reason=conn.reason or None)
+            fields: CIMultiDict[str] = CIMultiDict(conn.fields)
+            response.headers.extend(end_to_end(fields, HOP_BY_HOP | {"content-length"}))
+            length = fields.get("Content-Length")
+            framed = length is not None and length.isdigit() and "Transfer-Encoding" not in fields
+            if framed:
+                response.content_length = int(length)  # type: ignore[arg-type]
+            writer = await response.prepare(request)
+            read_timeout = min(t for t in (timeout.sock_read, timeout.total, 3600.0) if t is not None)
 
-        async def read() -> bytes:
-            async with asyncio.timeout(read_timeout):
-                return await conn.read()
+            async def read() -> bytes:
+                async with asyncio.timeout(read_timeout):
+                    return await conn.read()
 
-        async def handed_over() -> bool:
-            """After the first write (it carries the answer's head): the rest of a framed body is spliced."""
-            if framed and not conn.done and request.transport is not None and writer is not None:
-                await _spliced(request, conn, writer, upstream, read_timeout)
-                return True
-            return False
+            async def handed_over() -> bool:
+                """After the first write (it carries the answer's head): the rest of a framed body is spliced."""
+                if framed and not conn.done and request.transport is not None and writer is not None:
+                    await _spliced(request, conn, writer, upstream, read_timeout)
+                    return True
+                return False
 
-        await _pump(request, response, read, upstream, handed_over)
-        return response
+            await _pump(request, response, read, upstream, handed_over)
+            return response
     finally:
         exchange.finish()
-        if metrics is not None:
-            metrics.upstream_seconds.labels(upstream, "passthrough", outcome).observe(time.perf_counter() - started)
 
 
 async def _spliced(
