@@ -35,7 +35,7 @@ from bridge import (
 from bridge.answer import Answer, answer_json  # noqa: E402
 from bridge.config import Settings  # noqa: E402
 from bridge.pprof import encode_pprof  # noqa: E402
-from bridge.resolve import Mode, Resolution  # noqa: E402
+from bridge.resolution import Resolution, Step
 from tests.core.test_flamegraph_render import random_tree  # noqa: E402
 from tests.doubles.shop import load_shop  # noqa: E402
 
@@ -59,7 +59,15 @@ def main() -> int:
     span = trace.spans[role.span_id]
     tree = random_tree(args.nodes)
     fg = flamegraph.encode(tree)
-    res = Resolution(Mode.LINKED, f"samples linked to span {span.span_id}", fg, span, span, None, "{}", (span.span_id,))
+    res = Resolution(
+        step=Step.LINKED,
+        reason=f"samples linked to span {span.span_id}",
+        flamegraph=fg,
+        span=span,
+        local_root=span,
+        label_selector="{}",
+        span_ids=(span.span_id,),
+    )
     ans = Answer("span", span, trace, CPU, res, tree, fg)
     settings = Settings.for_tests(mode="proxy", grafana_url="http://grafana:3000")
 

@@ -38,7 +38,7 @@ from google.protobuf.message import Message  # noqa: E402
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
 from bridge.connect import Codec, decode_message, encode_message  # noqa: E402
 from bridge.limits import time_range_problem  # noqa: E402
-from bridge.resolve import SpanQuery, clean_span_ids  # noqa: E402
+from bridge.resolution import SpanQuery, clean_span_ids
 from bridge.span_rpc import read_span_call  # noqa: E402
 from bridge.wire.pyroscope import FLAMEGRAPH_FORMATS  # noqa: E402
 

@@ -33,20 +33,12 @@ from bridge.call import CallContext
 from bridge.config import Settings
 from bridge.errors import BridgeError, NotFound
 from bridge.grafana import span_window
-from bridge.resolve import (
-    REQUEST_MODES,
-    Attribution,
-    Measure,
-    Mode,
-    Resolution,
-    Resolver,
-    SpanQuery,
-    labels_of,
-    measure_of,
-)
+from bridge.resolution import REQUEST_STEPS, Attribution, Measure, Resolution, SpanQuery, Step, measure_of
+from bridge.resolve import Resolver
 from bridge.sampling import Sampler, Sampling, Tally, add_tallies, quantity_of, sampling_json, sampling_of
 from bridge.selector import merge_selector
 from bridge.spans import Span, Trace
+from bridge.timewindow import labels_of
 
 Scope = Literal["span", "request"]
 SCOPES: Final = ("span", "request")
@@ -85,7 +77,7 @@ class ServiceShare:
 UNKNOWN_SERVICE: Final = "(unknown service)"
 
 
-def fallback_frame(service: str, mode: Mode) -> str:
+def fallback_frame(service: str, mode: Step) -> str:
     """The frame a fallback part hangs under: it says on the flame graph itself that this is not the request's."""
     return f"{service or UNKNOWN_SERVICE} ({mode.value}: whole service)"
 
@@ -106,14 +98,14 @@ class Answer:
     skipped: int = 0  # descendant local roots over MAX_DESCENDANTS, not asked about
 
     @property
-    def mode(self) -> Mode:
-        return self.resolution.mode
+    def step(self) -> Step:
+        return self.resolution.step
 
     @property
     def attributed_total(self) -> int:
         """What the request (or the span) itself cost: the total without fallback parts."""
         if self.scope == "span":
-            return self.tree.total if self.resolution.mode in REQUEST_MODES else 0
+            return self.tree.total if self.resolution.step in REQUEST_STEPS else 0
         return sum(s.value for s in self.services if s.attributed)
 
     @property
@@ -150,7 +142,7 @@ class Answer:
         of what is attributed to it — counted only when every part it adds up was."""
         if self.scope == "span":
             return self.resolution.sampling
-        parts = [p.resolution.sampling for p in self.parts if p.included and p.resolution.mode in REQUEST_MODES]
+        parts = [p.resolution.sampling for p in self.parts if p.included and p.resolution.step in REQUEST_STEPS]
         if not parts:
             return self.resolution.sampling if self.fallback_total else None
         known = [s for s in parts if s is not None]
@@ -172,9 +164,9 @@ class Answer:
         res = self.resolution
         if self.scope == "request":
             return None
-        if res.mode is Mode.LINKED:
+        if res.step is Step.LINKED:
             return self.span.duration_ns
-        if res.mode is Mode.LOCAL_ROOT and res.local_root is not None:
+        if res.step is Step.LOCAL_ROOT and res.local_root is not None:
             return res.local_root.duration_ns
         return None
 
@@ -223,7 +215,7 @@ def combine(
     tallies: dict[tuple[str, bool], list[Tally | None]] = {}
 
     def add(span: Span, res: Resolution, tree: flamegraph.Node, attributed: bool = True) -> None:
-        name = (span.service or UNKNOWN_SERVICE) if attributed else fallback_frame(span.service, res.mode)
+        name = (span.service or UNKNOWN_SERVICE) if attributed else fallback_frame(span.service, res.step)
         wrapper = flamegraph.Node(name)
         wrapper.children = tree.children
         wrapper.total = tree.total
@@ -238,26 +230,26 @@ def combine(
         counted.update(res.span_ids)
 
     own_tree = flamegraph.decode(own.flamegraph)
-    own_attributed = own.mode in REQUEST_MODES
+    own_attributed = own.step in REQUEST_STEPS
     if own_tree.total > 0:
         add(own_span, own, own_tree, own_attributed)
     if own_tree.total <= 0:
         own_note = "no samples"
     elif own_attributed:
-        own_note = f"the span's own answer ({own.mode.value})"
+        own_note = f"the span's own answer ({own.step.value})"
     else:
         own_note = (
-            f"the span's own answer is a {own.mode.value} fallback: drawn, but it is the whole service's "
+            f"the span's own answer is a {own.step.value} fallback: drawn, but it is the whole service's "
             "CPU, so it is not counted in the request's shares"
         )
     parts.append(Part(own_span, own, own_tree.total, own_tree.total > 0, own_note))
 
     for span, res in descendants:
         tree = flamegraph.decode(res.flamegraph)
-        if res.mode not in REQUEST_MODES:
+        if res.step not in REQUEST_STEPS:
             note = (
-                f"not added: a {res.mode.value} answer is the whole service's CPU, not this request's"
-                if res.mode != Mode.NONE
+                f"not added: a {res.step.value} answer is the whole service's CPU, not this request's"
+                if res.step != Step.NONE
                 else "no samples"
             )
             parts.append(Part(span, res, tree.total, False, note))
@@ -269,7 +261,7 @@ def combine(
             parts.append(Part(span, res, 0, False, "no samples"))
             continue
         add(span, res, tree)
-        parts.append(Part(span, res, tree.total, True, f"called on this span's behalf ({res.mode.value})"))
+        parts.append(Part(span, res, tree.total, True, f"called on this span's behalf ({res.step.value})"))
 
     def summed(service: str, attributed: bool) -> Tally | None:
         parts = tallies.get((service, attributed), [])
@@ -285,7 +277,7 @@ def combine(
             value,
             count,
             attributed=False,
-            frame=fallback_frame(service, own.mode),
+            frame=fallback_frame(service, own.step),
             tally=summed(service, False),
         )
         for service, (value, count) in sorted(fallback.items(), key=lambda kv: (-kv[1][0], kv[0]))
@@ -404,11 +396,11 @@ def _part_json(part: Part) -> dict[str, Any]:
         "spanId": part.span.span_id,
         "service": part.span.service,
         "name": part.span.name,
-        "mode": part.resolution.mode.value,
+        "mode": part.resolution.step.value,
         "reason": part.resolution.reason,
         "total": part.value,
         "included": part.included,
-        "attributed": part.included and part.resolution.mode in REQUEST_MODES,
+        "attributed": part.included and part.resolution.step in REQUEST_STEPS,
         "note": part.note,
         "answeredBy": list(part.resolution.span_ids),
         "sampling": sampling_json(part.resolution.sampling, _part_wall(part)),
@@ -417,9 +409,9 @@ def _part_json(part: Part) -> dict[str, Any]:
 
 def _part_wall(part: Part) -> int | None:
     res = part.resolution
-    if res.mode is Mode.LINKED:
+    if res.step is Step.LINKED:
         return part.span.duration_ns
-    if res.mode is Mode.LOCAL_ROOT and res.local_root is not None:
+    if res.step is Step.LOCAL_ROOT and res.local_root is not None:
         return res.local_root.duration_ns
     return None
 
@@ -440,7 +432,7 @@ def answer_json(ans: Answer) -> dict[str, Any]:
         "traceId": ans.span.trace_id,
         "spanId": ans.span.span_id,
         "profileType": ans.profile_type,
-        "mode": res.mode.value,
+        "mode": res.step.value,
         "reason": res.reason,
         "reasons": ans.reasons,
         "span": ans.span.to_json(),

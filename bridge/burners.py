@@ -23,7 +23,8 @@ from bridge.errors import BridgeError
 from bridge.flamediff import function_totals
 from bridge.functions import FunctionHits, FunctionQuery, SpanValue
 from bridge.profiletype import ProfileType
-from bridge.resolve import Resolver, quantity_of
+from bridge.resolve import Resolver
+from bridge.sampling import quantity_of
 from bridge.selector import merge_selector
 from bridge.services import service_label
 from bridge.sources import FunctionIndex, ProfileSource

@@ -51,7 +51,8 @@ from bridge.flamediff import (
 from bridge.poisson import ALPHA, p_text, rate_test
 from bridge.profiletype import ProfileType
 from bridge.recent import span_path
-from bridge.resolve import REQUEST_MODES, Resolver
+from bridge.resolution import REQUEST_STEPS
+from bridge.resolve import Resolver
 from bridge.sampling import Tally, figure_text, sampler_of, tally_of, tree_values
 from bridge.spans import Span
 from bridge.units import format_duration_ns, format_value
@@ -173,7 +174,7 @@ class Comparison:
 
     @property
     def own_is_request(self) -> bool:
-        return self.ans.mode in REQUEST_MODES
+        return self.ans.step in REQUEST_STEPS
 
 
 def function_diffs(
@@ -255,9 +256,9 @@ async def compare(
     here_tally, usual_tally = common_count(here, baseline.tree, unit, ans, sdks, periods)
     period = here_tally.period if here_tally is not None and baseline.requests else 0
     notes: list[str] = []
-    if ans.mode not in REQUEST_MODES:
+    if ans.step not in REQUEST_STEPS:
         notes.append(
-            f"this span's own answer is {ans.mode.value}, not this request's cost ({ans.measure.text}): compared anyway"
+            f"this span's own answer is {ans.step.value}, not this request's cost ({ans.measure.text}): compared anyway"
         )
     if endpoint.span_id != ans.span.span_id:
         notes.append(
@@ -442,7 +443,7 @@ def compare_json(cmp: Comparison) -> dict[str, Any]:
         "span": ans.span.to_json(),
         "headline": headline(cmp),
         "here": {
-            "mode": ans.mode.value,
+            "mode": ans.step.value,
             "reason": ans.resolution.reason,
             "measure": {"attribution": ans.measure.attribution.value, "own": ans.measure.own, "text": ans.measure.text},
             "isRequestCost": cmp.own_is_request,
@@ -549,7 +550,7 @@ def compare_context(cmp: Comparison, settings: Settings, window_text: str) -> di
         "cmp": cmp,
         "span": span,
         "duration": format_duration_ns(span.duration_ns),
-        "mode": ans.mode.value,
+        "mode": ans.step.value,
         "headline": headline(cmp),
         "unusual": [(f.name, unusual_rest(f, unit, b.requests), f.diff_self > 0) for f in unusual(cmp)],
         "tested": cmp.here_tally is not None and b.requests > 0,

@@ -20,7 +20,8 @@ from bridge.answer import answer
 from bridge.call import CallContext
 from bridge.config import Settings
 from bridge.errors import BridgeError
-from bridge.resolve import Mode, Resolver
+from bridge.resolution import Step
+from bridge.resolve import Resolver
 from bridge.sampling import Sampling
 from bridge.sources import TraceSource
 from bridge.spans import Span, Trace
@@ -55,7 +56,7 @@ class IndexRow:
 class RowResolution:
     """How one row's span resolves: its mode, the reason and the answer's total; or the error that stopped it."""
 
-    mode: Mode | None
+    step: Step | None
     reason: str
     total: int
     error_code: str = ""
@@ -148,6 +149,6 @@ async def resolve_rows(
                 )
             except BridgeError as exc:
                 return RowResolution(None, exc.message, 0, exc.code.value)
-        return RowResolution(ans.mode, ans.resolution.reason, ans.tree.total, sampling=ans.sampling)
+        return RowResolution(ans.step, ans.resolution.reason, ans.tree.total, sampling=ans.sampling)
 
     return list(await asyncio.gather(*(one(s) for s in spans)))

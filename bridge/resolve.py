@@ -14,21 +14,20 @@
 
 Every non-linked answer is relabelled on the root bar (``total — <reason>``) so Grafana shows how it was found.
 
-The decisions are pure functions (``clean_span_ids``, ``parse_selector``, ``merge_selector``, ``window_of``,
-``labels_of``, ``stamp_of``, ``cpu_equivalents``, ``stamp_window``, the ``*_reason`` texts); ``Resolver.resolve``
-is the one coroutine that does I/O.
+The decisions are pure functions in the modules beside this one: ``bridge.resolution`` (``clean_span_ids``,
+``carried_traces``, the ``Resolution`` built by keyword, ``measure_of``), ``bridge.timewindow`` (``labels_of``,
+``window_of``, ``stamp_of``, ``cpu_equivalents``, ``stamp_window``) and ``bridge.reasons`` (the ``*_reason`` texts);
+``Resolver.resolve`` is the one coroutine that does I/O.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Final
 
 from cachetools import TTLCache
@@ -39,17 +38,39 @@ from bridge.call import CallContext
 from bridge.config import Settings
 from bridge.errors import InvalidArgument, UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from bridge.metrics import Metrics
-from bridge.profiletype import PROFILE_TYPE_LABEL, BadProfileType, ProfileType
+from bridge.profiletype import PROFILE_TYPE_LABEL
+from bridge.reasons import (
+    answered_from_text,
+    empty_window_reason,
+    linked_reason,
+    local_root_reason,
+    no_samples_why,
+    not_found_reason,
+    stamped_text,
+    time_window_reason,
+)
+from bridge.resolution import Resolution, SpanQuery, Step, carried_traces, clean_span_ids
 from bridge.samplers import Samplers
-from bridge.sampling import Sampling, quantity_of, sampling_of
+from bridge.sampling import sampling_of
 from bridge.selector import merge_selector
 from bridge.sources import PeriodSource, ProfileSource, TraceSource
 from bridge.spancache import SpanCache
 from bridge.spans import SERVICE_NAME, SearchHit, Span, Trace
+from bridge.timewindow import (
+    SPY_LABEL,
+    STEP_MS,
+    Stamp,
+    covered_by,
+    cpu_equivalents,
+    labels_of,
+    stamp_free_window,
+    stamp_of,
+    stamp_window,
+    typical_window_ms,
+)
 
 log = logging.getLogger("bridge.resolve")
 
-GRAFANA_UNRESOLVED_HINT: Final = '${__span.tags["pyroscope.profile.id"]}'
 LOOKUP_CACHE: Final = "span_lookups"
 # when a caller gives no time range, search this far back (Tempo allows up to 168 h per search)
 DEFAULT_SEARCH_SPAN_S: Final = 24 * 3600
@@ -58,400 +79,6 @@ LOOKAROUND_MS: Final = 300_000
 TYPES_BUCKET_MS: Final = 900_000
 TYPES_CACHE_SIZE: Final = 4096
 TYPES_CACHE_TTL_S: Final = 300.0
-
-
-class Mode(enum.StrEnum):
-    LINKED = "linked"
-    LOCAL_ROOT = "local-root"
-    TIME_WINDOW = "time-window"
-    NONE = "none"
-
-
-@dataclass(frozen=True, slots=True)
-class SpanQuery:
-    span_ids: tuple[str, ...]  # raw selector entries as received (the resolver cleans them)
-    profile_type: str
-    label_selector: str  # e.g. '{service_name="shop-backend"}' or '{}'
-    start_ms: int
-    end_ms: int
-    max_nodes: int | None = None
-    trace_id: str | None = None  # when the caller knows it (API/pages): skips the search
-
-
-@dataclass(frozen=True, slots=True)
-class Resolution:
-    mode: Mode
-    reason: str  # human text, also the root bar suffix; header gets an ASCII form
-    flamegraph: querier_pb2.FlameGraph  # final answer, root already relabelled for non-linked modes
-    span: Span | None  # the span, when found
-    local_root: Span | None  # its local root, when found
-    window_ms: tuple[int, int] | None  # the time window queried (time-window mode)
-    label_selector: str  # the selector actually used for the answer
-    span_ids: tuple[str, ...]  # the span ids whose samples answered (linked/local-root)
-    # the wall-clock time the answer's samples were taken in (whole capture windows; time-window mode)
-    covered_ms: tuple[int, int] | None = None
-    # the total as a count of samples, and what the samples measure (``bridge.sampling``); None for ``none``
-    sampling: Sampling | None = None
-    answered_type: str = ""  # the profile type that answered, when not the asked one (a CPU equivalent)
-
-    @property
-    def reason_header(self) -> str:
-        return ascii_header(self.reason)
-
-
-# --------------------------------------------------------------------------------------------- pure decisions
-
-
-def clean_span_ids(raw: Iterable[str]) -> tuple[str, ...]:
-    """Keep entries that are 16 hex characters, or the Tempo mount's ``<span id>:<trace id>`` (``bridge.ids``), as
-    span ids (lower-cased, first occurrence wins): what goes on to Pyroscope is 16 hex only. Nothing valid left →
-    ``InvalidArgument`` saying what to fix; an empty selector is never sent on (Pyroscope would match everything)."""
-    seen: dict[str, None] = {}
-    dropped: list[str] = []
-    for entry in raw:
-        parsed = ids.selector_entry(entry)
-        if parsed is None:
-            dropped.append(entry)
-        else:
-            seen.setdefault(parsed[0], None)
-    if seen:
-        return tuple(seen)
-    if any("${" in d or "__span" in d for d in dropped):
-        raise InvalidArgument(
-            f"span selector {dropped!r} holds an unresolved Grafana variable: the span has no "
-            f"pyroscope.profile.id attribute, so Grafana sent {GRAFANA_UNRESOLVED_HINT} literally. Point Grafana's "
-            "Tempo data source at the bridge's /tempo mount (it adds the attribute to every span), or send the "
-            "span's 16-hex-character id"
-        )
-    if dropped:
-        raise InvalidArgument(
-            f"span selector {dropped!r} has no valid span id: each entry must be 16 hex characters, "
-            f"e.g. 7f80395fd15dcdc9, or the bridge's SPAN:TRACE form (Grafana sends {GRAFANA_UNRESOLVED_HINT} "
-            "unresolved for a span without that "
-            "attribute: point its Tempo data source at the bridge's /tempo mount)"
-        )
-    raise InvalidArgument(
-        "span selector is empty: give at least one 16-hex-character span id (an empty selector would match "
-        "every sample)"
-    )
-
-
-def carried_traces(raw: Iterable[str]) -> dict[str, str]:
-    """Span id → trace id for the selector entries that carry their trace (``<span id>:<trace id>``, what the Tempo
-    mount writes into ``pyroscope.profile.id``); the first one wins."""
-    out: dict[str, str] = {}
-    for entry in raw:
-        parsed = ids.selector_entry(entry)
-        if parsed is not None and parsed[1] is not None:
-            out.setdefault(parsed[0], parsed[1])
-    return out
-
-
-def labels_of(span: Span, label_map: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Profile labels for ``span``'s resource attributes, via ``label_map`` (attribute → label)."""
-    out: list[tuple[str, str]] = []
-    for attr, label in label_map:
-        value = span.resource_value(attr)
-        if value is None and attr == SERVICE_NAME:
-            value = span.service or None
-        if value:
-            out.append((label, value))
-    return out
-
-
-def window_of(span: Span, capture_window: float, clock_skew: float) -> tuple[int, int]:
-    """``[span start − capture window − skew, span end + skew]`` in ms: every profile whose capture window
-    overlaps the span is stamped inside it (a profile's one timestamp is the start of its window)."""
-    start_ms = span.start_ns // 1_000_000 - int(round((capture_window + clock_skew) * 1000))
-    end_ms = -(-span.end_ns // 1_000_000) + int(round(clock_skew * 1000))
-    return max(0, start_ms), end_ms
-
-
-class Stamp(enum.StrEnum):
-    """Where a service's profiles carry their one timestamp within their capture window."""
-
-    START = "start"  # pyroscope-io, the Go SDK, OTLP, Push, the bridge's own store
-    END = "end"  # @pyroscope/nodejs (@datadog/pprof stamps a profile when it serialises it)
-    EITHER = "either"  # not known: look on both sides
-
-
-SPY_LABEL: Final = "pyroscope_spy"
-# pyroscope_spy (the /ingest spyName) → where that SDK stamps its profiles (docs/contracts/pyroscope-ingest.md)
-SPY_STAMPS: Final[Mapping[str, Stamp]] = {
-    "nodespy": Stamp.END,
-    "gospy": Stamp.START,
-    "pyspy": Stamp.START,
-    "rbspy": Stamp.START,
-    "phpspy": Stamp.START,
-    "dotnetspy": Stamp.START,
-    "javaspy": Stamp.START,
-    "grafana-agent.java": Stamp.START,
-    "pyroscope-rs": Stamp.START,
-    "ebpfspy": Stamp.START,
-}
-STAMP_WORDS: Final[Mapping[Stamp, str]] = {
-    Stamp.START: "at the start of their capture windows",
-    Stamp.END: "at the end of their capture windows",
-    Stamp.EITHER: "at the start or the end of their capture windows",
-}
-STEP_MS: Final = 100  # resolution of the profile stamps the time-window step reads (SelectSeries step)
-
-
-def stamp_of(spies: Iterable[str]) -> Stamp:
-    """Where a service's profiles are stamped, from its ``pyroscope_spy`` values. No value at all (Push, OTLP)
-    means start; an unknown spy, or spies that disagree, mean either."""
-    stamps = {SPY_STAMPS.get(spy, Stamp.EITHER) for spy in spies if spy}
-    if not stamps:
-        return Stamp.START
-    return stamps.pop() if len(stamps) == 1 else Stamp.EITHER
-
-
-def cpu_equivalents(asked: str, available: Iterable[str]) -> tuple[str, ...]:
-    """The profile types to answer ``asked`` from, best first: ``asked`` itself when the service has it, then every
-    type it has with the same sample type and unit (``process_cpu:cpu:nanoseconds:wall:nanoseconds`` holds the same CPU
-    nanoseconds as ``process_cpu:cpu:nanoseconds:cpu:nanoseconds``) — same name first, then same period, then by
-    id. Nothing known about the service → just ``asked``."""
-    have = set(available)
-    if not have:
-        return (asked,)
-    try:
-        want = ProfileType.parse(asked)
-    except BadProfileType:
-        return (asked,)
-    ranked: list[tuple[int, int, str]] = []
-    for type_id in have - {asked}:
-        try:
-            other = ProfileType.parse(type_id)
-        except BadProfileType:
-            continue
-        if (other.sample_type, other.sample_unit) != (want.sample_type, want.sample_unit):
-            continue
-        same_period = (other.period_type, other.period_unit) == (want.period_type, want.period_unit)
-        ranked.append((other.name != want.name, not same_period, type_id))
-    head = (asked,) if asked in have or not ranked else ()
-    return head + tuple(type_id for *_, type_id in sorted(ranked))
-
-
-def typical_window_ms(stamps_ms: Sequence[int], fallback_ms: int) -> int:
-    """A service's capture window length, from the spacing of its profile stamps (the median gap); one stamp or
-    none → ``fallback_ms`` (the configured capture window)."""
-    gaps = sorted(b - a for a, b in zip(stamps_ms, stamps_ms[1:], strict=False) if b > a)
-    return gaps[len(gaps) // 2] if gaps else fallback_ms
-
-
-def overlapping_stamps(
-    span_ms: tuple[int, int],
-    stamps_ms: Sequence[int],
-    stamp: Stamp,
-    length_ms: int,
-    skew_ms: int,
-    step_ms: int = STEP_MS,
-) -> list[int]:
-    """The stamps (step starts, sorted) of the capture windows that overlap the span. A start stamp ``t`` covers
-    ``[t, t + len]``, an end stamp ``[t − len, t]``, ``len`` being the gap to the neighbouring stamp but at most
-    ``length_ms``; a stamp is known to ``step_ms``."""
-    start, end = span_ms[0] - skew_ms, span_ms[1] + skew_ms
-    out: list[int] = []
-    for i, t in enumerate(stamps_ms):
-        hit = False
-        if stamp in (Stamp.START, Stamp.EITHER):
-            after = stamps_ms[i + 1] - t if i + 1 < len(stamps_ms) else length_ms
-            hit = t <= end and t + step_ms + min(after, length_ms) >= start
-        if stamp in (Stamp.END, Stamp.EITHER) and not hit:
-            before = t - stamps_ms[i - 1] if i > 0 else length_ms
-            hit = t + step_ms >= start and t - min(before, length_ms) <= end
-        if hit:
-            out.append(t)
-    return out
-
-
-def stamp_window(
-    span_ms: tuple[int, int],
-    stamps_ms: Sequence[int],
-    stamp: Stamp,
-    length_ms: int,
-    skew_ms: int,
-    step_ms: int = STEP_MS,
-) -> tuple[int, int] | None:
-    """The query range ``[start, end]`` (ms, inclusive, as Pyroscope selects by stamp) that takes every capture window
-    overlapping the span and no neighbouring one: from the first overlapping stamp to the last, widened by the
-    skew but never onto the stamp before or after. None when no window overlaps."""
-    hits = overlapping_stamps(span_ms, stamps_ms, stamp, length_ms, skew_ms, step_ms)
-    if not hits:
-        return None
-    first, last = hits[0], hits[-1]
-    pad = skew_ms + step_ms
-    before = [t for t in stamps_ms if t < first]
-    after = [t for t in stamps_ms if t > last]
-    lo = max(first - pad, before[-1] + step_ms if before else first - pad)
-    hi = min(last + step_ms + pad, after[0] - 1 if after else last + step_ms + pad)
-    return max(0, min(lo, first)), max(hi, last + step_ms - 1)
-
-
-def covered_by(window: tuple[int, int], stamps_ms: Sequence[int], stamp: Stamp, length_ms: int) -> tuple[int, int]:
-    """Pure: the wall-clock time the samples of the profiles stamped in ``window`` were taken in — their whole capture
-    windows (a start stamp ``t`` covers ``[t, t + len]``, an end stamp ``[t − len, t]``). With no stamps to go by,
-    every stamp the window may hold."""
-    inside = [t for t in stamps_ms if window[0] <= t <= window[1]] or [window[0], window[1]]
-    lo, hi = min(inside), max(inside)
-    if stamp is Stamp.START:
-        return lo, hi + length_ms
-    if stamp is Stamp.END:
-        return max(0, lo - length_ms), hi
-    return max(0, lo - length_ms), hi + length_ms
-
-
-def stamp_free_window(span: Span, stamp: Stamp, capture_window: float, clock_skew: float) -> tuple[int, int]:
-    """With no stamps to go by: ``window_of`` for start stamps, its mirror image for end stamps, both for either."""
-    start_ms, end_ms = window_of(span, capture_window, clock_skew)
-    if stamp is Stamp.START:
-        return start_ms, end_ms
-    widen = int(round(capture_window * 1000))
-    return (start_ms + widen if stamp is Stamp.END else start_ms), end_ms + widen
-
-
-def answered_from_text(type_id: str, service: str) -> str:
-    return f"answered from {type_id}, the CPU type {service or 'the service'} uploads"
-
-
-def stamped_text(stamp: Stamp, spies: Iterable[str]) -> str:
-    named = ", ".join(sorted(s for s in spies if s and s != "unknown"))
-    return f"{named or 'its SDK'} stamps profiles {STAMP_WORDS[stamp]}"
-
-
-def clock_text(ns: int, with_ms: bool = True) -> str:
-    t = datetime.fromtimestamp(ns / 1e9, UTC)
-    return t.strftime("%H:%M:%S.%f")[:-3] if with_ms else t.strftime("%H:%M:%S")
-
-
-def linked_reason(span_ids: Sequence[str]) -> str:
-    return f"samples linked to span {', '.join(span_ids)}"
-
-
-def local_root_reason(span: Span, root: Span) -> str:
-    return f"local root {root.name} ({span.name}'s CPU is recorded under its local root span {root.span_id})"
-
-
-def time_window_reason(span: Span, capture_window: float, why: str) -> str:
-    return (
-        f"time-window fallback: {why} ({span.name}, {span.service or 'unknown service'}, "
-        f"{clock_text(span.start_ns)}–{clock_text(span.end_ns)} UTC, {capture_window:g} s capture windows)"
-    )
-
-
-def no_samples_why(span: Span, root: Span | None) -> str:
-    if root is not None and root.span_id != span.span_id:
-        return f"no samples linked to span {span.span_id} or its local root {root.span_id}"
-    return f"no samples linked to span {span.span_id}"
-
-
-def range_text(start_ms: int, end_ms: int) -> str:
-    """``12:00:00 and 12:02:00 UTC``; with dates when the range is longer than a few hours."""
-    if end_ms - start_ms <= 6 * 3600 * 1000:
-        return f"{clock_text(start_ms * 1_000_000, False)} and {clock_text(end_ms * 1_000_000, False)} UTC"
-    fmt = "%Y-%m-%d %H:%M:%S"
-    start, end = (datetime.fromtimestamp(ms / 1000, UTC).strftime(fmt) for ms in (start_ms, end_ms))
-    return f"{start} and {end} UTC"
-
-
-def not_found_reason(span_ids: Sequence[str], start_ms: int, end_ms: int) -> str:
-    return (
-        f"span {', '.join(span_ids)} not found in Tempo between {range_text(start_ms, end_ms)}, and no samples "
-        "are linked to it"
-    )
-
-
-def empty_window_reason(span: Span, root: Span | None, selector: str, window: tuple[int, int]) -> str:
-    return (
-        f"{no_samples_why(span, root)}, and no {selector} samples between "
-        f"{clock_text(window[0] * 1_000_000)} and {clock_text(window[1] * 1_000_000)} UTC either"
-    )
-
-
-# --------------------------------------------------------------------------------------------- what a number measures
-
-# modes whose samples belong to the span's request (its own process's local root), not to the whole service
-REQUEST_MODES: Final = frozenset({Mode.LINKED, Mode.LOCAL_ROOT})
-
-
-class Attribution(enum.StrEnum):
-    """Whose cost a resolution's number is."""
-
-    SPAN = "span"  # samples linked to the span itself
-    REQUEST = "request"  # samples linked to its local root: the whole request in that process, children included
-    SERVICE = "service"  # the service's samples during a time window: every request it served then
-    NOTHING = "nothing"  # no samples
-
-
-@dataclass(frozen=True, slots=True)
-class Measure:
-    """What the number of an answer is, said plainly: the headline of the page, the API and ``resolve``."""
-
-    attribution: Attribution
-    text: str  # e.g. "shop-frontend CPU during the 19 s window around this span, not this span's own"
-
-    @property
-    def own(self) -> bool:
-        """True when the number is this span's own cost."""
-        return self.attribution is Attribution.SPAN
-
-
-def seconds_text(ms: int) -> str:
-    seconds = ms / 1000
-    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
-
-
-def measure_of(res: Resolution, profile_type: str) -> Measure:
-    """Pure: what ``res``'s flame graph total measures. Only ``linked`` is the span's own cost; ``local-root`` is its
-    whole request in that process; ``time-window`` is its service's cost during a window, every request included.
-    The quantity is what the SDK's samples are (``bridge.sampling``: "sampled on-GIL time"), else the type's."""
-    what = res.sampling.measure if res.sampling is not None else quantity_of(profile_type)
-    span, root = res.span, res.local_root
-    service = (span.service if span is not None else "") or "its service"
-    if res.mode is Mode.LINKED:
-        target = "this span" if len(res.span_ids) <= 1 else "spans " + ", ".join(res.span_ids)
-        return Measure(Attribution.SPAN, f"{what} linked to {target}")
-    if res.mode is Mode.LOCAL_ROOT:
-        name = f" {root.name}" if root is not None and root.name else ""
-        return Measure(
-            Attribution.REQUEST, f"{service} {what} of the whole request{name} (its local root), not this span's own"
-        )
-    covered = res.covered_ms or res.window_ms
-    if res.mode is Mode.TIME_WINDOW and covered is not None:
-        start, end = covered
-        return Measure(
-            Attribution.SERVICE,
-            f"{service} {what} during the {seconds_text(end - start)} window around "
-            f"this span ({clock_text(start * 1_000_000, False)}–"
-            f"{clock_text(end * 1_000_000, False)} UTC), not this span's own",
-        )
-    return Measure(Attribution.NOTHING, f"no {what} samples")
-
-
-# the headers every span answer carries (the /pyroscope mount and the API), all ASCII
-RESOLUTION_HEADER: Final = "X-Profile-Bridge-Resolution"  # the mode
-REASON_HEADER: Final = "X-Profile-Bridge-Reason"  # how it was found
-ATTRIBUTION_HEADER: Final = "X-Profile-Bridge-Attribution"  # whose cost the total is: span, request, service, nothing
-MEASURE_HEADER: Final = "X-Profile-Bridge-Measure"  # that in words
-MAX_HEADER_TEXT: Final = 400
-
-
-def answer_headers(res: Resolution, measure: Measure) -> dict[str, str]:
-    return {
-        RESOLUTION_HEADER: res.mode.value,
-        REASON_HEADER: res.reason_header[:MAX_HEADER_TEXT],
-        ATTRIBUTION_HEADER: measure.attribution.value,
-        MEASURE_HEADER: ascii_header(measure.text)[:MAX_HEADER_TEXT],
-    }
-
-
-_ASCII: Final = str.maketrans({"—": "-", "–": "-", "…": "...", "’": "'", "‘": "'", "“": '"', "”": '"'})
-
-
-def ascii_header(text: str) -> str:
-    """A header-safe form of ``text``: ASCII, no control characters."""
-    out = text.translate(_ASCII).encode("ascii", "replace").decode("ascii")
-    return "".join(c if 32 <= ord(c) < 127 else " " for c in out)
 
 
 def span_from_hit(hit: SearchHit) -> Span:
@@ -523,9 +150,9 @@ class Resolver:
     async def resolve(self, query: SpanQuery, ctx: CallContext) -> Resolution:
         span_ids = clean_span_ids(query.span_ids)
         resolution = await self._resolve(span_ids, query, ctx, carried_traces(query.span_ids))
-        if resolution.mode is not Mode.NONE:
+        if resolution.step is not Step.NONE:
             resolution = await self._sampled(resolution, query, ctx)
-        self.metrics.resolutions.labels(resolution.mode.value).inc()
+        self.metrics.resolutions.labels(resolution.step.value).inc()
         return resolution
 
     async def _sampled(self, res: Resolution, query: SpanQuery, ctx: CallContext) -> Resolution:
@@ -542,14 +169,20 @@ class Resolver:
         selector = query.label_selector or "{}"
         fg = await self._linked(span_ids, query, ctx)
         if fg is not None and not flamegraph.is_empty(fg):
-            return Resolution(Mode.LINKED, linked_reason(span_ids), fg, None, None, None, selector, span_ids)
+            return Resolution(
+                step=Step.LINKED,
+                reason=linked_reason(span_ids),
+                flamegraph=fg,
+                label_selector=selector,
+                span_ids=span_ids,
+            )
 
         found = await self._first_found(span_ids, query, ctx, carried)
         if found is None:
             start_s, end_s = self._search_range(query.start_ms, query.end_ms)
             reason = not_found_reason(span_ids, start_s * 1000, end_s * 1000)
             empty = flamegraph.empty(flamegraph.root_label(reason))
-            return Resolution(Mode.NONE, reason, empty, None, None, None, selector, ())
+            return Resolution(step=Step.NONE, reason=reason, flamegraph=empty, label_selector=selector)
 
         span, root = found.span, found.local_root
         if root is not None and root.span_id not in span_ids:
@@ -557,7 +190,15 @@ class Resolver:
             if fg is not None and not flamegraph.is_empty(fg):
                 reason = local_root_reason(span, root)
                 relabelled = flamegraph.relabel_root(fg, flamegraph.root_label(reason))
-                return Resolution(Mode.LOCAL_ROOT, reason, relabelled, span, root, None, selector, (root.span_id,))
+                return Resolution(
+                    step=Step.LOCAL_ROOT,
+                    reason=reason,
+                    flamegraph=relabelled,
+                    span=span,
+                    local_root=root,
+                    label_selector=selector,
+                    span_ids=(root.span_id,),
+                )
 
         used = merge_selector(selector, labels_of(span, self.settings.label_map))
         found_in = await self._time_window(span, query, used, ctx)
@@ -566,21 +207,27 @@ class Resolver:
             reason = time_window_reason(span, found_in.length_s, no_samples_why(span, root)) + found_in.note
             relabelled = flamegraph.relabel_root(fg, flamegraph.root_label(reason))
             return Resolution(
-                Mode.TIME_WINDOW,
-                reason,
-                relabelled,
-                span,
-                root,
-                window,
-                used,
-                (),
-                found_in.covered,
-                None,
-                found_in.type_id,
+                step=Step.TIME_WINDOW,
+                reason=reason,
+                flamegraph=relabelled,
+                span=span,
+                local_root=root,
+                window_ms=window,
+                label_selector=used,
+                covered_ms=found_in.covered,
+                answered_type=found_in.type_id,
             )
         reason = empty_window_reason(span, root, used, window)
         empty = flamegraph.empty(flamegraph.root_label(reason))
-        return Resolution(Mode.NONE, reason, empty, span, root, window, used, ())
+        return Resolution(
+            step=Step.NONE,
+            reason=reason,
+            flamegraph=empty,
+            span=span,
+            local_root=root,
+            window_ms=window,
+            label_selector=used,
+        )
 
     async def _linked(
         self, span_ids: tuple[str, ...], query: SpanQuery, ctx: CallContext
@@ -855,31 +502,3 @@ class Resolver:
             return start_ms // 1000, math.ceil(end_ms / 1000)
         now = int(self.clock())
         return now - DEFAULT_SEARCH_SPAN_S, now + 60
-
-
-__all__: Final = [
-    "ATTRIBUTION_HEADER",
-    "MEASURE_HEADER",
-    "REASON_HEADER",
-    "RESOLUTION_HEADER",
-    "Attribution",
-    "Found",
-    "Measure",
-    "Mode",
-    "Resolution",
-    "Resolver",
-    "SpanQuery",
-    "Stamp",
-    "WindowAnswer",
-    "answer_headers",
-    "cpu_equivalents",
-    "stamp_of",
-    "stamp_window",
-    "carried_traces",
-    "clean_span_ids",
-    "covered_by",
-    "labels_of",
-    "measure_of",
-    "quantity_of",
-    "window_of",
-]

@@ -36,7 +36,7 @@ from bridge._proto import querier_pb2 as qpb
 from bridge.connect import Codec, decode_document, decode_message, encode_document, strict_message
 from bridge.errors import InvalidArgument
 from bridge.limits import time_range_problem
-from bridge.resolve import Mode, Resolution, SpanQuery, carried_traces, clean_span_ids, measure_of
+from bridge.resolution import Resolution, SpanQuery, Step, carried_traces, clean_span_ids, measure_of
 from bridge.sampling import sampling_text
 from bridge.units import format_duration_ns
 from bridge.wire.pyroscope import DEFAULT_MAX_NODES, FLAMEGRAPH_FORMATS, SPAN_RPCS, SPAN_SELECTOR_FIELD, TOP
@@ -244,20 +244,20 @@ def grafana_flamegraph(resolution: Resolution, profile_type: str) -> qpb.FlameGr
     - A ``none`` answer would be one row, which span details do not draw at all: it becomes a one-unit placeholder of
       two rows whose bars say why there is nothing (the ``X-Profile-Bridge-Resolution: none`` header and the root's
       label say it is not data)."""
-    if resolution.mode is Mode.NONE:
+    if resolution.step is Step.NONE:
         return flamegraph.placeholder(
             flamegraph.root_label(f"none: {resolution.reason}"), f"no samples — {resolution.reason}"
         )
     measure = measure_of(resolution, profile_type)
     sampling = resolution.sampling
     counted = sampling_text(sampling)
-    if resolution.mode is Mode.LINKED:
+    if resolution.step is Step.LINKED:
         if sampling is None:
             return resolution.flamegraph
         return flamegraph.relabel_root(resolution.flamegraph, flamegraph.root_label(f"{measure.text}, {counted}"))
     text = f"{measure.text}; {counted}" if counted else measure.text
     root = resolution.local_root
-    if resolution.mode is Mode.LOCAL_ROOT and sampling is not None and root is not None:
+    if resolution.step is Step.LOCAL_ROOT and sampling is not None and root is not None:
         if sampling.exceeds(root.duration_ns):
             text += f"; more than the request lasted ({format_duration_ns(root.duration_ns)}) beyond wall + 3σ"
     return flamegraph.relabel_root(resolution.flamegraph, flamegraph.root_label(f"{text} — {resolution.reason}"))
@@ -279,7 +279,7 @@ def diff_answer(left: flamegraph.Node, right: flamegraph.Node, max_nodes: int) -
 def side_tree(resolution: Resolution) -> flamegraph.Node:
     """A resolved Diff side's tree: its samples, none for a ``none`` answer (its placeholder bars are words, not
     samples); the resolution's words travel in the answer's headers."""
-    if resolution.mode is Mode.NONE:
+    if resolution.step is Step.NONE:
         return flamegraph.Node(flamegraph.ROOT_NAME)
     return flamegraph.decode(resolution.flamegraph)
 

@@ -260,7 +260,7 @@ def span_context(ans: Answer, settings: Settings, values: Mapping[str, Linked | 
         "span": span,
         "duration": format_duration_ns(span.duration_ns),
         "ans": ans,
-        "mode": ans.mode.value,
+        "mode": ans.step.value,
         "reason": ans.resolution.reason,
         "reasons": ans.reasons,
         "scope": scope,

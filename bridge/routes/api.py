@@ -61,7 +61,7 @@ from bridge.recent import (
     slowest_local_roots,
     span_path,
 )
-from bridge.resolve import Mode, answer_headers
+from bridge.resolution import Step, answer_headers
 from bridge.sampling import sampling_json
 from bridge.state import CLOCK, GRANT, SETTINGS, backends_of, call_context
 
@@ -197,16 +197,16 @@ def request_json(row: IndexRow, res: RowResolution) -> dict[str, Any]:
         "resource": dict(span.resource),
         "links": {"span": row.href, "request": span_path(span, scope="request")},
         "resolution": None
-        if res.mode is None
+        if res.step is None
         else {
-            "mode": res.mode.value,
+            "mode": res.step.value,
             "reason": res.reason,
             "total": res.total,
             # how many samples make up the total, their 95 % interval and what they measure (docs/api.md)
-            "sampling": sampling_json(res.sampling, row.span.duration_ns if res.mode is Mode.LINKED else None),
+            "sampling": sampling_json(res.sampling, row.span.duration_ns if res.step is Step.LINKED else None),
         },
     }
-    if res.mode is None:
+    if res.step is None:
         doc["error"] = {"code": res.error_code, "message": res.reason}
     return doc
 

@@ -28,7 +28,8 @@ from bridge.body import read_body
 from bridge.call import CallContext
 from bridge.connect import Codec, codec_for, decompress, encode_response, parse_timeout_ms
 from bridge.middleware import ROUTE_LABEL
-from bridge.resolve import Resolver, answer_headers, measure_of
+from bridge.resolution import answer_headers, measure_of
+from bridge.resolve import Resolver
 from bridge.span_rpc import (
     SpanCall,
     answer_of,

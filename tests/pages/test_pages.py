@@ -13,7 +13,7 @@ import pytest
 
 from bridge import flamegraph, views
 from bridge.answer import Answer
-from bridge.resolve import Mode, Resolution
+from bridge.resolution import Resolution, Step
 from bridge.spans import Trace
 from tests.core.test_flamegraph_render import random_tree
 from tests.span_stack import CPU, Stack, linked_total, start_stack
@@ -192,7 +192,13 @@ async def test_user_controlled_strings_are_escaped(stack: Stack) -> None:
 def synthetic_answer(tree: flamegraph.Node, trace: Trace, span_id: str) -> Answer:
     span = trace.spans[span_id]
     res = Resolution(
-        Mode.LINKED, f"samples linked to span {span_id}", flamegraph.encode(tree), span, span, None, "{}", (span_id,)
+        step=Step.LINKED,
+        reason=f"samples linked to span {span_id}",
+        flamegraph=flamegraph.encode(tree),
+        span=span,
+        local_root=span,
+        label_selector="{}",
+        span_ids=(span_id,),
     )
     return Answer("span", span, trace, CPU, res, tree, res.flamegraph)
 

@@ -16,7 +16,7 @@ from bridge.call import CallContext, Deadline
 from bridge.config import Settings
 from bridge.errors import Code
 from bridge.recent import RESOLVE_CONCURRENCY, resolve_rows
-from bridge.resolve import Mode, Resolution, SpanQuery
+from bridge.resolution import Resolution, SpanQuery, Step
 from bridge.spancache import SpanCache
 from tests.doubles.pyroscope import Faults as PyroscopeFaults
 from tests.doubles.shop import load_shop
@@ -173,7 +173,7 @@ class GatedResolver:
         await self.gate.wait()
         self.running -= 1
         fg = flamegraph.empty("total")
-        return Resolution(Mode.NONE, "nothing", fg, None, None, None, "{}", ())
+        return Resolution(step=Step.NONE, reason="nothing", flamegraph=fg, label_selector="{}")
 
 
 async def test_rows_are_resolved_a_few_at_a_time() -> None:
@@ -200,7 +200,7 @@ async def test_rows_are_resolved_a_few_at_a_time() -> None:
     assert resolver.running == resolver.most == RESOLVE_CONCURRENCY
     resolver.gate.set()
     rows = await task
-    assert len(rows) == len(roots) and {r.mode for r in rows} == {Mode.NONE}
+    assert len(rows) == len(roots) and {r.step for r in rows} == {Step.NONE}
     assert resolver.most == RESOLVE_CONCURRENCY
 
 

@@ -671,7 +671,7 @@ async def test_resolutions_are_counted_in_metrics(stack: Stack) -> None:
 
 
 def test_reason_header_is_ascii_safe() -> None:
-    from bridge.resolve import ascii_header
+    from bridge.resolution import ascii_header
 
     assert ascii_header("total — a–b “c” é\n") == 'total - a-b "c" ? '
 

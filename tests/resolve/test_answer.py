@@ -6,7 +6,7 @@ from bridge import flamegraph
 from bridge.answer import combine, query_for, selector_for
 from bridge.config import Settings
 from bridge.grafana import EXPLORE_MARGIN_MS
-from bridge.resolve import Mode, Resolution
+from bridge.resolution import Resolution, Step
 from bridge.spans import Span
 
 
@@ -31,11 +31,11 @@ def span(
     )
 
 
-def resolution(mode: Mode, stacks: list[tuple[tuple[str, ...], int]], span_ids: tuple[str, ...] = ()) -> Resolution:
+def resolution(mode: Step, stacks: list[tuple[tuple[str, ...], int]], span_ids: tuple[str, ...] = ()) -> Resolution:
     fg = flamegraph.encode(flamegraph.build_tree(stacks)) if stacks else flamegraph.empty()
-    if mode not in (Mode.LINKED,):
+    if mode not in (Step.LINKED,):
         fg = flamegraph.relabel_root(fg, flamegraph.root_label(f"{mode.value} reason"))
-    return Resolution(mode, f"{mode.value} reason", fg, None, None, None, "{}", span_ids)
+    return Resolution(step=mode, reason=f"{mode.value} reason", flamegraph=fg, label_selector="{}", span_ids=span_ids)
 
 
 FRONT = span("1" * 16, "frontend")
@@ -45,8 +45,8 @@ SAME_ROOT = span("4" * 16, "frontend")
 
 
 def test_linked_descendants_are_added_under_a_frame_per_service() -> None:
-    own = resolution(Mode.LOCAL_ROOT, [(("main", "render"), 60)], (FRONT.span_id,))
-    back = resolution(Mode.LINKED, [(("main", "count_primes"), 40)], (BACK.span_id,))
+    own = resolution(Step.LOCAL_ROOT, [(("main", "render"), 60)], (FRONT.span_id,))
+    back = resolution(Step.LINKED, [(("main", "count_primes"), 40)], (BACK.span_id,))
     tree, parts, services = combine(FRONT, own, [(BACK, back)])
     assert tree.name == "total" and tree.total == 100
     assert set(tree.children) == {"frontend", "backend"}
@@ -56,9 +56,9 @@ def test_linked_descendants_are_added_under_a_frame_per_service() -> None:
 
 
 def test_time_window_and_empty_descendants_are_listed_but_not_added() -> None:
-    own = resolution(Mode.LINKED, [(("main",), 10)], (FRONT.span_id,))
-    window = resolution(Mode.TIME_WINDOW, [(("main", "whole_service"), 500)])
-    nothing = resolution(Mode.NONE, [])
+    own = resolution(Step.LINKED, [(("main",), 10)], (FRONT.span_id,))
+    window = resolution(Step.TIME_WINDOW, [(("main", "whole_service"), 500)])
+    nothing = resolution(Step.NONE, [])
     tree, parts, services = combine(FRONT, own, [(BACK, window), (OTHER, nothing)])
     assert tree.total == 10 and set(tree.children) == {"frontend"}
     by_id = {p.span.span_id: p for p in parts}
@@ -69,16 +69,16 @@ def test_time_window_and_empty_descendants_are_listed_but_not_added() -> None:
 
 
 def test_a_descendant_answered_by_ids_already_counted_is_not_added_twice() -> None:
-    own = resolution(Mode.LINKED, [(("main",), 10)], (FRONT.span_id,))
-    again = resolution(Mode.LOCAL_ROOT, [(("main",), 10)], (FRONT.span_id,))
+    own = resolution(Step.LINKED, [(("main",), 10)], (FRONT.span_id,))
+    again = resolution(Step.LOCAL_ROOT, [(("main",), 10)], (FRONT.span_id,))
     tree, parts, _ = combine(FRONT, own, [(SAME_ROOT, again)])
     assert tree.total == 10
     assert parts[1].note == "already counted (same local root)" and not parts[1].included
 
 
 def test_an_empty_own_answer_still_lets_the_backends_speak() -> None:
-    own = resolution(Mode.NONE, [])
-    back = resolution(Mode.LINKED, [(("count_primes",), 40)], (BACK.span_id,))
+    own = resolution(Step.NONE, [])
+    back = resolution(Step.LINKED, [(("count_primes",), 40)], (BACK.span_id,))
     tree, parts, services = combine(FRONT, own, [(BACK, back)])
     assert tree.total == 40 and not parts[0].included and [s.service for s in services] == ["backend"]
 

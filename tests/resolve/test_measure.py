@@ -16,8 +16,10 @@ from bridge import flamegraph
 from bridge.answer import combine
 from bridge.commands.resolve import resolve_report
 from bridge.config import DEFAULT_PROFILE_TYPE
-from bridge.resolve import Attribution, Mode, Resolution, Stamp, covered_by, measure_of, quantity_of
+from bridge.resolution import Attribution, Resolution, Step, measure_of
+from bridge.sampling import quantity_of
 from bridge.spans import Span
+from bridge.timewindow import Stamp, covered_by
 from tests.doubles.pyroscope import load_push_profiles
 from tests.pages.test_api import linked_total, path
 from tests.span_stack import CPU, Stack, start_stack
@@ -41,7 +43,7 @@ def fg_of(stacks: dict[tuple[str, ...], int]) -> Any:
 
 
 def res(
-    mode: Mode,
+    mode: Step,
     span: Span | None,
     value: int,
     *,
@@ -50,7 +52,16 @@ def res(
     ids: tuple[str, ...] = (),
 ) -> Resolution:
     fg = fg_of({("main", "work"): value}) if value else flamegraph.empty()
-    return Resolution(mode, f"{mode.value} because", fg, span, root, window, "{}", ids)
+    return Resolution(
+        step=mode,
+        reason=f"{mode.value} because",
+        flamegraph=fg,
+        span=span,
+        local_root=root,
+        window_ms=window,
+        label_selector="{}",
+        span_ids=ids,
+    )
 
 
 # --------------------------------------------------------------------------------------------- pure: the measure
@@ -59,23 +70,23 @@ def res(
 @pytest.mark.parametrize(
     ("resolution", "attribution", "text"),
     [
-        (res(Mode.LINKED, None, 5, ids=("2222222222222222",)), Attribution.SPAN, "CPU linked to this span"),
+        (res(Step.LINKED, None, 5, ids=("2222222222222222",)), Attribution.SPAN, "CPU linked to this span"),
         (
-            res(Mode.LINKED, None, 5, ids=("2222222222222222", "3333333333333333")),
+            res(Step.LINKED, None, 5, ids=("2222222222222222", "3333333333333333")),
             Attribution.SPAN,
             "CPU linked to spans 2222222222222222, 3333333333333333",
         ),
         (
-            res(Mode.LOCAL_ROOT, FRONT, 5, root=ROOT),
+            res(Step.LOCAL_ROOT, FRONT, 5, root=ROOT),
             Attribution.REQUEST,
             "shop-frontend CPU of the whole request GET /checkout (its local root), not this span's own",
         ),
         (
-            res(Mode.TIME_WINDOW, FRONT, 5, window=(1_795_949_983_000, 1_795_950_002_000)),
+            res(Step.TIME_WINDOW, FRONT, 5, window=(1_795_949_983_000, 1_795_950_002_000)),
             Attribution.SERVICE,
             "shop-frontend CPU during the 19 s window around this span (10:59:43–11:00:02 UTC), not this span's own",
         ),
-        (res(Mode.NONE, FRONT, 0), Attribution.NOTHING, "no CPU samples"),
+        (res(Step.NONE, FRONT, 0), Attribution.NOTHING, "no CPU samples"),
     ],
 )
 def test_what_a_total_measures_table(resolution: Resolution, attribution: Attribution, text: str) -> None:
@@ -104,8 +115,8 @@ def test_quantity_of_a_profile_type_table(profile_type: str, quantity: str) -> N
 
 
 def test_a_fallback_own_part_is_drawn_under_a_frame_that_says_so_and_kept_out_of_the_shares() -> None:
-    own = res(Mode.TIME_WINDOW, FRONT, 900, window=(0, 19_000))
-    backend = res(Mode.LINKED, BACK, 100, ids=(BACK.span_id,))
+    own = res(Step.TIME_WINDOW, FRONT, 900, window=(0, 19_000))
+    backend = res(Step.LINKED, BACK, 100, ids=(BACK.span_id,))
     tree, parts, services = combine(FRONT, own, [(BACK, backend)])
     assert tree.total == 1000  # drawn: the fallback is all there is to see of the span itself
     assert set(tree.children) == {"shop-frontend (time-window: whole service)", "shop-backend"}
@@ -118,8 +129,8 @@ def test_a_request_measure_adds_linked_parts_and_names_the_fallback() -> None:
     from bridge.answer import Answer
     from bridge.spans import Trace
 
-    own = res(Mode.TIME_WINDOW, FRONT, 900, window=(0, 19_000))
-    backend = res(Mode.LINKED, BACK, 100, ids=(BACK.span_id,))
+    own = res(Step.TIME_WINDOW, FRONT, 900, window=(0, 19_000))
+    backend = res(Step.LINKED, BACK, 100, ids=(BACK.span_id,))
     tree, parts, services = combine(FRONT, own, [(BACK, backend)])
     ans = Answer(
         "request",
@@ -254,14 +265,12 @@ def test_covered_time_is_whole_capture_windows_table(
 
 def test_the_measure_states_the_time_the_samples_cover_not_the_query_range() -> None:
     resolution = Resolution(
-        Mode.TIME_WINDOW,
-        "why",
-        fg_of({("a",): 1}),
-        FRONT,
-        None,
-        (1_795_949_999_000, 1_795_950_001_000),
-        "{}",
-        (),
+        step=Step.TIME_WINDOW,
+        reason="why",
+        flamegraph=fg_of({("a",): 1}),
+        span=FRONT,
+        window_ms=(1_795_949_999_000, 1_795_950_001_000),
+        label_selector="{}",
         covered_ms=(1_795_949_990_000, 1_795_950_010_000),
     )
     assert measure_of(resolution, DEFAULT_PROFILE_TYPE).text == (

@@ -15,21 +15,13 @@ from bridge.call import CallContext, Deadline, scope_key
 from bridge.config import DEFAULT_PROFILE_TYPE, Settings
 from bridge.errors import InvalidArgument, UpstreamTimeout
 from bridge.metrics import Metrics
-from bridge.resolve import (
-    Mode,
-    Resolver,
-    SpanQuery,
-    ascii_header,
-    carried_traces,
-    clean_span_ids,
-    labels_of,
-    local_root_reason,
-    time_window_reason,
-    window_of,
-)
+from bridge.reasons import local_root_reason, time_window_reason
+from bridge.resolution import SpanQuery, Step, ascii_header, carried_traces, clean_span_ids
+from bridge.resolve import Resolver
 from bridge.selector import Matcher, format_selector, merge_selector, parse_selector
 from bridge.spancache import CachedSpan, SpanCache
 from bridge.spans import Span, Trace
+from bridge.timewindow import labels_of, window_of
 from bridge.upstream.http import open_clients
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.shop import capture_now, load_shop
@@ -226,7 +218,7 @@ async def test_known_trace_id_skips_the_search(env: Env) -> None:
     shop = load_shop()
     io = shop.span(shop.pick("frontend-io").span_id)
     res = await env.resolver.resolve(query_for(io, trace_id=io.trace_id), ctx())
-    assert res.mode is Mode.TIME_WINDOW
+    assert res.step is Step.TIME_WINDOW
     assert res.span == io and res.local_root == io
     # the capture window the span lies in, found from the profiles' stamps (pyroscope-io stamps the start)
     stamps = sorted({p.time_ms for p in env.pyro.profiles if p.labels.get("service_name") == "shop-frontend"})
@@ -243,7 +235,7 @@ async def test_backend_child_resolves_to_its_backend_local_root(env: Env) -> Non
     role = shop.pick("backend-child", lambda r: shop.trace(r.trace_id).local_root(r.span_id).span_id in linked)  # type: ignore[union-attr]
     child = shop.span(role.span_id)
     res = await env.resolver.resolve(query_for(child), ctx())
-    assert res.mode is Mode.LOCAL_ROOT
+    assert res.step is Step.LOCAL_ROOT
     assert res.local_root is not None and res.local_root.name == "GET /price"
     assert res.span_ids == (res.local_root.span_id,)
     assert "countPrimes's CPU is recorded under its local root span" in res.reason
@@ -254,7 +246,7 @@ async def test_several_ids_are_or_ed_in_one_linked_query(env: Env) -> None:
     shop = load_shop()
     span = shop.span(linked[0])
     res = await env.resolver.resolve(query_for(span, span_ids=tuple(linked), label_selector="{}"), ctx())
-    assert res.mode is Mode.LINKED and res.span_ids == tuple(linked)
+    assert res.step is Step.LINKED and res.span_ids == tuple(linked)
     [asked] = env.pyro.calls("SelectMergeSpanProfile")
     assert list(asked.message.span_selector) == linked  # type: ignore[union-attr]
 
@@ -263,7 +255,7 @@ async def test_nothing_in_the_window_either_is_none_with_the_reason(env: Env) ->
     shop = load_shop()
     io = shop.span(shop.pick("frontend-io").span_id)
     res = await env.resolver.resolve(query_for(io, label_selector='{service_name="shop-frontend", env="nope"}'), ctx())
-    assert res.mode is Mode.NONE and flamegraph.is_empty(res.flamegraph)
+    assert res.step is Step.NONE and flamegraph.is_empty(res.flamegraph)
     assert res.flamegraph.names[0].startswith("total — no samples linked to span")
     assert 'env="nope"' in res.reason
 
@@ -273,7 +265,7 @@ async def test_search_hit_without_a_fetchable_trace_still_gets_a_time_window(env
     io = shop.span(shop.pick("frontend-io").span_id)
     env.tempo._lookup = lambda request: (request.match_info["trace_id"], None)  # type: ignore[method-assign]
     res = await env.resolver.resolve(query_for(io), ctx())
-    assert res.mode is Mode.TIME_WINDOW
+    assert res.step is Step.TIME_WINDOW
     assert res.span is not None and res.span.span_id == io.span_id and res.span.name == "GET /slow-io"
     assert res.span.start_ns == io.start_ns and res.span.end_ns == io.end_ns
     assert res.label_selector == '{service_name="shop-frontend"}'
@@ -351,7 +343,7 @@ async def test_a_cached_span_whose_root_was_evicted_is_completed_from_its_trace_
     cache.put_trace(scope_key(None), shop.trace(child.trace_id))
     env.resolver.span_cache = cache
     res = await env.resolver.resolve(query_for(child), ctx())
-    assert res.mode is Mode.LOCAL_ROOT and res.local_root is not None and res.local_root.name == "GET /checkout"
+    assert res.step is Step.LOCAL_ROOT and res.local_root is not None and res.local_root.name == "GET /checkout"
     assert env.tempo.search_calls == []
     assert [r.path for r in env.tempo.requests] == [f"/api/v2/traces/{child.trace_id}"]
 
@@ -362,14 +354,14 @@ async def test_both_no_data_shapes_count_as_empty(env: Env, style: str) -> None:
     shop = load_shop()
     io = shop.span(shop.pick("frontend-io").span_id)
     res = await env.resolver.resolve(query_for(io), ctx())
-    assert res.mode is Mode.TIME_WINDOW  # the empty linked answer, in either shape, led to the fallback
+    assert res.step is Step.TIME_WINDOW  # the empty linked answer, in either shape, led to the fallback
 
 
 async def test_without_a_time_range_the_search_covers_the_last_day_on_the_injected_clock(env: Env) -> None:
     now = 1_795_945_400.0
     env.resolver.clock = lambda: now
     res = await env.resolver.resolve(SpanQuery(("00000000deadbeef",), DEFAULT_PROFILE_TYPE, "{}", 0, 0), ctx())
-    assert res.mode is Mode.NONE
+    assert res.step is Step.NONE
     [search] = env.tempo.search_calls
     assert (int(search.query["start"]), int(search.query["end"])) == (int(now) - 24 * 3600, int(now) + 60)
     # 1_795_945_400 s is 2026-11-29 09:43:20 UTC

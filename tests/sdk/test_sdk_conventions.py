@@ -13,8 +13,8 @@ import pytest
 
 from bridge.pprof import decode_pprof
 from bridge.profiletype import ProfileType
-from bridge.resolve import Stamp, cpu_equivalents, stamp_of, stamp_window, typical_window_ms
 from bridge.store import decode
+from bridge.timewindow import Stamp, cpu_equivalents, stamp_of, stamp_window, typical_window_ms
 from tests.doubles.pyroscope import ingest_metric_name, ingested_profiles
 from tests.node_sdk import load_capture
 
