@@ -29,6 +29,7 @@ from aiohttp import web
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+from tests.doubles.tempo import TempoDouble
 from tests.faketime import both_clocks_ahead
 from tests.paths import FIXTURES, ROOT
 
@@ -193,3 +194,22 @@ if __name__ == "__main__":
     if node_bin is None or len(sys.argv) != 2:
         raise SystemExit("usage (node on PATH): python -m tests.node_sdk <directory>")
     save_capture(asyncio.run(record(node_bin, "proto")), Path(sys.argv[1]))
+
+
+def tempo_holding(capture: Capture) -> TempoDouble:
+    """A Tempo double holding every trace the service exported, each trace's spans under their resource."""
+    tempo = TempoDouble()
+    by_trace: dict[str, list[Any]] = {}
+    for upload in capture.traces():
+        for rs in resource_spans_of(upload):
+            for trace_id in {span.trace_id.hex() for ss in rs.scope_spans for span in ss.spans}:
+                one = type(rs)()
+                one.CopyFrom(rs)
+                for ss in one.scope_spans:
+                    keep = [s for s in ss.spans if s.trace_id.hex() == trace_id]
+                    del ss.spans[:]
+                    ss.spans.extend(keep)
+                by_trace.setdefault(trace_id, []).append(one)
+    for trace_id, resource_spans in by_trace.items():
+        tempo.add_trace(trace_id, resource_spans)
+    return tempo

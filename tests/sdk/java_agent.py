@@ -26,14 +26,13 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 from urllib.parse import parse_qs
 
 import aiohttp
 from aiohttp import web
 
-from tests.doubles.tempo import TempoDouble
-from tests.node_sdk import Capture, Upload, resource_spans_of
+from tests.node_sdk import Capture, Upload
 from tests.paths import ROOT
 from tests.tools import require_tool
 
@@ -231,22 +230,3 @@ async def _drive(shop: Shop, flavour: str, recorder: str, run: ShopRun) -> None:
         await err_task
         run.stderr = "".join(err)
     assert set(run.spans) == set(ROLES), "".join(out)[-2000:]
-
-
-def tempo_holding(capture: Capture) -> TempoDouble:
-    """A Tempo double holding every trace the service exported, each trace's spans under their resource."""
-    tempo = TempoDouble()
-    by_trace: dict[str, list[Any]] = {}
-    for upload in capture.traces():
-        for rs in resource_spans_of(upload):
-            for trace_id in {span.trace_id.hex() for ss in rs.scope_spans for span in ss.spans}:
-                one = type(rs)()
-                one.CopyFrom(rs)
-                for ss in one.scope_spans:
-                    keep = [s for s in ss.spans if s.trace_id.hex() == trace_id]
-                    del ss.spans[:]
-                    ss.spans.extend(keep)
-                by_trace.setdefault(trace_id, []).append(one)
-    for trace_id, resource_spans in by_trace.items():
-        tempo.add_trace(trace_id, resource_spans)
-    return tempo

@@ -36,8 +36,7 @@ from bridge.config import DEFAULT_PROFILE_TYPE, Settings
 from bridge.state import RUNTIME
 from bridge.store import Store
 from tests.doubles.pyroscope import PyroscopeDouble
-from tests.doubles.tempo import TempoDouble
-from tests.node_sdk import resource_spans_of
+from tests.node_sdk import tempo_holding
 from tests.sdk.go_sdk import SERVICE, build_service, go_clock, record, run_service
 
 pytestmark = pytest.mark.slow
@@ -181,20 +180,7 @@ async def test_go_sdks_through_the_doubles_in_proxy_mode(
             ) as resp:
                 assert resp.status == 200, await resp.text()
     assert {p.type_id for p in pyro.profiles} == GO_TYPES  # the double names them as Pyroscope does
-    tempo = TempoDouble()
-    by_trace: dict[str, list[Any]] = {}
-    for upload in capture.traces():
-        for rs in resource_spans_of(upload):
-            for trace_id in {span.trace_id.hex() for ss in rs.scope_spans for span in ss.spans}:
-                one = type(rs)()
-                one.CopyFrom(rs)
-                for ss in one.scope_spans:
-                    keep = [s for s in ss.spans if s.trace_id.hex() == trace_id]
-                    del ss.spans[:]
-                    ss.spans.extend(keep)
-                by_trace.setdefault(trace_id, []).append(one)
-    for trace_id, resource_spans in by_trace.items():
-        tempo.add_trace(trace_id, resource_spans)
+    tempo = tempo_holding(capture)
     tempo.url = str((await aiohttp_server(tempo.app)).make_url("")).rstrip("/")
     settings = Settings.for_tests(mode="proxy", pyroscope_url=pyro.url, tempo_url=tempo.url)
     client = await aiohttp_client(await aiohttp_server(create_app(settings, wall_clock=clock)))

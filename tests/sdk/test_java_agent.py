@@ -45,8 +45,8 @@ from bridge.app import create_app
 from bridge.config import Settings
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.pyroscope_jfr import jfrparse_binary
-from tests.node_sdk import Upload, resource_spans_of
-from tests.sdk.java_agent import SERVICE, Shop, ShopRun, build_shop, run_shop, tempo_holding
+from tests.node_sdk import Upload, resource_spans_of, tempo_holding
+from tests.sdk.java_agent import SERVICE, Shop, ShopRun, build_shop, run_shop
 from tests.serving import BridgeProcess
 
 pytestmark = pytest.mark.slow

@@ -34,8 +34,7 @@ from bridge.config import DEFAULT_PROFILE_TYPE, Settings
 from bridge.state import RUNTIME
 from bridge.store import Store
 from tests.doubles.pyroscope import PyroscopeDouble
-from tests.doubles.tempo import TempoDouble
-from tests.node_sdk import SERVICE, Capture, load_capture, record, require_node, resource_spans_of, run_service
+from tests.node_sdk import SERVICE, Capture, load_capture, record, require_node, run_service, tempo_holding
 
 Server = Callable[..., Awaitable[TestServer]]
 Client = Callable[..., Awaitable[TestClient[Any, Any]]]
@@ -114,20 +113,7 @@ async def proxy_fed_with(
                 f"{pyro.url}/ingest?{upload.query}", data=upload.body, headers={"Content-Type": upload.content_type}
             ) as resp:
                 assert resp.status == 200, await resp.text()
-    tempo = TempoDouble()
-    by_trace: dict[str, list[Any]] = {}
-    for upload in capture.traces():
-        for rs in resource_spans_of(upload):
-            for trace_id in {span.trace_id.hex() for ss in rs.scope_spans for span in ss.spans}:
-                one = type(rs)()
-                one.CopyFrom(rs)
-                for ss in one.scope_spans:
-                    keep = [s for s in ss.spans if s.trace_id.hex() == trace_id]
-                    del ss.spans[:]
-                    ss.spans.extend(keep)
-                by_trace.setdefault(trace_id, []).append(one)
-    for trace_id, resource_spans in by_trace.items():
-        tempo.add_trace(trace_id, resource_spans)
+    tempo = tempo_holding(capture)
     tserver = await aiohttp_server(tempo.app)
     tempo.url = str(tserver.make_url("")).rstrip("/")
     settings = Settings.for_tests(mode="proxy", pyroscope_url=pyro.url, tempo_url=tempo.url, clock_skew=SKEW_S)
