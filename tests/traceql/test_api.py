@@ -1,8 +1,8 @@
 """Standalone Tempo's TraceQL endpoints over HTTP semantics (every case of Tempo's corpus: ``test_conformance.py``):
 a query's error framed per endpoint as Tempo frames it (never 500 or 501), a metrics query searched as Tempo searches
-it, ``/api/metrics/query_range`` and ``/api/metrics/query`` in Tempo's JSON and protobuf
-(``tempopb.QueryRangeResponse`` / ``QueryInstantResponse``), their parameters read as Tempo reads them, and a real
-server routing them through the ``/tempo`` mount."""
+it, ``/api/metrics/query_range`` and ``/api/metrics/query`` in Tempo's JSON (even to a protobuf ``Accept``, as Tempo's
+frontend answers), their parameters read as Tempo reads them, and a real server routing them through the ``/tempo``
+mount."""
 
 from __future__ import annotations
 
