@@ -31,8 +31,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from bridge.config import ANY_TENANT, Settings, TokenEntry, token_digest
+from bridge.config import Settings
 from bridge.errors import PermissionDenied, Unauthenticated
+from bridge.parsing import ANY_TENANT, TokenEntry, token_digest
 from bridge.wire.allowlist import need_of, upstream_of
 
 TOKEN_HEADER: Final = "X-Profile-Bridge-Token"

@@ -37,7 +37,7 @@ from bridge._proto import querier_pb2 as qpb
 from bridge.answer import Answer, answer
 from bridge.burners import function_href, service_selector
 from bridge.call import CallContext
-from bridge.config import Settings, parse_seconds
+from bridge.config import Settings
 from bridge.errors import BridgeError, InvalidArgument
 from bridge.flamediff import (
     collapsed_diff,
@@ -48,6 +48,7 @@ from bridge.flamediff import (
     layout_diff,
     per_request,
 )
+from bridge.parsing import parse_seconds
 from bridge.poisson import ALPHA, p_text, rate_test
 from bridge.profiletype import ProfileType
 from bridge.recent import span_path

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from bridge import flamegraph
-from bridge.config import parse_seconds
 from bridge.errors import InvalidArgument
+from bridge.parsing import parse_seconds
 from bridge.profiletype import ProfileType
 
 MATCH_KINDS: Final = ("exact", "prefix", "regex")

@@ -11,9 +11,9 @@ from aiohttp.typedefs import Middleware
 from multidict import CIMultiDict
 
 from bridge.auth import FRONT_AUTH_PATH, REALM, TENANT_HEADER, TOKEN_HEADER, Auth, credential
-from bridge.config import PERMISSIONS
 from bridge.errors import BridgeError, Unauthenticated
 from bridge.middleware import PASSED_THROUGH, ROUTE_LABEL, bridge_error_response
+from bridge.parsing import PERMISSIONS
 from bridge.routes.otlp import error_status
 from bridge.state import GRANT, TOKENLESS
 

@@ -8,15 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from bridge.config import (
-    PREFIX,
-    ConfigError,
-    Settings,
-    parse_label_map,
-    parse_nonempty,
-    parse_optional_url,
-    parse_url,
-)
+from bridge.config import PREFIX, ConfigError, Settings
+from bridge.parsing import parse_label_map, parse_nonempty, parse_optional_url, parse_url
 
 PROVISION_PREFIX: Final = PREFIX + "PROVISION_"
 

@@ -47,9 +47,9 @@ from bridge.auth import CONSUMED_HEADER, FRONT_AUTH_PATH, TENANT_ANSWER_HEADER, 
 from bridge.burners import function_answer_json, spans_for_function
 from bridge.call import CallContext
 from bridge.compare import compare, compare_collapsed, compare_json, parse_compare_params
-from bridge.config import PERMISSIONS, parse_seconds
 from bridge.errors import InvalidArgument
 from bridge.functions import parse_function_query
+from bridge.parsing import PERMISSIONS, parse_seconds
 from bridge.pprof import encode_pprof
 from bridge.profiletype import ProfileType
 from bridge.recent import (

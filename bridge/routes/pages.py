@@ -26,9 +26,9 @@ from aiohttp import web
 from bridge.answer import linked_totals
 from bridge.burners import function_href, page_rows, spans_for_function, top_functions
 from bridge.compare import compare, compare_context, parse_compare_params
-from bridge.config import parse_seconds
 from bridge.errors import CODE_TO_HTTP, BridgeError, InvalidArgument
 from bridge.functions import MATCH_KINDS, parse_function_query, parse_range
+from bridge.parsing import parse_seconds
 from bridge.recent import recent_traces, slowest_local_roots
 from bridge.routes.api import answer_for, parse_params
 from bridge.state import CLOCK, SETTINGS, backends_of, call_context

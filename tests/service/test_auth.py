@@ -26,7 +26,8 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as tsv
 from bridge.app import create_app
 from bridge.auth import Auth, credential
 from bridge.call import CallContext, Deadline
-from bridge.config import ConfigError, Settings, parse_token_entries
+from bridge.config import ConfigError, Settings
+from bridge.parsing import parse_token_entries
 from bridge.state import RUNTIME
 from bridge.store import Store
 from tests.doubles.shop import capture_now
