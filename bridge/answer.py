@@ -199,6 +199,31 @@ def query_for(span: Span, profile_type: str, settings: Settings, *, max_nodes: i
     )
 
 
+def _own_note(own: Resolution, total: int) -> str:
+    """What the request profile says of the span's own answer."""
+    if total <= 0:
+        return "no samples"
+    if own.step in REQUEST_STEPS:
+        return f"the span's own answer ({own.step.value})"
+    return (
+        f"the span's own answer is a {own.step.value} fallback: drawn, but it is the whole service's "
+        "CPU, so it is not counted in the request's shares"
+    )
+
+
+def _left_out(res: Resolution, total: int, counted: set[str]) -> str | None:
+    """Why a descendant's answer is not added to the request profile, or None when it is."""
+    if res.step not in REQUEST_STEPS:
+        if res.step != Step.NONE:
+            return f"not added: a {res.step.value} answer is the whole service's CPU, not this request's"
+        return "no samples"
+    if res.span_ids and set(res.span_ids) <= counted:
+        return "already counted (same local root)"
+    if total <= 0:
+        return "no samples"
+    return None
+
+
 def combine(
     own_span: Span, own: Resolution, descendants: Sequence[tuple[Span, Resolution]]
 ) -> tuple[flamegraph.Node, tuple[Part, ...], tuple[ServiceShare, ...]]:
@@ -233,32 +258,15 @@ def combine(
     own_attributed = own.step in REQUEST_STEPS
     if own_tree.total > 0:
         add(own_span, own, own_tree, own_attributed)
-    if own_tree.total <= 0:
-        own_note = "no samples"
-    elif own_attributed:
-        own_note = f"the span's own answer ({own.step.value})"
-    else:
-        own_note = (
-            f"the span's own answer is a {own.step.value} fallback: drawn, but it is the whole service's "
-            "CPU, so it is not counted in the request's shares"
-        )
-    parts.append(Part(own_span, own, own_tree.total, own_tree.total > 0, own_note))
+    parts.append(Part(own_span, own, own_tree.total, own_tree.total > 0, _own_note(own, own_tree.total)))
 
     for span, res in descendants:
         tree = flamegraph.decode(res.flamegraph)
-        if res.step not in REQUEST_STEPS:
-            note = (
-                f"not added: a {res.step.value} answer is the whole service's CPU, not this request's"
-                if res.step != Step.NONE
-                else "no samples"
+        skipped = _left_out(res, tree.total, counted)
+        if skipped is not None:
+            parts.append(
+                Part(span, res, max(tree.total, 0) if res.step in REQUEST_STEPS else tree.total, False, skipped)
             )
-            parts.append(Part(span, res, tree.total, False, note))
-            continue
-        if res.span_ids and set(res.span_ids) <= counted:
-            parts.append(Part(span, res, tree.total, False, "already counted (same local root)"))
-            continue
-        if tree.total <= 0:
-            parts.append(Part(span, res, 0, False, "no samples"))
             continue
         add(span, res, tree)
         parts.append(Part(span, res, tree.total, True, f"called on this span's behalf ({res.step.value})"))
