@@ -7,7 +7,7 @@ gzip-compressed Connect pushes).
 
 1. Throughput: ``--rounds`` replays, each under its own tenant (``X-Scope-OrgID``) so every span is new to the
    store. Interleaved with each replay, the same bodies are decoded in this process without storing anything
-   (``decode.rows_from_export`` / ``decode.records_from_push``): the ratio says what HTTP + SQLite cost on top of
+   (``decode_spans.rows_from_export`` / ``decode.records_from_push``): the ratio says what HTTP + SQLite cost on top of
    decoding. Then ``--senders`` clients replay concurrently.
 2. RSS: ``--senders`` clients ingest continuously for ``--duration`` seconds (traces get fresh random trace and
    span ids every replay, like a live service); the child's VmRSS is sampled every second, and VmHWM (peak) is
@@ -49,7 +49,7 @@ from benchkit import free_port, loadavg, pct, stop_children  # noqa: E402
 from store_data import WINDOW_S, Generator, windows_per_hour  # noqa: E402
 
 from bridge._proto import push_pb2  # noqa: E402
-from bridge.store import Store, decode  # noqa: E402
+from bridge.store import Store, decode, decode_spans  # noqa: E402
 
 CAPTURE = ROOT / "tests" / "fixtures" / "shop-capture"
 TIMEOUT = aiohttp.ClientTimeout(total=60, connect=5)
@@ -163,7 +163,7 @@ def decode_only(capture: list[tuple[str, dict[str, str], bytes, bytes]]) -> tupl
     for path, _, wire, raw in capture:
         started = time.perf_counter()
         if path == "/v1/traces":
-            decode.rows_from_export(otlp_trace_svc.ExportTraceServiceRequest.FromString(wire))
+            decode_spans.rows_from_export(otlp_trace_svc.ExportTraceServiceRequest.FromString(wire))
             t_traces += time.perf_counter() - started
         else:
             body = gzip.decompress(wire) if wire[:2] == b"\x1f\x8b" else raw

@@ -24,7 +24,8 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_tra
 
 from bridge.errors import StorageFull
 from bridge.metrics import Metrics
-from bridge.store.decode import ProfileRecord, SpanBatch
+from bridge.store.decode import ProfileRecord
+from bridge.store.decode_spans import SpanBatch
 
 T = TypeVar("T")
 

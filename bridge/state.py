@@ -31,7 +31,8 @@ from bridge.resolve import Resolver
 from bridge.services import ProfiledServices
 from bridge.sources import FunctionIndex, ProfileSource, TraceSource
 from bridge.spancache import SpanCache
-from bridge.store.decode import ProfileRecord, SpanBatch
+from bridge.store.decode import ProfileRecord
+from bridge.store.decode_spans import SpanBatch
 from bridge.wire.tempo import TempoAnswer
 
 SETTINGS = web.AppKey("settings", Settings)

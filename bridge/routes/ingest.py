@@ -42,7 +42,7 @@ from bridge.limits import DECODE_IN_THREAD_BYTES, RANGE_TEXT, unix_ns_ok
 from bridge.middleware import ROUTE_LABEL
 from bridge.routes.otlp import error_status, status_response
 from bridge.state import CLOCK, METRICS, SETTINGS, IngestSink, backends_of
-from bridge.store import decode, decode_jfr
+from bridge.store import decode, decode_jfr, decode_spans
 
 T = TypeVar("T")
 
@@ -108,16 +108,16 @@ def _now_ns(request: web.Request) -> int:
 # --------------------------------------------------------------------------------------------- OTLP traces
 
 
-def decode_traces(body: bytes, as_json: bool) -> decode.SpanBatch:
+def decode_traces(body: bytes, as_json: bool) -> decode_spans.SpanBatch:
     if as_json:
-        req = decode.parse_export_json(body)
+        req = decode_spans.parse_export_json(body)
     else:
         req = otlp_trace_svc.ExportTraceServiceRequest()
         try:
             req.ParseFromString(body)
         except DecodeError as exc:
             raise InvalidArgument(f"request body is not a valid OTLP ExportTraceServiceRequest ({exc})") from exc
-    return decode.rows_from_export(req)
+    return decode_spans.rows_from_export(req)
 
 
 async def v1_traces(request: web.Request) -> web.Response:

@@ -35,7 +35,7 @@ from bridge.call import CallContext
 from bridge.functions import FunctionHits, FunctionQuery
 from bridge.metrics import Metrics
 from bridge.spans import SearchHit, Trace
-from bridge.store import decode, retention, rollup
+from bridge.store import decode, decode_spans, retention, rollup
 from bridge.store.database import DB_FILE, Database, StoreError
 from bridge.store.functions import FunctionSpans
 from bridge.store.ingest import Ingest
@@ -142,7 +142,7 @@ class Store:
     ) -> otlp_profiles_svc.ExportProfilesServiceResponse:
         return await self.ingest.ingest_otlp_profiles(req, tenant)
 
-    async def ingest_spans(self, batch: decode.SpanBatch, tenant: str | None) -> int:
+    async def ingest_spans(self, batch: decode_spans.SpanBatch, tenant: str | None) -> int:
         return await self.ingest.ingest_spans(batch, tenant)
 
     async def ingest_otlp_traces(

@@ -29,7 +29,7 @@ from bridge.call import tenant_key
 from bridge.errors import InvalidArgument
 from bridge.limits import DECODE_IN_THREAD_BYTES
 from bridge.metrics import Metrics
-from bridge.store import decode, rollup
+from bridge.store import decode, decode_spans, rollup
 from bridge.store.database import Database
 from bridge.store.functions import index_stack
 from bridge.store.schema import LINK_BUCKETS, SPAN_BUCKET_NS, SPAN_BUCKETS, mark_buckets, pack_frames
@@ -269,7 +269,7 @@ class Ingest:
 
     # ----------------------------------------------------------------------------------------- traces
 
-    async def ingest_spans(self, batch: decode.SpanBatch, tenant: str | None) -> int:
+    async def ingest_spans(self, batch: decode_spans.SpanBatch, tenant: str | None) -> int:
         """Write decoded spans (and their tags) in one transaction; returns the number of spans stored. Spans that
         start before the retention age are left out, counted in ``batch.rejected`` and named in ``batch.message``."""
         cutoff = self.cutoff_ns()
@@ -293,9 +293,9 @@ class Ingest:
     ) -> tuple[int, str]:
         """The trace sink (``/v1/traces`` and gRPC TraceService): returns (rejected spans, message)."""
         batch = (
-            await asyncio.to_thread(decode.rows_from_export, req)
+            await asyncio.to_thread(decode_spans.rows_from_export, req)
             if req.ByteSize() >= DECODE_IN_THREAD_BYTES
-            else (decode.rows_from_export(req))
+            else (decode_spans.rows_from_export(req))
         )
         await self.ingest_spans(batch, tenant)
         return batch.rejected, batch.message
@@ -311,7 +311,7 @@ class Ingest:
             (body,),
         )
 
-    def _insert_spans(self, conn: sqlite3.Connection, tenant: str, batch: decode.SpanBatch) -> int:
+    def _insert_spans(self, conn: sqlite3.Connection, tenant: str, batch: decode_spans.SpanBatch) -> int:
         rows = [
             (
                 tenant,

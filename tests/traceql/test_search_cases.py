@@ -15,7 +15,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from bridge.store.decode import otlp_json_ids_to_base64
+from bridge.store.decode_spans import otlp_json_ids_to_base64
 from bridge.traceql import model, search
 
 CASES = json.loads((Path(__file__).resolve().parents[1] / "fixtures/tempo/traceql/search_cases.json").read_text())
