@@ -43,6 +43,7 @@ from typing import Any, Final
 
 from bridge._proto import querier_pb2 as qpb
 from bridge.errors import InvalidArgument
+from bridge.flamegraph import Levels
 from bridge.profiletype import NAME_LABEL, ProfileType
 from bridge.selector import Matcher, format_selector, parse_selector
 
@@ -266,27 +267,27 @@ def timeline(points: Mapping[int, float], start_ms: int, end_ms: int, step_s: in
     if snapped_start < snapped_end:
         first_s = snapped_start // 1000
         samples = [0] * max(0, (snapped_end // 1000 - first_s) // step_s)
+        size = len(samples)
         for ts, value in points.items():
             if snapped_start <= ts < snapped_end:
                 index = (ts // 1000 - first_s) // step_s
-                if 0 <= index < len(samples):
-                    samples[index] += max(0, min(2**64 - 1, int(value)))
+                if index < size:
+                    samples[index] += int(value) if value > 0 else 0
         out["samples"] = samples
     out["watermarks"] = None
     return out
 
 
 def series_points(
-    rows: Iterable[tuple[Sequence[tuple[str, str]], int, int]], start_ms: int, step_s: int, average: bool
+    rows: Iterable[tuple[Sequence[tuple[str, str]], int, int, int]], average: bool
 ) -> dict[tuple[tuple[str, str], ...], dict[int, float]]:
-    """Profiles (group key, capture start in ms, total) → each group's labelled points (SUM, or AVERAGE)."""
-    step_ms = step_s * 1000
+    """Per-step sums (group key, right edge of the step in ms (``point_label``), sum of totals, number of profiles)
+    → each group's points: the sum, or with ``average`` the mean per profile (SelectSeries' aggregations)."""
     sums: dict[tuple[tuple[str, str], ...], dict[int, list[int]]] = {}
-    for key, t_ms, total in rows:
-        label = point_label(t_ms, start_ms, step_ms)
+    for key, label, total, count in rows:
         slot = sums.setdefault(tuple(key), {}).setdefault(label, [0, 0])
         slot[0] += total
-        slot[1] += 1
+        slot[1] += count
     return {
         key: {ts: (s / n if average else float(s)) for ts, (s, n) in points.items()} for key, points in sums.items()
     }
@@ -304,21 +305,12 @@ def units_of(profile_type: ProfileType) -> tuple[str, int]:
     return profile_type.sample_unit, 100
 
 
-def _levels(levels: Iterable[qpb.Level]) -> list[list[int]]:
-    return [list(level.values) for level in levels]
-
-
-def flamebearer(fg: qpb.FlameGraph, profile_type: ProfileType) -> dict[str, Any]:
+def flamebearer(fg: Levels, profile_type: ProfileType) -> dict[str, Any]:
     """``ExportToFlamebearer`` (timeline, groups and heatmap left null: ``with_timeline`` adds them)."""
     units, rate = units_of(profile_type)
     return {
         "version": 1,
-        "flamebearer": {
-            "names": list(fg.names),
-            "levels": _levels(fg.levels),
-            "numTicks": fg.total,
-            "maxSelf": fg.max_self,
-        },
+        "flamebearer": {"names": fg.names, "levels": fg.levels, "numTicks": fg.total, "maxSelf": fg.max_self},
         "metadata": {
             "format": "single",
             "spyName": "",
@@ -335,8 +327,8 @@ def flamebearer(fg: qpb.FlameGraph, profile_type: ProfileType) -> dict[str, Any]
 def diff_flamebearer(fg: qpb.FlameGraphDiff, profile_type: ProfileType) -> dict[str, Any]:
     """``ExportDiffToFlamebearer``: the single form with the diff's levels, format ``double`` and both sides'
     ticks (each omitted when 0, as Go's ``omitempty`` does)."""
-    single = qpb.FlameGraph(names=fg.names, levels=fg.levels, total=fg.total, max_self=fg.max_self)
-    doc = flamebearer(single, profile_type)
+    levels = [list(level.values) for level in fg.levels]
+    doc = flamebearer(Levels(list(fg.names), levels, fg.total, fg.max_self), profile_type)
     doc["metadata"]["format"] = "double"
     if fg.leftTicks:
         doc["leftTicks"] = fg.leftTicks

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from bridge._proto import querier_pb2 as pb
 
@@ -165,13 +165,33 @@ def encode(root: Node, max_nodes: int | None = None) -> pb.FlameGraph:
             if other:
                 work.append((Node(OTHER_NAME, other, other), depth + 1))
             work += kept
-    return _write_levels(nodes, root.name, root.total, root.self, threshold)
+    return _write_levels(nodes, root.name, root.total, root.self, threshold).message()
+
+
+class Levels(NamedTuple):
+    """A flame graph's encoding as plain lists (what ``FlameGraph`` holds): for answers that are not protobuf."""
+
+    names: list[str]
+    levels: list[list[int]]
+    total: int
+    max_self: int
+
+    def message(self) -> pb.FlameGraph:
+        return pb.FlameGraph(
+            names=self.names, levels=[pb.Level(values=v) for v in self.levels], total=self.total, max_self=self.max_self
+        )
 
 
 def encode_stacks(stacks: Iterable[tuple[tuple[str, ...], int]], max_nodes: int | None = None) -> pb.FlameGraph:
     """Merged stacks (root frame first, with their value) → the flame graph ``encode(build_tree(stacks), max_nodes)``
-    returns, without building the tree: stacks sorted by frames are the tree's pre-order with children sorted by
-    name, so node totals come from one pass over them (the store encodes its merged rows this way)."""
+    returns (``stack_levels`` as a message)."""
+    return stack_levels(stacks, max_nodes).message()
+
+
+def stack_levels(stacks: Iterable[tuple[tuple[str, ...], int]], max_nodes: int | None = None) -> Levels:
+    """``encode_stacks`` as plain lists, without building the tree: stacks sorted by frames are the tree's
+    pre-order with children sorted by name, so node totals come from one pass over them (the store encodes its
+    merged rows this way)."""
     nodes: list[list[Any]] = []  # [depth, name, total, self] in pre-order
     path: list[int] = []  # indexes in ``nodes`` of the current stack's frames
     prev: tuple[str, ...] = ()
@@ -211,7 +231,7 @@ def fold_threshold(totals: list[int], max_nodes: int | None) -> int:
 
 def _write_levels(
     nodes: Iterable[Sequence[Any]], root_name: str, root_total: int, root_self: int, threshold: int
-) -> pb.FlameGraph:
+) -> Levels:
     """The one level writer (grafana/pyroscope ``pkg/model/flamegraph.go``). ``nodes`` are ``(depth, name, total,
     self)`` in pre-order with children sorted by name (depth 1 = the root's children). A node with a total below
     ``threshold`` is added, with its subtree, to one ``other`` node per parent, placed after the parent's kept children;
@@ -274,7 +294,7 @@ def _write_levels(
         d, next_x, other = open_.pop()
         if other:
             place_other(d + 1, next_x, other)
-    return pb.FlameGraph(names=names, levels=[pb.Level(values=v) for v in levels], total=root_total, max_self=max_self)
+    return Levels(names, levels, root_total, max_self)
 
 
 def empty(root_name: str = ROOT_NAME) -> pb.FlameGraph:

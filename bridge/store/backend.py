@@ -259,6 +259,11 @@ class Store:
     ) -> qpb.SelectMergeStacktracesResponse:
         return await self.profiles.select_merge_stacktraces(req, ctx)
 
+    async def stacks_of(
+        self, req: qpb.SelectMergeStacktracesRequest, ctx: CallContext
+    ) -> list[tuple[tuple[str, ...], int]]:
+        return await self.profiles.stacks_of(req, ctx)
+
     async def select_merge_span_profile(
         self, req: qpb.SelectMergeSpanProfileRequest, ctx: CallContext
     ) -> qpb.SelectMergeSpanProfileResponse:
@@ -286,6 +291,20 @@ class Store:
         self, tenant: str, profile_type: str, selector: str, window: tuple[int, int]
     ) -> list[ProfileRow]:
         return await self.db.read(self.profiles.profile_rows, tenant, profile_type, selector, window)
+
+    async def step_totals(
+        self,
+        tenant: str,
+        profile_type: str,
+        selector: str,
+        start_ms: int,
+        end_ms: int,
+        step_ms: int,
+        by_series: bool = False,
+    ) -> list[tuple[dict[str, str], int, int, int]]:
+        return await self.db.read(
+            self.profiles.step_totals, tenant, profile_type, selector, start_ms, end_ms, step_ms, by_series
+        )
 
     async def select_heatmap(self, req: qpb.SelectHeatmapRequest, ctx: CallContext) -> qpb.SelectHeatmapResponse:
         return await self.overview.select_heatmap(req, ctx)

@@ -485,6 +485,36 @@ class Profiles:
 
         return await self._db.read(read)
 
+    def step_totals(
+        self,
+        conn: sqlite3.Connection,
+        tenant: str,
+        profile_type: str,
+        selector: str,
+        start_ms: int,
+        end_ms: int,
+        step_ms: int,
+        by_series: bool = False,
+    ) -> list[tuple[dict[str, str], int, int, int]]:
+        """Pyroscope v2's time series points (``pkg/model/timeseries/range.go``): the profiles captured from one
+        step before ``start_ms`` to ``end_ms``, each counted at the right edge of its step, ``start + ceil((t -
+        start) / step) * step`` — (series labels, that edge in ms, sum of totals, number of profiles), added up in
+        SQL per step, and per series too with ``by_series`` (else the labels are ``{}``)."""
+        series = self._series(conn, tenant, [parse_selector(selector)], profile_type)
+        if not series:
+            return []
+        lo, hi = window_ns(start_ms - step_ms, end_ms)
+        group = "series_id, k" if by_series else "k"
+        rows = conn.execute(
+            # t - start >= -step, so adding two steps keeps SQLite's truncating division a ceiling
+            f"SELECT {'series_id' if by_series else '0'}, (time_ns / 1000000 - ? + 3 * ? - 1) / ? - 2 AS k, "
+            "sum(total), count(*) FROM profiles WHERE series_id IN (SELECT value FROM json_each(?)) "
+            f"AND time_ns >= ? AND time_ns < ? GROUP BY {group}",
+            (start_ms, step_ms, step_ms, json.dumps(list(series)), lo, hi),
+        ).fetchall()
+        none: dict[str, str] = {}
+        return [(series[sid] if by_series else none, start_ms + k * step_ms, int(t), n) for sid, k, t, n in rows]
+
     async def select_series(self, req: qpb.SelectSeriesRequest, ctx: CallContext) -> qpb.SelectSeriesResponse:
         """Totals per step from ``start`` (and, with ``EXEMPLAR_TYPE_INDIVIDUAL``, each point's largest profile as
         its exemplar, as Pyroscope's v2 read path keeps one per point: ``pkg/model/timeseries/aggregator.go``

@@ -124,9 +124,9 @@ class StorePyroscope:
         if entry is not None and request.method == "POST":
             return await self._serve(request, ctx, *entry)
         route = HTTP_ROUTES.get(tail)
-        if route is not None and request.method in ("GET", "POST"):
+        if route is not None and request.method in ("GET", "HEAD"):
             now_ms = int(request.app[CLOCK].now() * 1000)
-            return await route(self.store, request.query, ctx, now_ms)
+            return await route(self.store, request, ctx, now_ms)
         raise Unimplemented(
             f"{request.method} {request.path} is not served in standalone mode (the embedded store answers the "
             f"querier.v1.QuerierService RPCs {', '.join(sorted(self.table))}, "

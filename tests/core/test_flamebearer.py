@@ -137,12 +137,13 @@ def test_a_profile_counts_at_the_right_edge_of_its_step() -> None:
     assert flamebearer.point_label(start + 1, start, step * 1000) == start + 15_000
     assert flamebearer.point_label(start - 14_999, start, step * 1000) == start
     assert flamebearer.point_label(start + 15_000, start, step * 1000) == start + 15_000
-    points = flamebearer.series_points(
-        [((), start + 1, 5), ((), start + 14_000, 7), ((("pod", "a"),), start + 20_000, 2)], start, step, False
-    )
-    assert points == {(): {start + 15_000: 12.0}, (("pod", "a"),): {start + 30_000: 2.0}}
-    average = flamebearer.series_points([((), start + 1, 5), ((), start + 2, 7)], start, step, True)
-    assert average == {(): {start + 15_000: 6.0}}
+    rows = [((), flamebearer.point_label(t, start, 15_000), v, 1) for t, v in ((start + 1, 5), (start + 14_000, 7))]
+    rows.append(((("pod", "a"),), flamebearer.point_label(start + 20_000, start, 15_000), 2, 1))
+    assert flamebearer.series_points(rows, False) == {
+        (): {start + 15_000: 12.0},
+        (("pod", "a"),): {start + 30_000: 2.0},
+    }
+    assert flamebearer.series_points([((), start + 15_000, 12, 2)], True) == {(): {start + 15_000: 6.0}}
 
 
 @pytest.mark.parametrize(
@@ -211,8 +212,9 @@ def test_max_nodes_out_of_range_is_refused(value: str) -> None:
     ],
 )
 def test_flamebearer_document_is_export_to_flamebearer(type_id: str, units: str, rate: int) -> None:
-    fg = flamegraph.encode_stacks([(("main", "work"), 30), (("main",), 12)])
-    doc = json.loads(json.dumps(flamebearer.flamebearer(fg, ProfileType.parse(type_id))))
+    stacks = [(("main", "work"), 30), (("main",), 12)]
+    fg = flamegraph.encode_stacks(stacks)
+    doc = json.loads(json.dumps(flamebearer.flamebearer(flamegraph.stack_levels(stacks), ProfileType.parse(type_id))))
     assert doc["version"] == 1
     assert doc["flamebearer"] == {
         "names": list(fg.names),

@@ -21,7 +21,10 @@ from bridge._proto import querier_pb2 as qpb
 from bridge._proto import types_pb2 as tpb
 from bridge.app import create_app
 from bridge.config import Settings
+from bridge.flamebearer import point_label
 from bridge.pprof import decode_pprof, iter_samples
+from bridge.state import RUNTIME
+from bridge.store import Store
 from tests.paths import SHOP_CAPTURE
 
 CPU = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
@@ -125,6 +128,7 @@ async def test_render_is_the_flame_graph_with_its_timeline(client: Client) -> No
     query = CPU + '{service_name="shop-frontend"}'
     resp = await client.get(RENDER, params={"query": query, "from": str(lo), "until": str(hi)})
     assert resp.status == 200 and resp.content_type == "application/json"
+    assert resp.headers["Content-Encoding"] == "gzip"  # the client takes gzip: Pyroscope's read routes gzip
     raw = await resp.read()
     assert raw.endswith(b"}\n") and b"\n" not in raw[:-1]  # one line and a newline, as Go's json.Encoder
     doc = json.loads(raw)
@@ -150,10 +154,35 @@ async def test_render_is_the_flame_graph_with_its_timeline(client: Client) -> No
     assert sum(timeline["samples"]) == total_of("shop-frontend")
     assert doc["groups"] is None and doc["heatmap"] is None
 
+    plain = await client.get(RENDER, params={"query": query, "from": str(lo), "until": str(hi)},
+                             headers={"Accept-Encoding": "identity"})  # fmt: skip
+    assert "Content-Encoding" not in plain.headers and await plain.read() == raw
+    posted = await client.post(RENDER, params={"query": query})  # a GET route, as in Pyroscope: off the allowlist
+    assert posted.status == 403 and "send it as GET only" in (await posted.json())["message"]
     ms = await client.get(RENDER, params={"query": query, "from": str(lo * 1000), "until": str(hi * 1000)})
     assert json.loads(await ms.read()) == doc  # 13 digits are milliseconds
     relative = await client.get(RENDER, params={"query": query, "from": "now-1h"})  # until: now, the store's clock
     assert (await relative.json())["flamebearer"]["numTicks"] == total_of("shop-frontend")
+
+
+@pytest.mark.parametrize("step_s", [15, 7, 60])
+async def test_steps_are_counted_at_their_right_edge_from_one_step_before_start(client: Client, step_s: int) -> None:
+    """The timeline's points, added up in SQL, land where Pyroscope v2's RangeSeries puts each profile."""
+    store = client.app[RUNTIME].backends.profiles
+    assert isinstance(store, Store)
+    times = sorted({t // 1_000_000 for _, t, _ in capture_profiles()})
+    start, end = times[1] + 1, times[-1]  # the first profile lies more than a step before: left out
+    expected: Counter[int] = Counter()
+    for (_, t, _), value in stored_profiles().items():
+        if start - step_s * 1000 <= t <= end:
+            expected[point_label(t, start, step_s * 1000)] += value
+    got = await store.step_totals("anonymous", CPU, "{}", start, end, step_s * 1000)
+    totals: Counter[int] = Counter()
+    for _, edge, total, _ in got:
+        totals[edge] += total
+    assert totals == expected and sum(n for *_, n in got) == sum(
+        1 for _, t, _ in stored_profiles() if start - step_s * 1000 <= t <= end
+    )
 
 
 async def test_render_groups_max_nodes_and_bad_parameters(client: Client) -> None:
