@@ -133,6 +133,32 @@ async def settle(session: aiohttp.ClientSession, data: peerdata.DataSet, args: a
     raise SystemExit(f"the peers did not answer for the data within {args.settle:g} s")
 
 
+async def quiet(session: aiohttp.ClientSession, args: argparse.Namespace) -> None:
+    """Until the peers hold nothing in the window the new data set will span (its ``SPAN_S`` before now and the
+    minute before that, the minute after): a peer is shared across runs, and an earlier run's traces or profiles in
+    the window would differ from the fresh bridge's answers without either being wrong."""
+    deadline = time.monotonic() + args.settle
+    while True:
+        now = time.time()
+        # a metrics query's start is aligned down to its step (60 s here): that minute too
+        start, end = int(now) - peerdata.SPAN_S - 2 * peerdata.WINDOW_S - 60, int(now) + 60
+        found = 0
+        if args.only != "pyroscope":
+            params = {"q": "{}", "start": str(start), "end": str(end), "limit": "1"}
+            async with session.get(f"{args.tempo}/api/search", params=params) as resp:
+                found += len((await resp.json(content_type=None)).get("traces", []))
+        if args.only != "tempo":
+            body = {"profileTypeID": peerchecks.CPU, "labelSelector": "{}", "start": start * 1000, "end": end * 1000}
+            url = f"{args.pyroscope}/querier.v1.QuerierService/SelectMergeStacktraces"
+            async with session.post(url, json=body) as resp:
+                found += int((await resp.json(content_type=None)).get("flamegraph", {}).get("total", 0))
+        if not found:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit("the peers hold data of an earlier run in this run's window: try again in two minutes")
+        await asyncio.sleep(5)
+
+
 def _cpu_values(raw: bytes) -> list[int]:
     from bridge._proto import profile_pb2
 
@@ -157,11 +183,17 @@ async def run(args: argparse.Namespace) -> int:
                 await wait_up(session, f"{bridge}/healthz", procs[0])  # type: ignore[arg-type]
                 if proxy:
                     await wait_up(session, f"{proxy}/healthz", procs[1])  # type: ignore[arg-type]
-                data = peerdata.build(time.time_ns(), requests=args.requests)
+                await quiet(session, args)
+                now_ns = time.time_ns()
+                data = peerdata.build(now_ns, requests=args.requests, seed=args.seed)
                 await ingest(session, data, args, bridge)
                 await settle(session, data, args)
                 sides = peerchecks.Sides(args.tempo, args.pyroscope, bridge, proxy)
-                await peerchecks.run_all(session, sides, data, args, report)
+                recorded = await peerchecks.run_all(session, sides, data, args, report)
+                if args.record:
+                    meta = {"now_ns": now_ns, "seed": args.seed, "requests": args.requests, "peers": args.revisions}
+                    doc = json.dumps({**meta, "answers": recorded}, sort_keys=True, separators=(",", ":"))
+                    Path(args.record).write_bytes(gzip.compress(doc.encode(), mtime=0))
         finally:
             stop_children(procs)
             if args.keep_logs:
@@ -190,9 +222,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--proxy", action="store_true", help="also check a bridge in proxy mode before the peers")
     parser.add_argument("--only", choices=("tempo", "pyroscope"), help="check one peer")
     parser.add_argument("--requests", type=int, default=60, help="requests in the data set")
-    parser.add_argument("--settle", type=float, default=120, help="seconds to wait for the peers to hold the data")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=time.time_ns() % 10**6,
+        help="data seed (default: fresh each run, so a rerun's traces never merge with an earlier run's in the peers)",
+    )
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=180,
+        help="seconds to wait for the peers (to hold the data, to drop an old run's)",
+    )
     parser.add_argument("--show", type=int, default=15, help="differences printed per group")
     parser.add_argument("--json", help="write every line of the report here")
+    parser.add_argument(
+        "--record", help="write the peers' answers here (gzipped JSON) with the data's seed and time, for tests"
+    )
+    parser.add_argument("--revisions", default="", help="the peers' revisions, written into the recording")
     parser.add_argument("--keep-logs", action="store_true", help="print the bridges' logs at the end")
     args = parser.parse_args(argv)
     args.pyroscope_ingest = args.pyroscope_ingest or args.pyroscope

@@ -1,19 +1,23 @@
 """One data set, sent the same way to a real Tempo + Pyroscope and to a bridge: what ``bench/differential.py`` (every
 answer compared) and ``bench/peers.py`` (the same work timed side by side) share.
 
-The data is made here, deterministically from a seed, stamped around ``now`` (Pyroscope refuses profiles older than
-its ``validation.reject-older-than`` and Tempo's live store answers recent traces first, so recorded data with old
-stamps would not do):
+The data is made here, deterministically from a seed, stamped in the ``SPAN_S`` seconds before ``now``, as live data
+arrives: Pyroscope refuses profiles older than its ``validation.reject-older-than`` (1 h), and Tempo's live store
+clamps the time range it records for a trace that arrives more than its ``ingestion_time_range_slack`` (2 min,
+grafana/tempo ``tempodb/wal/wal.go`` ``IngestionSlack``; the clamp in ``modules/livestore/instance.go``) after it
+started — a search with ``start``/``end`` then misses such traces (measured: data stamped over the 10 minutes before
+the upload, Tempo's windowed search found only the last ~3 minutes of it; trace by ID found all). Recorded data with
+old stamps would not do, and neither would a longer span:
 
 - traces (OTLP protobuf): per request a ``GET /checkout`` server root in ``shop-web`` with an internal child
   ``render-cart``, a client span calling ``shop-api``'s server span ``GET /price``, whose client child
   ``SELECT prices`` has db attributes; every fourth request fails (status error, an exception event); every
   third carries a link; string, int, float and bool attributes on spans and resources;
 - profiles (pprof through ``/ingest``, as the Go SDK sends them: ``spyName=gospy``, ``from``/``until`` in
-  seconds, a multipart ``profile`` part): 10 s windows for both services with the Go CPU profile's two sample
-  types (``samples/count`` and ``cpu/nanoseconds``); ``shop-web``'s CPU of each request labelled with its root's
-  ``span_id`` and ``span_name`` as otel-profiling-go labels it, ``shop-api``'s never (a service profiled without
-  span ids, as pull or eBPF profiling gives: its spans resolve by time window).
+  nanoseconds, a multipart ``profile`` part, no ``format``): 10 s windows for both services with the Go CPU
+  profile's two sample types (``samples/count`` and ``cpu/nanoseconds``); ``shop-web``'s CPU of each request
+  labelled with its root's ``span_id`` and ``span_name`` as otel-profiling-go labels it, ``shop-api``'s never (a
+  service profiled without span ids, as pull or eBPF profiling gives: its spans resolve by time window).
 
 Clients: ``Peers`` holds the addresses (real Tempo's HTTP API and OTLP/HTTP receiver, real Pyroscope, the bridge)
 and sends with one ``aiohttp`` session; every call has a timeout.
@@ -36,6 +40,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from bridge._proto import profile_pb2
 
 WINDOW_S: Final = 10
+SPAN_S: Final = 90  # the data's span: sent at once, its oldest trace still within Tempo's 2 min ingestion slack
 CPU_PERIOD_NS: Final = 10_000_000  # 100 Hz, as the Go SDK samples
 SERVICES: Final = ("shop-web", "shop-api")
 HOT: Final = {"shop-web": "main.renderCart", "shop-api": "main.priceLookup"}
@@ -225,13 +230,13 @@ def _cpu_profile(service: str, window: tuple[int, int], requests: list[Request],
     return bytes(prof.p.SerializeToString())
 
 
-def build(now_ns: int, *, requests: int = 60, seed: int = 23, minutes: int = 10) -> DataSet:
-    """``requests`` requests spread over the ``minutes`` before ``now_ns`` (whole 10 s windows), and the CPU
+def build(now_ns: int, *, requests: int = 60, seed: int = 23, span_s: int = SPAN_S) -> DataSet:
+    """``requests`` requests spread over the ``span_s`` seconds before ``now_ns`` (whole 10 s windows), and the CPU
     profiles of both services for every window."""
     rng = random.Random(seed)
     window_ns = WINDOW_S * 1_000_000_000
     end = now_ns // window_ns * window_ns - window_ns
-    start = end - minutes * 60 * 1_000_000_000
+    start = end - span_s // WINDOW_S * window_ns
     data = DataSet(start_ns=start, end_ns=end)
     step = (end - start - window_ns) // requests
     for n in range(requests):
@@ -240,13 +245,16 @@ def build(now_ns: int, *, requests: int = 60, seed: int = 23, minutes: int = 10)
         data.requests.append(req)
     for w in range(start, end, window_ns):
         for service in SERVICES:
+            # as pyroscope-go's upstream/remote/remote.go sends it: from/until in ns, no ``format`` (with
+            # ``format=pprof`` Pyroscope reads the body as a bare pprof, pkg/ingester/pyroscope/ingest_handler.go)
             query = {
                 "name": f"{service}{{env=prod,region=eu}}",
-                "from": str(w // 1_000_000_000),
-                "until": str((w + window_ns) // 1_000_000_000),
+                "from": str(w),
+                "until": str(w + window_ns),
                 "spyName": "gospy",
                 "sampleRate": "100",
-                "format": "pprof",
+                "units": "samples",
+                "aggregationType": "sum",
             }
             data.profiles.append((query, _cpu_profile(service, (w, w + window_ns), data.requests, rng)))
     return data

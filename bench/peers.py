@@ -170,7 +170,7 @@ async def run(args: argparse.Namespace) -> None:
         try:
             async with aiohttp.ClientSession(timeout=peerdata.TIMEOUT) as s:
                 await wait_up(s, f"{bridge}/healthz", proc)
-                data = peerdata.build(time.time_ns(), requests=args.requests, minutes=50, seed=args.seed)
+                data = peerdata.build(time.time_ns(), requests=args.requests, seed=args.seed)
                 print(f"data: {len(data.requests)} requests, {data.spans} spans, {data.samples} samples", flush=True)
                 await ingest_lines(s, data, args, bridge)
                 args.only, args.settle = None, 180.0
@@ -187,7 +187,7 @@ def main() -> None:
     parser.add_argument("--tempo-otlp", default="http://127.0.0.1:4318")
     parser.add_argument("--pyroscope", default="http://127.0.0.1:4040")
     parser.add_argument("--pyroscope-ingest", help="where Pyroscope takes /ingest (default: --pyroscope)")
-    parser.add_argument("--requests", type=int, default=600, help="requests (5 spans each) over the last 50 min")
+    parser.add_argument("--requests", type=int, default=600, help="requests (5 spans each) over the last 90 s")
     parser.add_argument("--batch", type=int, default=20, help="requests per OTLP export")
     parser.add_argument("--rounds", type=int, default=15, help="repetitions of each query per side")
     parser.add_argument("--seed", type=int, default=int(time.time()) % 1000, help="data seed (fresh ids each run)")

@@ -119,20 +119,27 @@ def tags(doc: Json) -> Any:
 
 def tag_values(doc: Json) -> Any:
     if "tagValues" in doc and doc["tagValues"] and isinstance(doc["tagValues"][0], dict):
-        return sorted((v.get("type"), v.get("value")) for v in doc["tagValues"])
+        return sorted((v.get("type"), v.get("value", "")) for v in doc["tagValues"])  # JSON omits ""
     return sorted(doc.get("tagValues", []))
 
 
-def metrics(doc: Json) -> dict[tuple[Any, ...], list[tuple[int, float]]]:
-    """``/api/metrics/query_range`` and ``/query``: labels -> samples (``timestampMs``, value), rounded."""
+def _label_value(v: Mapping[str, Any]) -> str:
+    """A series label's AnyValue as text; a double by its value (JSON's ``0`` and ``0.0`` are one number)."""
+    if "doubleValue" in v:
+        return f"double {float(v['doubleValue'])!r}"
+    return json.dumps(v, sort_keys=True)
+
+
+def metrics(doc: Json) -> list[tuple[tuple[Any, ...], list[tuple[int, float]]]]:
+    """``/api/metrics/query_range`` and ``/query``: (labels, samples (``timestampMs``, value) rounded), sorted."""
     out: dict[tuple[Any, ...], list[tuple[int, float]]] = {}
     for s in doc.get("series", []) if isinstance(doc, dict) else []:
-        labels = tuple(sorted((lb["key"], json.dumps(lb.get("value", {}), sort_keys=True)) for lb in s["labels"]))
+        labels = tuple(sorted((lb["key"], _label_value(lb.get("value", {}))) for lb in s["labels"]))
         samples = [(int(p.get("timestampMs", 0)), round(float(p.get("value", 0)), 6)) for p in s.get("samples", [])]
         if "value" in s:  # instant query
             samples = [(0, round(float(s["value"]), 6))]
         out[labels] = sorted(samples)
-    return out
+    return sorted(out.items())
 
 
 def flame_stacks(fg: Json) -> dict[tuple[str, ...], int]:
@@ -239,9 +246,36 @@ def flamebearer(doc: Json) -> Any:
     }
 
 
+def flamebearer_diff(doc: Json) -> Any:
+    """``/pyroscope/render-diff``: (left self, right self) per stack from the septuple levels, the ticks, the
+    metadata a client reads."""
+    fb = doc.get("flamebearer", {}) if isinstance(doc, dict) else {}
+    fg = {"names": fb.get("names", []), "levels": [{"values": lv} for lv in fb.get("levels", [])]}
+    meta = doc.get("metadata", {}) if isinstance(doc, dict) else {}
+    return {
+        "numTicks": fb.get("numTicks"),
+        "maxSelf": fb.get("maxSelf"),
+        "leftTicks": doc.get("leftTicks") if isinstance(doc, dict) else None,
+        "rightTicks": doc.get("rightTicks") if isinstance(doc, dict) else None,
+        "stacks": sorted(diff_stacks(fg).items()),
+        "metadata": {k: meta.get(k) for k in ("format", "spyName", "sampleRate", "units", "name")},
+    }
+
+
 def connect_error(doc: Json) -> Any:
-    return doc.get("code") if isinstance(doc, dict) else None
+    """What a failed answer says: a Connect error's code and message, a text body (Tempo's ``http.Error``) its
+    text — compared to the letter, as a client shows them."""
+    if not isinstance(doc, dict):
+        return None
+    if "_text" in doc:
+        return doc["_text"].strip()
+    return (doc.get("code"), doc.get("message"))
 
 
 def raw(doc: Json) -> Any:
     return doc
+
+
+def status_only(doc: Json) -> Any:
+    """For answers compared by status alone (a failing section of the corpus, a sampled metrics query)."""
+    return None
