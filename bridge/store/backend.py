@@ -231,11 +231,13 @@ class Store:
         """The store's clock, in Unix nanoseconds (what "now" means to a query)."""
         return int(self._clock() * 1_000_000_000)
 
-    async def tag_names(self, tenant: str | None) -> dict[str, list[str]]:
-        return await self.traces.tag_names(tenant)
+    async def tag_keys(self, tenant: str | None, scopes: Sequence[str], since_ns: int = 0) -> dict[str, list[str]]:
+        return await self.traces.tag_keys(tenant, scopes, since_ns)
 
-    async def tag_values(self, tenant: str | None, tag: str, limit: int = 1000) -> list[str]:
-        return await self.traces.tag_values(tenant, tag, limit)
+    async def tag_values(
+        self, tenant: str | None, where: Sequence[tuple[str, str]], since_ns: int = 0, limit: int = 1000
+    ) -> list[tuple[str, str]]:
+        return await self.traces.tag_values(tenant, where, since_ns, limit)
 
     # ----------------------------------------------------------------------------------------- ProfileSource
 

@@ -33,7 +33,6 @@ SPAN_ID_LABEL: Final = "span_id"
 TRACE_ID_LABEL: Final = "trace_id"
 LEGACY_SPAN_ID_LABEL: Final = "profile_id"
 SERVICE_LABEL: Final = "service_name"
-MAX_TAG_VALUE: Final = 128
 # The largest sample value, and the largest total of one profile, the store keeps: 2^53, the largest integer a float64
 # (SelectSeries points, the JavaScript numbers Grafana reads flame graphs into) holds exactly. Any sum of stored values
 # then needs over 1,024 profiles at this bound before it could pass the int64 a flame graph (and SQLite's SUM) holds.

@@ -15,7 +15,8 @@ from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 from bridge.errors import InvalidArgument
 from bridge.limits import RANGE_TEXT, unix_ns_ok
 from bridge.spans import SERVICE_NAME, pb_any_value_to_str
-from bridge.store.decode import MAX_TAG_VALUE, span_id_bytes_to_int
+from bridge.store.decode import span_id_bytes_to_int
+from bridge.store.tag_rows import TagRow, add_attributes, add_scope, add_span
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,14 +38,14 @@ class SpanBatch:
     rows: list[SpanRow]
     rejected: int
     message: str
-    tags: set[tuple[str, str, str]]  # (scope, key, value)
+    tags: set[TagRow]  # what the Tempo tag endpoints list (``store/tag_rows.py``)
 
 
 def rows_from_export(req: otlp_trace_svc.ExportTraceServiceRequest) -> SpanBatch:
     """OTLP traces → span rows. A span with an invalid trace or span id is rejected (OTLP partial success); the
     rest are kept."""
     rows: list[SpanRow] = []
-    tags: set[tuple[str, str, str]] = set()
+    tags: set[TagRow] = set()
     rejected = 0
     reasons: list[str] = []
     for rs in req.resource_spans:
@@ -53,15 +54,14 @@ def rows_from_export(req: otlp_trace_svc.ExportTraceServiceRequest) -> SpanBatch
         )
         service = ""
         for kv in rs.resource.attributes:
-            value = pb_any_value_to_str(kv.value)
             if kv.key == SERVICE_NAME:
-                service = value
-            if kv.value.WhichOneof("value") == "string_value" and len(value) <= MAX_TAG_VALUE:
-                tags.add(("resource", kv.key, value))
+                service = pb_any_value_to_str(kv.value)
+        add_attributes(tags, "resource", rs.resource.attributes)
         for ss in rs.scope_spans:
             scope_body = otlp_trace.ScopeSpans(scope=ss.scope, schema_url=ss.schema_url).SerializeToString(
                 deterministic=True
             )
+            add_scope(tags, ss.scope)
             for span in ss.spans:
                 span_id = span_id_bytes_to_int(span.span_id)
                 if len(span.trace_id) != 16 or not any(span.trace_id) or span_id is None:
@@ -80,9 +80,7 @@ def rows_from_export(req: otlp_trace_svc.ExportTraceServiceRequest) -> SpanBatch
                             f"{span.end_time_unix_nano}) must be Unix times in nanoseconds {RANGE_TEXT}"
                         )
                     continue
-                for kv in span.attributes:
-                    if kv.value.WhichOneof("value") == "string_value" and len(kv.value.string_value) <= MAX_TAG_VALUE:
-                        tags.add(("span", kv.key, kv.value.string_value))
+                add_span(tags, span, service)
                 rows.append(
                     SpanRow(
                         trace_id=bytes(span.trace_id),

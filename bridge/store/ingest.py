@@ -337,9 +337,9 @@ class Ingest:
         if batch.tags:
             last = max(r.end_ns for r in batch.rows)
             conn.executemany(
-                "INSERT INTO tags (tenant, scope, key, value, last_ns) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (tenant, scope, key, value) DO UPDATE SET last_ns = max(last_ns, excluded.last_ns)",
-                [(tenant, scope, key, value, last) for scope, key, value in batch.tags],
+                "INSERT INTO tags (tenant, scope, key, type, value, last_ns) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (tenant, scope, key, type, value) DO UPDATE SET last_ns = max(last_ns, excluded.last_ns)",
+                [(tenant, scope, key, kind, value, last) for scope, key, kind, value in batch.tags],
             )
         return len(rows)
 

@@ -9,7 +9,7 @@ Layout (ids are integers; span ids are stored as signed 64-bit integers, trace i
   the original protobuf bytes; ``spans`` holds each span's original protobuf bytes plus the columns queries need
   (since 6, its trace and span id indexes lead with the span's 10-minute bucket: lookups probe the buckets that
   hold spans).
-  ``tags`` remembers string attribute values for the tag endpoints.
+  ``tags`` remembers attribute keys and values (typed since 10) and intrinsic values for the tag endpoints.
 - profiles: ``functions`` (de-duplicated names), ``stacks`` (de-duplicated sequences of function ids, root first,
   packed as little-endian int32), ``series`` (one per tenant + label set, profile type included as labels),
   ``profiles`` (one per series and capture window: start, duration, total), ``samples`` (stack, value, span id,
@@ -224,6 +224,23 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     # before): how a span's total becomes a number of samples, and so its sampling uncertainty (bridge/sampling.py)
     """
     ALTER TABLE profiles ADD COLUMN period INTEGER NOT NULL DEFAULT 0;
+    """,
+    # 10: tags typed, in every scope Tempo lists (resource, span, event, link, instrumentation, and the intrinsics read
+    # from columns: store/tag_rows.py); the string values stored before are kept as strings
+    """
+    CREATE TABLE tags_typed (
+        tenant TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        key TEXT NOT NULL,
+        type TEXT NOT NULL,
+        value TEXT NOT NULL,
+        last_ns INTEGER NOT NULL,
+        PRIMARY KEY (tenant, scope, key, type, value)
+    ) WITHOUT ROWID;
+    INSERT INTO tags_typed (tenant, scope, key, type, value, last_ns)
+        SELECT tenant, scope, key, 'string', value, last_ns FROM tags;
+    DROP TABLE tags;
+    ALTER TABLE tags_typed RENAME TO tags;
     """,
 )
 

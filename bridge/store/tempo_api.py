@@ -27,6 +27,7 @@ from bridge.body import HOP_BY_HOP, end_to_end
 from bridge.call import CallContext
 from bridge.connect import headers_get
 from bridge.errors import BridgeError, InvalidArgument
+from bridge.store import tempo_tags
 from bridge.store.backend import Store
 from bridge.traceql import params, wire
 from bridge.traceql.errors import InvalidQuery, ParseError, QueryError, Unsupported
@@ -35,11 +36,10 @@ from bridge.wire.tempo import PROTOBUF, TempoAnswer, wants_protobuf
 
 Answer = tuple[int, dict[str, str], bytes]
 
-INTRINSIC_TAGS: Final = ("duration", "kind", "name", "status", "statusMessage", "span:id", "trace:id")
 _V2_TRACE = re.compile(r"^api/v2/traces/([^/]+)$")
 _V1_TRACE = re.compile(r"^api/traces/([^/]+)$")
-_V2_VALUES = re.compile(r"^api/v2/search/tag/([^/]+)/values$")
-_V1_VALUES = re.compile(r"^api/search/tag/([^/]+)/values$")
+_V2_VALUES = re.compile(r"^api/v2/search/tag/(.+)/values$")  # a tag may hold a "/" (sent as %2F)
+_V1_VALUES = re.compile(r"^api/search/tag/(.+)/values$")
 METRICS_RANGE: Final = "api/metrics/query_range"
 METRICS_INSTANT: Final = "api/metrics/query"
 
@@ -137,23 +137,15 @@ async def _route(
         return await _search(store, query, headers, ctx)
     if path in (METRICS_RANGE, METRICS_INSTANT):
         return await _metrics(store, path, query, ctx)
-    if path == "api/search/tags":
-        names = await store.tag_names(ctx.tenant)
-        return _json({"tagNames": sorted({*names.get("resource", []), *names.get("span", [])})})
-    if path == "api/v2/search/tags":
-        names = await store.tag_names(ctx.tenant)
-        scopes = [{"name": scope, "tags": names.get(scope, [])} for scope in ("resource", "span")]
-        scopes.append({"name": "intrinsic", "tags": list(INTRINSIC_TAGS)})
-        wanted = query.get("scope", "")
-        if wanted and wanted != "all":
-            scopes = [s for s in scopes if s["name"] == wanted]
-        return _json({"scopes": scopes})
-    if match := _V2_VALUES.match(path):
-        values = await store.tag_values(ctx.tenant, match.group(1))
-        return _json({"tagValues": [{"type": "string", "value": v} for v in values]})
-    if match := _V1_VALUES.match(path):
-        values = await store.tag_values(ctx.tenant, match.group(1))
-        return _json({"tagValues": values})
+    try:
+        if path in ("api/search/tags", "api/v2/search/tags"):
+            return await tempo_tags.tags(store, ctx.tenant, query, v2=path.startswith("api/v2"))
+        if match := _V2_VALUES.match(path):
+            return await tempo_tags.tag_values(store, ctx.tenant, match.group(1), query, v2=True)
+        if match := _V1_VALUES.match(path):
+            return await tempo_tags.tag_values(store, ctx.tenant, match.group(1), query, v2=False)
+    except tempo_tags.TagError as exc:
+        return _text(str(exc), 400)
     return _text(
         f"standalone mode does not serve /tempo/{path}: the embedded store answers trace by ID, TraceQL search and "
         "metrics, tags, tag values, /ready and /api/echo; run Tempo (proxy mode) for the rest",
@@ -167,7 +159,7 @@ async def _trace_by_id(store: Store, trace_id: str, ctx: CallContext, *, v2: boo
     except InvalidArgument:
         return _text(f"failed to parse trace id {trace_id!r}: not up to 32 hex characters", 400)
     if not resource_spans and not v2:
-        return _text(f"trace not found: {trace_id}", 404)
+        return 404, {}, b""  # as Tempo's frontend answers a trace it has not: no body (combiner/trace_by_id.go)
     inspected = sum(rs.ByteSize() for rs in resource_spans)
     if protobuf:
         trace = tempo_pb2.Trace(resource_spans=[rs.SerializeToString() for rs in resource_spans])

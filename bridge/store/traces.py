@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from typing import Final
 
 from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
@@ -21,15 +22,12 @@ from bridge.store import metrics as store_metrics
 from bridge.store import search as store_search
 from bridge.store.database import Database
 from bridge.store.trace_rows import BUCKETS_IN, span_buckets
-from bridge.traceql.ast import I, Scope
 from bridge.traceql.metrics import compile_metrics
 from bridge.traceql.model import span_id_hex
-from bridge.traceql.parser import parse_attribute
 from bridge.traceql.search import compile_search
 from bridge.traceql.timeseries import QueryRange
 
 SEARCH_SCAN_BUDGET: Final = store_search.SEARCH_SCAN_BUDGET
-TAG_SCOPES: Final = {Scope.RESOURCE: "resource", Scope.SPAN: "span"}
 
 
 class Traces:
@@ -155,36 +153,37 @@ class Traces:
             store_metrics.METRICS_SCAN_BUDGET if budget is None else budget,
         )
 
-    async def tag_names(self, tenant: str | None) -> dict[str, list[str]]:
+    async def tag_keys(self, tenant: str | None, scopes: Sequence[str], since_ns: int = 0) -> dict[str, list[str]]:
+        """The keys listed in each of ``scopes`` (``store/tag_rows.py``), seen since ``since_ns``; sorted."""
+
         def read(conn: sqlite3.Connection) -> dict[str, list[str]]:
-            out: dict[str, list[str]] = {"resource": [], "span": []}
+            out: dict[str, list[str]] = {}
+            marks = ", ".join("?" * len(scopes))
             for scope, key in conn.execute(
-                "SELECT DISTINCT scope, key FROM tags WHERE tenant = ? ORDER BY key", (tenant_key(tenant),)
+                f"SELECT DISTINCT scope, key FROM tags WHERE tenant = ? AND scope IN ({marks}) AND last_ns >= ? "
+                "ORDER BY key",
+                (tenant_key(tenant), *scopes, since_ns),
             ):
                 out.setdefault(scope, []).append(key)
             return out
 
         return await self._db.read(read)
 
-    async def tag_values(self, tenant: str | None, tag: str, limit: int = 1000) -> list[str]:
-        """String values seen for a tag: ``name`` from the spans, attributes from the tags table (a v1 tag without a
-        scope, ``service.name``, from either scope)."""
-        key = tenant_key(tenant)
-        scoped = tag.startswith((".", "resource.", "span.", "event.", "link.")) or ":" in tag or tag == "name"
-        attr = parse_attribute(tag) if scoped else None
-        if attr is not None and attr.intrinsic is I.NAME:
-            sql, params = "SELECT DISTINCT name FROM spans WHERE tenant = ? ORDER BY name LIMIT ?", (key, limit)
-        elif attr is None or attr.scope is Scope.NONE and attr.intrinsic is I.NONE:
-            name = tag if attr is None else attr.name
-            sql = "SELECT DISTINCT value FROM tags WHERE tenant = ? AND key = ? ORDER BY value LIMIT ?"
-            params = (key, name, limit)  # type: ignore[assignment]
-        elif attr.scope in TAG_SCOPES and attr.intrinsic is I.NONE:
-            sql = "SELECT value FROM tags WHERE tenant = ? AND scope = ? AND key = ? ORDER BY value LIMIT ?"
-            params = (key, TAG_SCOPES[attr.scope], attr.name, limit)  # type: ignore[assignment]
-        else:
+    async def tag_values(
+        self, tenant: str | None, where: Sequence[tuple[str, str]], since_ns: int = 0, limit: int = 1000
+    ) -> list[tuple[str, str]]:
+        """The distinct (type, value) pairs of the (scope, key) pairs in ``where``, seen since ``since_ns``: at most
+        ``limit``, by value."""
+        if not where:
             return []
 
-        def read(conn: sqlite3.Connection) -> list[str]:
-            return [row[0] for row in conn.execute(sql, params)]
+        def read(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+            pairs = " OR ".join("(scope = ? AND key = ?)" for _ in where)
+            sql = (
+                f"SELECT DISTINCT type, value FROM tags WHERE tenant = ? AND ({pairs}) AND last_ns >= ? "
+                "ORDER BY value, type LIMIT ?"
+            )
+            params = (tenant_key(tenant), *(x for pair in where for x in pair), since_ns, limit)
+            return [(str(kind), str(value)) for kind, value in conn.execute(sql, params)]
 
         return await self._db.read(read)

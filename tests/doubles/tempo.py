@@ -1,7 +1,7 @@
 """A TEST DOUBLE of Grafana Tempo's HTTP query API — not Tempo. A real aiohttp app (serve it on 127.0.0.1, port 0, with
 pytest-aiohttp's ``aiohttp_server``) that answers from traces given to it, in Tempo's own wire shapes
-(grafana/tempo ``pkg/api/http.go`` lines 83–100,
-``pkg/tempopb/tempo.proto``), and records every request it was asked.
+(grafana/tempo ``pkg/api/http.go`` lines 83–100, ``pkg/tempopb/tempo.proto``; checked against a real Tempo with
+``bench/differential.py``), and records every request it was asked.
 
 - ``GET /api/v2/traces/{id}``: ``TraceByIDResponse`` protobuf when ``Accept`` contains ``application/protobuf``,
   else gogo-jsonpb JSON ``{"trace":{"resourceSpans":[…]},"metrics":{…}}`` (base64 ids, string int64s, enum names,
@@ -10,8 +10,8 @@ pytest-aiohttp's ``aiohttp_server``) that answers from traces given to it, in Te
 - A non-hex or oversized id → 400 with Tempo's plain-text message (``util.HexStringToTraceID``).
 - ``GET /api/search``: TraceQL subset — ``{ span:id = "…" }``, ``{ trace:id = "…" }``, ``{ resource.service.name =
   "…" }``, ``{ span:name = "…" }``, joined by ``&&``, optional ``| select(…)``; Tempo's search JSON (hex ids,
-  ``traceID`` with leading zeros stripped, ``durationNanos`` strings, ``traces`` absent when nothing matched).
-- ``GET /api/v2/search/tags``, ``GET /api/v2/search/tag/{tag}/values``, ``/ready``, ``/api/echo``,
+  ``traceID`` with leading zeros stripped, ``durationNanos`` strings, ``traces: []`` when nothing matched).
+- ``GET /api/v2/search/tags``, ``GET /api/v2/search/tag/{tag}/values`` (``tempo_tags``), ``/ready``, ``/api/echo``,
   ``/api/status/buildinfo``; anything else → Go's ``404 page not found``.
 - ``gzip`` knob: gzip the body when the client accepts it. ``faults``: slow, error status, refuse (drop the
   connection before answering), reset mid-body, garbage body, search lag (the next N searches find nothing),
@@ -41,6 +41,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2 as otlp_trace
 
 from bridge._proto import tempo_pb2
 from bridge.wire import tempo as tempo_wire
+from tests.doubles import tempo_tags
 from tests.paths import VULTURE_TRACE
 from tests.serving import closed_port
 
@@ -285,8 +286,8 @@ class TempoDouble:
         if isinstance(looked, web.Response):
             return looked
         _, raw = looked
-        if not raw:
-            return self._text(404, "trace not found")
+        if not raw:  # Tempo's frontend: 404 without a body (modules/frontend/combiner/trace_by_id.go)
+            return web.Response(status=404)
         protobuf = _wants_protobuf(request)
         body = trace_answer(raw, version=1, protobuf=protobuf)
         return self._answer(request, 200, body, tempo_wire.PROTOBUF if protobuf else tempo_wire.JSON)
@@ -309,9 +310,7 @@ class TempoDouble:
         if lagging:
             self.faults.search_lag -= 1
         traces = [] if lagging else self._matching(conditions, selected, start, end, limit, spss)
-        doc: dict[str, Any] = {}
-        if traces:
-            doc["traces"] = traces
+        doc: dict[str, Any] = {"traces": traces}  # [] when nothing matched, as Tempo answers
         doc["metrics"] = {
             "inspectedBytes": str(sum(len(r) for raws in self.traces.values() for r in raws)),
             "completedJobs": 1,
@@ -362,16 +361,21 @@ class TempoDouble:
     async def _tags(self, request: web.Request) -> web.StreamResponse:
         if (faulted := await self._faulted(request)) is not None:
             return faulted
-        doc = {"scopes": [{"name": "resource", "tags": ["service.name"]}, {"name": "span", "tags": []}]}
+        raws = [raw for raws in self.traces.values() for raw in raws]
+        try:
+            doc = tempo_tags.tags(raws, request.query.get("scope", ""))
+        except tempo_tags.BadTag as exc:
+            return self._text(400, str(exc))
         return self._answer(request, 200, _dumps(doc), "application/json")
 
     async def _tag_values(self, request: web.Request) -> web.StreamResponse:
         if (faulted := await self._faulted(request)) is not None:
             return faulted
-        values: set[str] = set()
-        if request.match_info["tag"] in ("resource.service.name", ".service.name"):
-            values = {svc for tid, raws in self.traces.items() for _, svc in _iter_spans(tid, raws)}
-        doc = {"tagValues": [{"type": "string", "value": v} for v in sorted(values)], "metrics": {}}
+        raws = [raw for raws in self.traces.values() for raw in raws]
+        try:
+            doc = tempo_tags.tag_values(raws, request.match_info["tag"])
+        except tempo_tags.BadTag as exc:
+            return self._text(400, str(exc))
         return self._answer(request, 200, _dumps(doc), "application/json")
 
     # ------------------------------------------------------------------------------------------- misc

@@ -232,7 +232,7 @@ async def test_the_mounts_path_policy_holds_on_the_front(stack: Stack) -> None:
             session,
             base,
             "GET",
-            "/tempo/api/v2/search/tag/k8s.pod.labels.app.kubernetes.io%2Fname/values",
+            "/tempo/api/v2/search/tag/resource.k8s.pod.labels.app.kubernetes.io%2Fname/values",
             b"",
             "",
             read,
@@ -240,7 +240,7 @@ async def test_the_mounts_path_policy_holds_on_the_front(stack: Stack) -> None:
         assert got == 200, text
         assert [r.path for r in stack.tempo.requests][
             -1
-        ] == "/api/v2/search/tag/k8s.pod.labels.app.kubernetes.io/name/values"
+        ] == "/api/v2/search/tag/resource.k8s.pod.labels.app.kubernetes.io/name/values"
         assert json.loads(text)["tagValues"] == []  # Tempo's answer (the double knows no such tag)
 
 
