@@ -13,8 +13,9 @@ Queries on ``svc-1``, each ``--reps`` times, the function → spans query and th
   warm   the service's function with the most self time (a leaf in a few stacks)
   range  ``last-hour``: the API's default (the last hour of the store, or all of it when shorter), and ``all``
 
-Lines: medians and p99 of both, their ratio, and the growth of each query's median from the 10 min store to the 6 h
-store (``growth`` > 1: slower on the bigger store).
+Lines: medians and p99 of both, their ratio; for ``hot`` the sample pass the per-span rollups replace
+(``read_function_spans(rollups=False)``), timed in the same loop; and the growth of each query's median from the
+10 min store to the 6 h store (``growth`` > 1: slower on the bigger store).
 
 Run: ``.venv/bin/python bench/function_spans.py [--services 5] [--hours 6] [--reps 9]``.
 """
@@ -29,19 +30,21 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from benchkit import pct  # noqa: E402
+from benchkit import loadavg, pct  # noqa: E402
 from store_data import CPU, HZ, SPANS_PER_WINDOW, STACKS_PER_SERVICE, T0_S, WINDOW_S, vocabulary  # noqa: E402
 
 from bridge._proto import querier_pb2 as qpb  # noqa: E402
 from bridge.call import CallContext, Deadline  # noqa: E402
 from bridge.functions import FunctionMatch, FunctionQuery  # noqa: E402
 from bridge.store import Store, decode  # noqa: E402
+from bridge.store.functions import read_function_spans  # noqa: E402
 
 CHECKPOINTS_MIN = (10, 60, 360)
 SERVICE = "svc-1"
@@ -112,6 +115,7 @@ async def main() -> None:
     ctx = CallContext(deadline=Deadline.start(None, 600.0))
     selector = f'{{service_name="{SERVICE}"}}'
     medians: dict[str, list[tuple[int, float, float]]] = {}
+    before: dict[str, float] = {}  # the last store's sample-pass medians (hot queries)
     with tempfile.TemporaryDirectory(prefix="function-spans-") as tmp:
         clock = {"now": float(T0_S)}  # follows the data, so rollups are compacted as they would be live
         store = await Store.open(tmp, synchronous="NORMAL", clock=lambda: clock["now"])
@@ -148,18 +152,29 @@ async def main() -> None:
                         async def flame(req: qpb.SelectMergeStacktracesRequest = req) -> object:
                             return await store.select_merge_stacktraces(req, ctx)
 
+                        async def sample_pass(query: FunctionQuery = query) -> object:
+                            """The query as it was before the per-span rollups: one pass over the samples."""
+                            return await store.db.read(
+                                partial(read_function_spans, rollups=False), "anonymous", query, selector
+                            )
+
                         hits = await store.function_spans(query, selector, ctx)  # each warmed up once
                         assert hits.spans, f"{function}: no spans"
                         await flame()
                         t_spans: list[float] = []
                         t_flame: list[float] = []
+                        t_before: list[float] = []
                         for _ in range(args.reps):
                             t_spans.append(await timed(spans))
                             t_flame.append(await timed(flame))
+                            if fn_label == "hot":
+                                t_before.append(await timed(sample_pass))
                         med_s, med_f = statistics.median(t_spans), statistics.median(t_flame)
                         p99_s, p99_f = pct(t_spans, 0.99), pct(t_flame, 0.99)
                         key = f"{fn_label} {range_label}"
                         medians.setdefault(key, []).append((minutes, med_s, med_f))
+                        if t_before:
+                            before[key] = statistics.median(t_before)
                         print(
                             f"  {minutes:>3} min store  {key:<15} function->spans: median {med_s * 1000:7.1f} ms "
                             f"p99 {p99_s * 1000:7.1f} ms | flame graph: median {med_f * 1000:7.1f} ms "
@@ -168,6 +183,27 @@ async def main() -> None:
                         )
         finally:
             await store.close()
+    report(medians, before)
+
+
+def report(medians: dict[str, list[tuple[int, float, float]]], before: dict[str, float]) -> None:
+    """The ratio lines (whole store / last hour; the hot queries against the sample pass) and the growth lines."""
+    for fn_label in ("hot", "warm"):
+        whole, hour = medians.get(f"{fn_label} all"), medians.get(f"{fn_label} last-hour")
+        if whole and hour:
+            (minutes, s_all, _), (_, s_hour, _) = whole[-1], hour[-1]
+            target = "  (target ≤ 2: a function in every stack)" if fn_label == "hot" else ""
+            print(
+                f"ratio {fn_label} function->spans, whole {minutes} min store / its last hour: median "
+                f"{s_all * 1000:.1f} / {s_hour * 1000:.1f} ms = {s_all / s_hour:.2f}{target} (load {loadavg()})"
+            )
+    for key, s_before in before.items():
+        _, s_now, f_now = medians[key][-1]
+        print(
+            f"ratio {key} function->spans / the sample pass it replaces: median {s_now * 1000:.1f} / "
+            f"{s_before * 1000:.1f} ms = {s_now / s_before:.2f} (the sample pass was {s_before / f_now:.0f}x the flame "
+            f"graph, now {s_now / f_now:.2f}x; load {loadavg()})"
+        )
     for key, points in medians.items():
         steps = " -> ".join(f"{m} min {s * 1000:.1f} ms" for m, s, _ in points)
         base = " -> ".join(f"{f * 1000:.1f}" for _, _, f in points)

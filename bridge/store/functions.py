@@ -8,6 +8,11 @@ stack's own frames (so a row left behind for a dropped stack whose id SQLite gav
 adds up the matching stacks' sample rows of the service's profiles in the range, per span id, in one ``GROUP BY``.
 Its cost follows the samples of that service and range (the profiles' time index picks them), not the store's size
 (``bench/function_spans.py``).
+
+When every stack of the range holds the function (an entry point: ``main``, a request handler — the wide bars of a
+flame graph), a span's value through it is its whole linked value, which the per-span rollups hold
+(``span_totals``): the answer is then read from them, per minute, at a cost that follows the minutes of the range and
+the spans on the list rather than its samples; the few spans on the list are measured from their samples as always.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from bridge.errors import InvalidArgument
 from bridge.functions import MAX_MATCHED_FUNCTIONS, FunctionHits, FunctionMatch, FunctionQuery, SpanValue, order_spans
 from bridge.profiletype import ProfileType
 from bridge.selector import matches_any, parse_selector
-from bridge.store import rollup
+from bridge.store import rollup, span_totals
 from bridge.store.database import Database
 from bridge.store.decode import int_to_span_id
 from bridge.store.query import window_ns
@@ -122,10 +127,13 @@ _PROFILES: Final = (
 MAX_TIED: Final = 5000  # spans tied at the limit whose self values decide the order among them
 
 
-def read_function_spans(conn: sqlite3.Connection, tenant: str, query: FunctionQuery, selector: str) -> FunctionHits:
-    """The query, on a reader connection: one pass over the service's sample rows in the range (per span, the value
-    through the function), then the few spans that can make the list, measured from the span index (through the
-    function, in it, in all, and their trace ids)."""
+def read_function_spans(
+    conn: sqlite3.Connection, tenant: str, query: FunctionQuery, selector: str, *, rollups: bool = True
+) -> FunctionHits:
+    """The query, on a reader connection: from the per-span rollups when the function is in every stack of the
+    range (and ``rollups``), else one pass over the service's sample rows in the range (per span, the value through
+    the function); then the few spans that can make the list, measured from the span index (through the function,
+    in it, in all, and their trace ids)."""
     ProfileType.parse(query.profile_type)
     hits = FunctionHits((), (), 0, 0, 0, SOURCE)
     series = series_of(conn, tenant, query.profile_type, selector)
@@ -134,6 +142,9 @@ def read_function_spans(conn: sqlite3.Connection, tenant: str, query: FunctionQu
     if not stacks:
         return hits
     window = window_ns(query.start_ms, query.end_ms)
+    ranked = _through_every_stack(conn, series, functions, stacks, window, query) if rollups else None
+    if ranked is not None:
+        return ranked
     in_profiles: list[Any] = [json.dumps(series), *window]
     per_span: list[tuple[int | None, int]] = [
         (span, int(total))
@@ -154,6 +165,82 @@ def read_function_spans(conn: sqlite3.Connection, tenant: str, query: FunctionQu
     contenders = [span for value, span in linked if value >= cutoff][: max(query.limit, MAX_TIED)]
     top = order_spans(_measure(conn, contenders, stacks, in_profiles))[: query.limit]
     return FunctionHits(tuple(top), names, total, sum(value for value, _ in linked), len(linked) - len(top), SOURCE)
+
+
+def _through_every_stack(
+    conn: sqlite3.Connection,
+    series: list[int],
+    functions: dict[int, str],
+    stacks: dict[int, tuple[bool, frozenset[int]]],
+    window: tuple[int, int],
+    query: FunctionQuery,
+) -> FunctionHits | None:
+    """The answer from the per-span rollups (``span_totals``) when every stack of the range holds the function —
+    then a span's value through it is its whole linked value, which the rollups hold: the spans are ranked from each
+    minute's largest, counted and added up per minute, and only the ones that make the list are measured from their
+    samples. None when a stack of the range lacks the function, or the range spans less than two whole minutes
+    (the sample pass answers those)."""
+    lo, hi = window
+    retained = rollup.read_state(conn).get(rollup.RETAINED_FROM, 0)
+    first, last = -(-max(lo, retained) // span_totals.MINUTE_NS), hi // span_totals.MINUTE_NS
+    if last - first < 2:
+        return None
+    series_json = json.dumps(series)
+    inner, params = rollup.merge_rows(conn, series_json, window)
+    per_stack: dict[int, int] = {}
+    for stack, value in conn.execute(inner, params):  # the merge's rows: left at the first stack without it
+        if stack not in stacks:
+            if value:
+                return None
+            continue
+        per_stack[stack] = per_stack.get(stack, 0) + value
+    total = sum(per_stack.values())
+    held = {fid for stack, v in per_stack.items() if v for fid in stacks[stack][1]}
+    names = tuple(sorted(functions[fid] for fid in held))
+    # the range's edges (part minutes, and minutes retention cut) from the samples, the crossing rows summed
+    exact = span_totals.crossing_spans(conn, series, first, last)
+    for span, value, trace in conn.execute(
+        "SELECT span_id, sum(value), max(trace_id) FROM samples WHERE profile_id IN (SELECT id FROM profiles "
+        "WHERE series_id IN (SELECT value FROM json_each(?)) AND ((time_ns >= ? AND time_ns < ?) OR "
+        "(time_ns >= ? AND time_ns < ?))) AND span_id IS NOT NULL GROUP BY span_id",
+        (series_json, lo, first * span_totals.MINUTE_NS, last * span_totals.MINUTE_NS, hi),
+    ):
+        prev = exact.get(span)
+        exact[span] = (int(value) + (prev[0] if prev else 0), (prev[1] if prev else None) or trace)
+    solo_spans, solo_value = span_totals.solo_totals(conn, series, first, last)
+    linked = solo_value + sum(v for v, _ in exact.values())
+    count = solo_spans + sum(1 for v, _ in exact.values() if v > 0)
+    if not total:
+        return FunctionHits((), (), 0, 0, 0, SOURCE)
+    if not count:
+        return FunctionHits((), names, total, 0, 0, SOURCE)
+    # a lower bound of the limit-th value from a few of each minute's largest, then every value at or above it
+    few = -(-2 * query.limit // (last - first))
+    exact_rows = [(v, span) for span, (v, _) in exact.items() if v > 0]
+    sample = _per_span([*span_totals.top_solo(conn, series, first, last, few), *exact_rows], add=False)
+    if not sample:
+        return FunctionHits((), names, total, linked, count, SOURCE)
+    floor = max(1, sample[min(query.limit, len(sample)) - 1][0])
+    rows = span_totals.top_solo(conn, series, first, last, MAX_TIED, at_least=floor)
+    ranked = _per_span([*rows, *exact_rows], add=True)
+    if not ranked:
+        return FunctionHits((), names, total, linked, count, SOURCE)
+    cutoff = ranked[min(query.limit, len(ranked)) - 1][0]
+    contenders = [span for value, span in ranked if value >= cutoff][: max(query.limit, MAX_TIED)]
+    top = order_spans(_measure(conn, contenders, stacks, [series_json, lo, hi]))[: query.limit]
+    return FunctionHits(tuple(top), names, total, linked, count - len(top), SOURCE)
+
+
+def _per_span(rows: Sequence[tuple[int, int]], add: bool) -> list[tuple[int, int]]:
+    """(value, span) rows → one (value, span) per span, largest first: its rows added up (``add``) or its largest.
+    A span idle for over a minute has a row per stretch; either value is at most the span's value over the range,
+    so the limit-th of them is a lower bound of the true limit-th — and with the largest, each of the spans above
+    that bound has a row at or above it."""
+    best: dict[int, int] = {}
+    for value, span in rows:
+        prev = best.get(span)
+        best[span] = value if prev is None else (prev + value if add else max(prev, value))
+    return sorted(((v, span) for span, v in best.items()), reverse=True)
 
 
 def _measure(

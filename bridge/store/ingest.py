@@ -20,7 +20,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as otlp_profiles_svc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp_trace_svc
@@ -29,7 +29,7 @@ from bridge.call import tenant_key
 from bridge.errors import InvalidArgument
 from bridge.limits import DECODE_IN_THREAD_BYTES
 from bridge.metrics import Metrics
-from bridge.store import decode, decode_spans, rollup
+from bridge.store import decode, decode_spans, rollup, span_totals
 from bridge.store.database import Database
 from bridge.store.functions import index_stack
 from bridge.store.schema import LINK_BUCKETS, SPAN_BUCKET_NS, SPAN_BUCKETS, mark_buckets, pack_frames
@@ -237,12 +237,17 @@ class Ingest:
                 rows,
             )
             per_stack: dict[int, int] = {}
-            spans: set[int] = set()
+            spans: dict[int, list[Any]] = {}  # span → [its value, a trace id] (the per-span rollups)
             traces: set[bytes] = set()
             for row in rows:
                 per_stack[row[2]] = per_stack.get(row[2], 0) + row[3]
                 if row[4] is not None:
-                    spans.add(row[4])
+                    seen = spans.get(row[4])
+                    if seen is None:
+                        spans[row[4]] = [row[3], row[5]]
+                    else:
+                        seen[0] += row[3]
+                        seen[1] = seen[1] or row[5]
                 if row[5] is not None:
                     traces.add(row[5])
             conn.executemany(
@@ -262,6 +267,8 @@ class Ingest:
                 )
             if spans or traces:
                 mark_buckets(conn, LINK_BUCKETS, {bucket})
+            if spans:
+                span_totals.add_profile(conn, series_id, record.time_ns, spans)
             if record.time_ns < marks[rollup.LEVELS[0]]:
                 rollup.add_late(conn, marks, series_id, record.time_ns, per_stack)
             stored += len(rows)

@@ -193,28 +193,7 @@ class Profiles:
 
     @staticmethod
     def _rollup_rows(conn: sqlite3.Connection, series_json: str, window: tuple[int, int]) -> tuple[str, list[Any]]:
-        """(stack_id, value) rows whose sum per stack is the merge of the window: rollup buckets where they fit whole,
-        per-profile stack totals at the edges."""
-        state = rollup.read_state(conn)
-        segments = rollup.plan(window[0], window[1], rollup.watermarks(state), state.get(rollup.RETAINED_FROM, 0))
-        arms: list[str] = []
-        params: list[Any] = []
-        for seg in segments:
-            if seg.level == 0:
-                arms.append(
-                    "SELECT stack_id, value FROM profile_stacks WHERE profile_id IN (SELECT id FROM profiles "
-                    "WHERE series_id IN (SELECT value FROM json_each(?)) AND time_ns >= ? AND time_ns < ?)"
-                )
-                params.extend((series_json, seg.start, seg.end))
-            else:
-                arms.append(
-                    "SELECT stack_id, value FROM rollups WHERE level = ? AND series_id IN (SELECT value FROM "
-                    "json_each(?)) AND bucket >= ? AND bucket < ?"
-                )
-                params.extend((seg.level, series_json, seg.start, seg.end))
-        if not arms:
-            return "SELECT 0 AS stack_id, 0 AS value WHERE false", []
-        return " UNION ALL ".join(arms), params
+        return rollup.merge_rows(conn, series_json, window)
 
     @staticmethod
     def _chosen_rows(

@@ -14,7 +14,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Final
 
-from bridge.store import rollup
+from bridge.store import rollup, span_totals
 from bridge.store.database import Database
 from bridge.store.functions import collect_garbage as collect_function_index
 from bridge.store.schema import LINK_BUCKETS, SPAN_BUCKET_NS, SPAN_BUCKETS, drop_buckets_before
@@ -60,6 +60,7 @@ def _delete_before(conn: sqlite3.Connection, profiles_before: int, spans_before:
             (rollup.link_bucket(profiles_before), profiles_before),
         )
     rollup.drop_before(conn, profiles_before)
+    span_totals.drop_before(conn, profiles_before)
     drop_buckets_before(conn, LINK_BUCKETS, rollup.link_bucket(profiles_before))
     profiles = conn.execute("DELETE FROM profiles WHERE time_ns < ?", (profiles_before,)).rowcount
     spans = conn.execute("DELETE FROM spans WHERE start_ns < ?", (spans_before,)).rowcount

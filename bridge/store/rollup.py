@@ -124,6 +124,31 @@ def plan(lo: int, hi: int, marks: Mapping[int, int], retained_from: int = 0) -> 
     return out
 
 
+def merge_rows(conn: sqlite3.Connection, series_json: str, window: tuple[int, int]) -> tuple[str, list[object]]:
+    """SQL (and its parameters) for (stack_id, value) rows whose sum per stack is the merge of ``window`` for the
+    series in ``series_json``: rollup buckets where they fit whole (``plan``), per-profile stack totals at the
+    edges."""
+    state = read_state(conn)
+    arms: list[str] = []
+    params: list[object] = []
+    for seg in plan(window[0], window[1], watermarks(state), state.get(RETAINED_FROM, 0)):
+        if seg.level == 0:
+            arms.append(
+                "SELECT stack_id, value FROM profile_stacks WHERE profile_id IN (SELECT id FROM profiles "
+                "WHERE series_id IN (SELECT value FROM json_each(?)) AND time_ns >= ? AND time_ns < ?)"
+            )
+            params.extend((series_json, seg.start, seg.end))
+        else:
+            arms.append(
+                "SELECT stack_id, value FROM rollups WHERE level = ? AND series_id IN (SELECT value FROM "
+                "json_each(?)) AND bucket >= ? AND bucket < ?"
+            )
+            params.extend((seg.level, series_json, seg.start, seg.end))
+    if not arms:
+        return "SELECT 0 AS stack_id, 0 AS value WHERE false", []
+    return " UNION ALL ".join(arms), params
+
+
 # --------------------------------------------------------------------------------------------- writes (writer thread)
 
 

@@ -26,6 +26,9 @@ Layout (ids are integers; span ids are stored as signed 64-bit integers, trace i
   which Profiles Drilldown keeps its plugin settings in (``store/settings.py``).
 - ``profiles.period`` (9): what one sample adds to the profile's values (0: not known), so a total is also a count
   of samples.
+- per-span rollups (11): ``span_totals`` holds each span's linked value per series and minute, ``span_minutes`` per
+  series and minute the spans that need no other row (``store/span_totals.py``); ``profiles``' series and time
+  index carries the total, so time series and timelines read the index alone.
 """
 
 from __future__ import annotations
@@ -46,6 +49,24 @@ def _frame_id(hexed: str) -> str:
         for j in range(4)
     )
 
+
+# The per-span rollups (``bridge/store/span_totals.py``) from the samples: each span's value per series and minute,
+# crossing when the span has another row within a minute either side (a window over the span's rows by minute), and
+# per series and minute the count and value of the others (migration 11).
+SPAN_TOTALS_FILL: Final = (
+    """
+    INSERT INTO span_totals (bucket, span_id, series_id, value, trace_id, crossing)
+        SELECT bucket, span_id, series_id, value, trace_id,
+            count(*) OVER (PARTITION BY span_id ORDER BY bucket RANGE BETWEEN 1 PRECEDING AND 1 FOLLOWING) > 1
+        FROM (SELECT p.time_ns / 60000000000 AS bucket, s.span_id, p.series_id, sum(s.value) AS value,
+                max(s.trace_id) AS trace_id
+            FROM samples AS s JOIN profiles AS p ON p.id = s.profile_id WHERE s.span_id IS NOT NULL GROUP BY 1, 2, 3)
+    """,
+    """
+    INSERT INTO span_minutes (series_id, bucket, solo, solo_value)
+        SELECT series_id, bucket, count(*), sum(value) FROM span_totals WHERE crossing = 0 GROUP BY 1, 2
+    """,
+)
 
 MIGRATIONS: Final[tuple[str, ...]] = (
     # 1: traces and profiles
@@ -241,6 +262,33 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         SELECT tenant, scope, key, 'string', value, last_ns FROM tags;
     DROP TABLE tags;
     ALTER TABLE tags_typed RENAME TO tags;
+    """,
+    # 11: per-span rollups, so function → spans ranks a long range's spans without reading their samples (the key
+    # leads with the minute, as span_profiles' does: ingest writes the newest part of the index); the profiles'
+    # series/time index with the total in it, for time series and timelines
+    """
+    CREATE TABLE span_totals (
+        bucket INTEGER NOT NULL,
+        span_id INTEGER NOT NULL,
+        series_id INTEGER NOT NULL,
+        value INTEGER NOT NULL,
+        trace_id BLOB,
+        crossing INTEGER NOT NULL,
+        PRIMARY KEY (bucket, span_id, series_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX span_totals_rank ON span_totals (series_id, crossing, bucket, value);
+    CREATE TABLE span_minutes (
+        series_id INTEGER NOT NULL,
+        bucket INTEGER NOT NULL,
+        solo INTEGER NOT NULL,
+        solo_value INTEGER NOT NULL,
+        PRIMARY KEY (series_id, bucket)
+    ) WITHOUT ROWID;
+    """
+    + ";".join(SPAN_TOTALS_FILL)
+    + """;
+    CREATE INDEX profiles_series_time_total ON profiles (series_id, time_ns, total);
+    DROP INDEX profiles_series_time;
     """,
 )
 
