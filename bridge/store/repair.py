@@ -10,6 +10,11 @@ one rebuilt from every row that can still be read.
   the damaged file is renamed ``store.sqlite3.damaged-<UTC time>`` (its write-ahead log beside it, if one was left)
   and the fresh one takes its name. Nothing is deleted. Rows are kept as they were read, indexes are rebuilt, and a
   row that collides with one already kept (a unique key read twice) is kept once.
+- **Rollups after salvage** (``_rebuild_rollups``): what a salvaged file still holds of the rollups need not add up
+  to the profiles it still holds (a lost page of either), and a query trusts a rollup bucket below its watermark. So
+  when any table was salvaged or missing, the stack rollups are emptied with their watermarks (the running bridge
+  compacts them again from the profiles kept; queries read the profiles meanwhile) and the per-span rollups are
+  filled again from the samples kept (``span_totals.rebuild``).
 - **In use?** Every SQLite connection to a database in WAL mode holds a shared lock on one byte of its ``-shm`` file
   (SQLite's ``os_unix.c``: ``UNIX_SHM_DMS``, byte 128, the "dead man switch" a connection checks when it opens the
   file): ``in_use`` tries to take that byte exclusively. Only from another process: POSIX locks do not conflict
@@ -26,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Final
 
-from bridge.store import integrity, salvage
+from bridge.store import integrity, rollup, salvage, span_totals
 from bridge.store.schema import LATEST, migrate
 
 SHM_DMS_BYTE: Final = 128
@@ -147,6 +152,8 @@ def repair(path: Path, wall_clock: Callable[[], float] = time.time) -> RepairRes
             for table in _tables(fresh):
                 result.tables.append(_copy_table(fresh, table, layout, salvager))
         fresh.execute("DETACH DATABASE old")
+        if result.salvaged:
+            result.notes.extend(_rebuild_rollups(fresh))
         fresh.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     except BaseException:
         fresh.close()
@@ -164,6 +171,28 @@ def repair(path: Path, wall_clock: Callable[[], float] = time.time) -> RepairRes
     for leftover in _family(fresh_path):
         leftover.unlink(missing_ok=True)
     return result
+
+
+def _rebuild_rollups(conn: sqlite3.Connection) -> list[str]:
+    """After salvage: the rollups made to agree with the rows kept (see the module's notes); what was done."""
+    tables = {str(r[0]) for r in conn.execute("SELECT name FROM main.sqlite_schema WHERE type = 'table'")}
+    notes = []
+    conn.execute("BEGIN")
+    try:
+        if "rollups" in tables:
+            conn.execute("DELETE FROM rollups")
+            conn.executemany(
+                "DELETE FROM store_state WHERE key = ?", [(rollup.watermark_key(x),) for x in rollup.LEVELS]
+            )
+            notes.append("the stack rollups were emptied: the bridge compacts them again from the profiles kept")
+        if "span_totals" in tables:
+            span_totals.rebuild(conn)
+            notes.append("the per-span rollups were rebuilt from the samples kept")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return notes
 
 
 def _family(db: Path) -> list[Path]:

@@ -52,7 +52,7 @@ def _frame_id(hexed: str) -> str:
 
 # The per-span rollups (``bridge/store/span_totals.py``) from the samples: each span's value per series and minute,
 # crossing when the span has another row within a minute either side (a window over the span's rows by minute), and
-# per series and minute the count and value of the others (migration 11).
+# per series and minute the count and value of the others. Migration 11 runs it, and ``store repair`` after salvage.
 SPAN_TOTALS_FILL: Final = (
     """
     INSERT INTO span_totals (bucket, span_id, series_id, value, trace_id, crossing)

@@ -14,6 +14,8 @@ query rank the spans of a long range without reading their samples (``bridge.sto
   the list, but missed when each part alone falls below the list's smallest value and only their sum would not.
 - Retention (``drop_before``) drops every minute that starts before what it dropped, as the rollups do; a query
   reads the minutes before ``retained_from`` from the samples.
+- ``store repair``, when it salvaged a table page by page, fills both tables again from the samples it kept
+  (``rebuild``, the statements migration 11 ran): they then agree with the rows the sample pass reads.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import json
 import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
+
+from bridge.store.schema import SPAN_TOTALS_FILL
 
 MINUTE_NS: Final = 60_000_000_000
 
@@ -93,6 +97,14 @@ def drop_before(conn: sqlite3.Connection, cutoff_ns: int) -> None:
     first_kept = -(-cutoff_ns // MINUTE_NS)
     conn.execute("DELETE FROM span_totals WHERE bucket < ?", (first_kept,))
     conn.execute("DELETE FROM span_minutes WHERE bucket < ?", (first_kept,))
+
+
+def rebuild(conn: sqlite3.Connection) -> None:
+    """Both tables again from the samples (``store repair``, after salvage)."""
+    conn.execute("DELETE FROM span_totals")
+    conn.execute("DELETE FROM span_minutes")
+    for statement in SPAN_TOTALS_FILL:
+        conn.execute(statement)
 
 
 # --------------------------------------------------------------------------------------------- reads
