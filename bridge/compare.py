@@ -11,10 +11,7 @@
   divided by their number: the cost of one usual request, requests without any sample included.
 - Per function: self and total on each side (per request), the difference, sorted by the largest difference of self
   value per request first (what ``pprof -top -diff_base`` sorts by), then of total. A function is called *unusual*
-  only when its self sample counts differ beyond sampling noise: the exact conditional test of two Poisson rates,
-  exposure-adjusted for the number of requests (``bridge.poisson.rate_test``), at p < 0.01 — each side's self value
-  read as a count of samples at one period both sides' values divide (``sampling.tally_of`` over both). Values that
-  are not counts (measured CPU) are not tested: nothing is called unusual then, and a note says why.
+  only when its self sample counts differ beyond sampling noise (``bridge.function_diff``: a Poisson test at p < 0.01).
 - ``format=json`` carries the diff flame graph in Pyroscope's ``FlameGraphDiff`` encoding (``bridge.flamediff``), the
   baseline on the left; ``format=collapsed`` differential folded stacks (``usual here`` per line).
 
@@ -44,17 +41,26 @@ from bridge.flamediff import (
     combine,
     diff_colour,
     encode_diff,
-    function_totals,
     layout_diff,
     per_request,
 )
+from bridge.function_diff import (
+    NOT_COUNTED,
+    Counting,
+    FunctionDiff,
+    counts_json,
+    function_diffs,
+    table_cells,
+    tally_json,
+    unusual_rest,
+    unusual_words,
+)
 from bridge.parsing import parse_seconds
-from bridge.poisson import ALPHA, p_text, rate_test
 from bridge.profiletype import ProfileType
 from bridge.recent import span_path
 from bridge.resolution import REQUEST_STEPS
 from bridge.resolve import Resolver
-from bridge.sampling import Tally, figure_text, sampler_of, tally_of, tree_values
+from bridge.sampling import figure_text
 from bridge.spans import Span
 from bridge.units import format_duration_ns, format_value
 from bridge.views import ROW_HEIGHT, SVG_WIDTH, Frame, fit_label
@@ -72,7 +78,6 @@ IDS_PER_QUERY: Final = 100  # span ids per SelectMergeSpanProfile
 PROFILE_MARGIN_MS: Final = 5 * 60_000  # profiles stamped this far outside the window may hold the requests' samples
 DIFF_MAX_NODES: Final = 8192
 TOP_UNUSUAL: Final = 5
-TEST_NAME: Final = "exact conditional test of two Poisson rates (binomial, exposure-adjusted per request), two-sided"
 MAX_LISTED: Final = 200  # functions in the JSON document
 
 
@@ -138,30 +143,6 @@ class Baseline:
 
 
 @dataclass(frozen=True, slots=True)
-class FunctionDiff:
-    name: str
-    here_self: int
-    here_total: int
-    usual_self: float  # per request, exact
-    usual_total: float
-    here_samples: int | None = None  # self samples here (None: not a count)
-    usual_samples: int | None = None  # self samples in all the usual requests together
-    p_value: float | None = None  # the conditional Poisson test of the two self counts (None: not tested)
-
-    @property
-    def diff_self(self) -> float:
-        return self.here_self - self.usual_self
-
-    @property
-    def diff_total(self) -> float:
-        return self.here_total - self.usual_total
-
-    @property
-    def order(self) -> tuple[float, float, str]:
-        return -abs(self.diff_self), -abs(self.diff_total), self.name
-
-
-@dataclass(frozen=True, slots=True)
 class Comparison:
     ans: Answer  # the span's own answer (scope=span)
     endpoint: Span  # the local root whose name is the endpoint
@@ -170,55 +151,11 @@ class Comparison:
     usual: flamegraph.Node  # per request, whole units
     functions: tuple[FunctionDiff, ...]  # largest difference first
     notes: tuple[str, ...] = field(default=())
-    here_tally: Tally | None = None  # this request's total as a count of samples
-    usual_tally: Tally | None = None  # every usual request's total together, as a count
+    counting: Counting = field(default_factory=Counting)  # both sides' totals as counts of samples
 
     @property
     def own_is_request(self) -> bool:
         return self.ans.step in REQUEST_STEPS
-
-
-def function_diffs(
-    here: flamegraph.Node, baseline: flamegraph.Node, requests: int, period: int = 0
-) -> list[FunctionDiff]:
-    """Pure: per function, this request's self and total against the baseline's per request (exact quotients),
-    largest difference first; with ``period`` (what one sample adds, dividing every value of both), each side's
-    self samples and the p-value of the conditional Poisson test of the two."""
-    mine = function_totals(here)
-    theirs = function_totals(baseline)
-    n = max(1, requests)
-    out = []
-    for name in mine.keys() | theirs.keys():
-        here_self, here_total = mine.get(name, (0, 0))
-        usual_self, usual_total = theirs.get(name, (0, 0))
-        per = (usual_self / n, usual_total / n) if requests else (0.0, 0.0)
-        diff = FunctionDiff(name, here_self, here_total, *per)
-        if period > 0 and requests:
-            x, y = here_self // period, usual_self // period
-            diff = FunctionDiff(name, here_self, here_total, *per, x, y, rate_test(x, y, requests))
-        out.append(diff)
-    return sorted(out, key=lambda f: f.order)
-
-
-def common_count(
-    here: flamegraph.Node,
-    baseline: flamegraph.Node,
-    unit: str,
-    ans: Answer,
-    sdks: frozenset[str],
-    periods: dict[int, int],
-) -> tuple[Tally | None, Tally | None]:
-    """Pure: both sides' totals as counts of samples at one period, the one every value of both divides (the
-    stored or the SDK's, else their common divisor): (here, usual). (None, None) when they are not counts."""
-    sampler = ans.sampling.sampler if ans.sampling is not None else sampler_of(ans.profile_type, sdks)
-    joint = tally_of(tree_values(here) + tree_values(baseline), here.total + baseline.total, unit, sampler, periods)
-    if joint is None or joint.period <= 0:
-        return None, None
-    p = joint.period
-    return (
-        tally_of(tree_values(here), here.total, unit, sampler, {p: 1}),
-        tally_of(tree_values(baseline), baseline.total, unit, sampler, {p: 1}),
-    )
 
 
 def window_around(span: Span, window_s: float, now_ms: int) -> tuple[int, int]:
@@ -250,12 +187,8 @@ async def compare(
     baseline = await find_baseline(resolver, endpoint, window, params.profile_type, settings, ctx)
     here = flamegraph.Node(flamegraph.ROOT_NAME, ans.tree.total, ans.tree.self)
     here.children = ans.tree.children
-    unit = ProfileType.parse(params.profile_type).sample_unit
-    sdks, periods = await resolver.samplers.facts(
-        params.profile_type, service_selector(endpoint.service, settings), window, ctx
-    )
-    here_tally, usual_tally = common_count(here, baseline.tree, unit, ans, sdks, periods)
-    period = here_tally.period if here_tally is not None and baseline.requests else 0
+    sides, selector = (here, baseline.tree, baseline.requests), service_selector(endpoint.service, settings)
+    counted = await resolver.samplers.counting(sides, ans.sampling, params.profile_type, selector, window, ctx)
     notes: list[str] = []
     if ans.step not in REQUEST_STEPS:
         notes.append(
@@ -279,21 +212,17 @@ async def compare(
         )
     if baseline.not_found:
         notes.append(f"{baseline.not_found} requests' traces could not be read: left out")
-    if baseline.requests and not period:
-        notes.append(
-            "the values are not counts of samples (measured, or of no known period): no function is tested, so none "
-            "is called unusual"
-        )
+    if baseline.requests and not counted.period:
+        notes.append(NOT_COUNTED)
     return Comparison(
         ans,
         endpoint,
         baseline,
         here,
         per_request(baseline.tree, baseline.requests),
-        tuple(function_diffs(here, baseline.tree, baseline.requests, period)),
+        tuple(function_diffs(here, baseline.tree, baseline.requests, counted)),
         tuple(notes),
-        here_tally,
-        usual_tally,
+        counted,
     )
 
 
@@ -384,28 +313,10 @@ async def linked_samples(
 # --------------------------------------------------------------------------------------------- words and documents
 
 
-def unusual_words(f: FunctionDiff, unit: str, requests: int = 0) -> str:
-    """``count_primes: 120 ms here (12 samples) vs …`` (self values: time in the function itself)."""
-    return f"{f.name}: {unusual_rest(f, unit, requests)}"
-
-
-def unusual_rest(f: FunctionDiff, unit: str, requests: int = 0) -> str:
-    """``120 ms here (12 samples) vs 8.00 ms per request usually (80 samples in 10 requests; p < 0.0001)``."""
-    here = format_value(f.here_self, unit) if f.here_self else "none"
-    usual = format_value(round(f.usual_self), unit) if round(f.usual_self) else "none"
-    if f.here_samples is None or f.usual_samples is None or f.p_value is None:
-        return f"{here} here vs {usual} per request usually"
-    counted = f"{f.usual_samples:,} sample{'' if f.usual_samples == 1 else 's'} in {requests} request"
-    return (
-        f"{here} here ({f.here_samples:,} sample{'' if f.here_samples == 1 else 's'}) vs {usual} per request "
-        f"usually ({counted}{'' if requests == 1 else 's'}; {p_text(f.p_value)})"
-    )
-
-
 def unusual(cmp: Comparison, top: int = TOP_UNUSUAL) -> list[FunctionDiff]:
-    """The most unusual functions: those whose self sample counts differ beyond sampling noise (``rate_test``,
-    p < ``ALPHA``), largest difference first. Not counted: none."""
-    return [f for f in cmp.functions if f.p_value is not None and f.p_value < ALPHA][:top]
+    """The most unusual functions: those whose self sample counts differ beyond sampling noise
+    (``bridge.function_diff``), largest difference first. Not counted: none."""
+    return [f for f in cmp.functions if f.counts is not None and f.counts.unusual][:top]
 
 
 def headline(cmp: Comparison) -> str:
@@ -422,16 +333,8 @@ def _diff_json(f: FunctionDiff) -> dict[str, Any]:
         "here": {"self": f.here_self, "total": f.here_total},
         "usual": {"self": round(f.usual_self, 3), "total": round(f.usual_total, 3)},
         "diff": {"self": round(f.diff_self, 3), "total": round(f.diff_total, 3)},
-        # self samples on each side (usual: every usual request together) and the test's p-value; null: not counted
-        "samples": {"here": f.here_samples, "usual": f.usual_samples},
-        "pValue": None if f.p_value is None else float(f"{f.p_value:.6g}"),
+        **counts_json(f.counts),
     }
-
-
-def _count_json(t: Tally | None) -> dict[str, Any] | None:
-    if t is None:
-        return None
-    return {"samples": t.samples, "period": t.period, "interval95": {"low": round(t.low), "high": round(t.high)}}
 
 
 def compare_json(cmp: Comparison) -> dict[str, Any]:
@@ -450,7 +353,7 @@ def compare_json(cmp: Comparison) -> dict[str, Any]:
             "isRequestCost": cmp.own_is_request,
             "requests": 1,
             "total": cmp.here.total,
-            "sampling": _count_json(cmp.here_tally),
+            "sampling": tally_json(cmp.counting.here),
             "endpoint": cmp.endpoint.to_json(),
         },
         "baseline": {
@@ -462,13 +365,10 @@ def compare_json(cmp: Comparison) -> dict[str, Any]:
             "capped": b.capped,
             "total": b.tree.total,
             "perRequest": round(b.tree.total / b.requests, 3) if b.requests else 0.0,
-            "sampling": _count_json(cmp.usual_tally),
+            "sampling": tally_json(cmp.counting.usual),
             "spanIds": [s.span_id for s in b.spans],
         },
-        # how "unusual" is decided: the test, its threshold and the period the counts are read at (null: untested)
-        "test": {"name": TEST_NAME, "alpha": ALPHA, "period": cmp.here_tally.period}
-        if cmp.here_tally is not None and b.requests
-        else None,
+        "test": cmp.counting.test_json(),
         "unusual": [{**_diff_json(f), "text": unusual_words(f, unit, b.requests)} for f in unusual(cmp)],
         "functions": [_diff_json(f) for f in cmp.functions[:MAX_LISTED]],
         "notes": list(cmp.notes),
@@ -534,9 +434,7 @@ def compare_context(cmp: Comparison, settings: Settings, window_text: str) -> di
             ("+" if f.diff_self > 0 else "−" if f.diff_self < 0 else "") + format_value(round(abs(f.diff_self)), unit),
             format_value(f.here_total, unit),
             format_value(round(f.usual_total), unit),
-            "" if f.here_samples is None else f"{f.here_samples:,}",
-            "" if f.usual_samples is None else f"{f.usual_samples:,}",
-            "" if f.p_value is None else p_text(f.p_value),
+            *table_cells(f.counts),
             function_href(
                 b.service,
                 f.name,
@@ -554,13 +452,13 @@ def compare_context(cmp: Comparison, settings: Settings, window_text: str) -> di
         "mode": ans.step.value,
         "headline": headline(cmp),
         "unusual": [(f.name, unusual_rest(f, unit, b.requests), f.diff_self > 0) for f in unusual(cmp)],
-        "tested": cmp.here_tally is not None and b.requests > 0,
+        "tested": cmp.counting.period > 0,
         "frames": frames,
         "svg_width": SVG_WIDTH,
         "svg_height": height,
         "folded": folded,
         "table": table,
-        "here_total": figure_text(cmp.here.total, cmp.here_tally, unit),
+        "here_total": figure_text(cmp.here.total, cmp.counting.here, unit),
         "usual_total": format_value(round(b.tree.total / b.requests), unit) if b.requests else "—",
         "window": window_text,
         "windows": ("15m", "1h", "6h", "24h"),

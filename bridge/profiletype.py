@@ -40,6 +40,21 @@ class ProfileType:
             "__period_unit__": self.period_unit,
         }
 
+    def sample_period(self, period: int) -> int:
+        """What one sample adds to a value of a sampled time type (``samples``, ``cpu``, ``wall``), in its unit,
+        given the profile's ``period``; 0 when the profile does not say, or for other types (allocations,
+        contentions: not sampled in time). A count of samples adds 1; a time in the unit of the period
+        (``cpu:nanoseconds`` under a ``cpu:nanoseconds`` period of 10,000,000: pyroscope-io, the Go SDK, the JFR
+        converter) adds the period. Whether the values really are whole samples (they are not for
+        ``@pyroscope/nodejs``'s measured CPU) is checked where they are counted (``bridge.sampling``)."""
+        if self.sample_type not in ("samples", "cpu", "wall"):
+            return 0
+        if self.sample_unit == "count":
+            return 1
+        if period > 0 and self.sample_unit == self.period_unit and self.period_type in ("cpu", "wall"):
+            return period
+        return 0
+
     @classmethod
     def parse(cls, type_id: str) -> ProfileType:
         """Five parts; name, sample type and sample unit must not be empty (some profiles have no period)."""

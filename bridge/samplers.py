@@ -16,11 +16,13 @@ from typing import Final
 
 from cachetools import TTLCache
 
+from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
 from bridge.call import CallContext
 from bridge.errors import BridgeError
-from bridge.profiletype import PROFILE_TYPE_LABEL
-from bridge.sampling import FACT_LABELS, sdks_of
+from bridge.function_diff import Counting, counting
+from bridge.profiletype import PROFILE_TYPE_LABEL, ProfileType
+from bridge.sampling import FACT_LABELS, Sampling, sampler_of, sdks_of
 from bridge.selector import merge_selector
 from bridge.sources import PeriodSource, ProfileSource
 
@@ -55,6 +57,22 @@ class Samplers:
         if sdks is not None and stored is not None:
             self._cache[key] = facts
         return facts
+
+    async def counting(
+        self,
+        sides: tuple[flamegraph.Node, flamegraph.Node, int],
+        known: Sampling | None,
+        type_id: str,
+        selector: str,
+        window: tuple[int, int],
+        ctx: CallContext,
+    ) -> Counting:
+        """Compare's two sides (here, every usual request together, how many) as counts of samples
+        (``function_diff.counting``), sampled as ``known`` says (the answer's own), else as the selector's SDK does."""
+        sdks, periods = await self.facts(type_id, selector, window, ctx)
+        sampler = known.sampler if known is not None else sampler_of(type_id, sdks)
+        here, usual, requests = sides
+        return counting(here, usual, requests, ProfileType.parse(type_id).sample_unit, sampler, periods)
 
     async def _sdks(
         self, type_id: str, selector: str, window: tuple[int, int], ctx: CallContext

@@ -87,8 +87,7 @@ class ProfileRecord:
     time_ns: int
     duration_ns: int
     samples: list[SampleRow] = field(default_factory=list)
-    # what one sample adds, in the sample unit (``sample_period``): how a total becomes a count of samples; 0 unknown
-    period: int = 0
+    period: int = 0  # what one sample adds (``ProfileType.sample_period``); 0 unknown
 
     @property
     def total(self) -> int:
@@ -110,21 +109,6 @@ def _check_capture_time(time_ns: int, duration_ns: int) -> None:
         )
 
 
-def sample_period(s_type: str, s_unit: str, p_type: str, p_unit: str, period: int) -> int:
-    """What one sample adds to a value of a sampled time type (``samples``, ``cpu``, ``wall``), in its unit; 0 when
-    the profile does not say, or for other types (allocations, contentions: not sampled in time). A count of samples
-    adds 1; a time in the unit of the period (``cpu:nanoseconds`` under a ``cpu:nanoseconds`` period of 10,000,000:
-    pyroscope-io, the Go SDK, the JFR converter) adds the period. Whether the values really are whole samples (they
-    are not for ``@pyroscope/nodejs``'s measured CPU) is checked where they are counted (``bridge.sampling``)."""
-    if s_type not in ("samples", "cpu", "wall"):
-        return 0
-    if s_unit == "count":
-        return 1
-    if period > 0 and s_unit == p_unit and p_type in ("cpu", "wall"):
-        return period
-    return 0
-
-
 def records_from_samples(
     base: Mapping[str, str],
     ptype: ProfileType,
@@ -135,8 +119,7 @@ def records_from_samples(
 ) -> list[ProfileRecord]:
     """Group samples (frames, value, labels) into one record per distinct series label set. Samples whose value is 0
     are dropped (Pyroscope does the same). A value beyond ±``MAX_SAMPLE_VALUE``, a record whose total is, or a
-    capture time outside 1970–2200 is refused (``InvalidArgument``): stored sums can then not overflow. ``period``:
-    what one sample adds (``sample_period``), kept with each record."""
+    capture time outside 1970–2200 is refused (``InvalidArgument``): stored sums can then not overflow."""
     _check_capture_time(time_ns, duration_ns)
     fixed = dict(base)
     fixed.update(ptype.labels())
@@ -201,8 +184,7 @@ def records_from_pprof(
         name, renamed = default_relabel(name, s_type)
         labels = {**base, **renamed} if renamed else base
         ptype = ProfileType(name, s_type, s_unit, p_type, p_unit)
-        period = sample_period(s_type, s_unit, p_type, p_unit, profile.period)
-        samples = iter_samples(profile, index)
+        samples, period = iter_samples(profile, index), ptype.sample_period(profile.period)
         out.extend(records_from_samples(labels, ptype, time_ns, profile.duration_nanos, samples, period))
     return out
 
@@ -506,9 +488,7 @@ def records_from_folded(
     until_ns = epoch_to_ns(until_s) if until_s else None
     time_ns = from_ns if from_ns is not None else now_ns
     duration = until_ns - from_ns if from_ns is not None and until_ns is not None and until_ns > from_ns else 0
-    # each count is one sample: it adds ``scale`` (1e9 // sampleRate nanoseconds, or 1 when kept as a count)
-    period = sample_period(ptype.sample_type, ptype.sample_unit, ptype.period_type, ptype.period_unit, scale)
-    return records_from_samples(legacy_base(name, spy), ptype, time_ns, duration, samples, period)
+    return records_from_samples(legacy_base(name, spy), ptype, time_ns, duration, samples, ptype.sample_period(scale))
 
 
 def records_from_otlp_profiles(
@@ -573,8 +553,7 @@ def records_from_otlp_profiles(
                 p_type = string(prof.period_type.type_strindex, "period type")
                 p_unit = string(prof.period_type.unit_strindex, "period unit")
                 ptype, factor = otlp_profile_type(s_type, s_unit, p_type, p_unit, prof.period)
-                # a count converted to nanoseconds (cpu:nanoseconds now) adds the period, as a pprof's would
-                period = sample_period(ptype.sample_type, ptype.sample_unit, p_type, p_unit, prof.period)
+                period, stamp = ptype.sample_period(prof.period), prof.time_unix_nano or now_ns
                 samples: list[tuple[tuple[str, ...], int, Mapping[str, str]]] = []
                 for sample in prof.samples:
                     labels: dict[str, str] = {}
@@ -591,8 +570,6 @@ def records_from_otlp_profiles(
                     value = (sum(sample.values) if sample.values else len(sample.timestamps_unix_nano)) * factor
                     samples.append((stack_of(sample.stack_index), value, labels))
                 out.extend(  # records_from_samples checks the capture time (1970–2200)
-                    records_from_samples(
-                        resource, ptype, prof.time_unix_nano or now_ns, prof.duration_nano, samples, period
-                    )
+                    records_from_samples(resource, ptype, stamp, prof.duration_nano, samples, period)
                 )
     return out

@@ -34,7 +34,6 @@ from bridge.store.decode import (
     epoch_to_ns,
     legacy_base,
     records_from_samples,
-    sample_period,
 )
 
 JFR_EVENT_LABEL = "jfr_event"
@@ -109,6 +108,6 @@ def records_from_jfr(
             labelled: Mapping[str, str] = {**base, NAME_LABEL: profile.metric}
             samples = ((frames, values[index], labels) for frames, values, labels in profile.samples)
             # a CPU or wall sample is worth 1e9 // sampleRate ns (bridge/jfr/convert.py): what one sample adds
-            period = sample_period(s_type, s_unit, *profile.period_type, NANOS // sample_rate if sample_rate else 0)
+            period = ptype.sample_period(NANOS // sample_rate if sample_rate else 0)
             out.extend(records_from_samples(labelled, ptype, time_ns, duration, samples, period))
     return out

@@ -12,6 +12,7 @@ from pathlib import Path
 from bridge.call import CallContext, Deadline
 from bridge.compression import Budget
 from bridge.pprof import decode_pprof
+from bridge.profiletype import ProfileType
 from bridge.store import Store, decode, schema
 from bridge.store.database import DB_FILE
 from bridge.store.decode_jfr import records_from_jfr
@@ -27,14 +28,14 @@ def ctx() -> CallContext:
 
 def test_sample_period_of_each_sample_type() -> None:
     # pyroscope-io and the Go SDK: cpu nanoseconds under a cpu nanoseconds period: each sample adds the period
-    assert decode.sample_period("cpu", "nanoseconds", "cpu", "nanoseconds", 10_000_000) == 10_000_000
+    assert ProfileType("t", "cpu", "nanoseconds", "cpu", "nanoseconds").sample_period(10_000_000) == 10_000_000
     # a count of samples adds one; @pyroscope/nodejs's wall time is count × period
-    assert decode.sample_period("samples", "count", "wall", "nanoseconds", 10_278_000) == 1
-    assert decode.sample_period("wall", "nanoseconds", "wall", "nanoseconds", 10_278_000) == 10_278_000
+    assert ProfileType("t", "samples", "count", "wall", "nanoseconds").sample_period(10_278_000) == 1
+    assert ProfileType("t", "wall", "nanoseconds", "wall", "nanoseconds").sample_period(10_278_000) == 10_278_000
     # a profile without a period, or whose values are in another unit, does not say
-    assert decode.sample_period("cpu", "nanoseconds", "cpu", "nanoseconds", 0) == 0
-    assert decode.sample_period("alloc_space", "bytes", "space", "bytes", 0) == 0
-    assert decode.sample_period("contentions", "count", "mutex", "count", 1) == 0
+    assert ProfileType("t", "cpu", "nanoseconds", "cpu", "nanoseconds").sample_period(0) == 0
+    assert ProfileType("t", "alloc_space", "bytes", "space", "bytes").sample_period(0) == 0
+    assert ProfileType("t", "contentions", "count", "mutex", "count").sample_period(1) == 0
 
 
 async def test_push_keeps_the_pprof_period(tmp_path: Path) -> None:
