@@ -1,9 +1,10 @@
-"""Pure: the statistics of counts of samples — the 95 % normal interval's z, exact binomial tails, and the exact
-conditional test of two Poisson rates (Przyborowski & Wilenski, 1940) that ``bridge.compare`` calls a function
-unusual by: given ``x + y`` samples in all, ``x`` is ``Binomial(x + y, e₁ / (e₁ + e₂))`` under equal rates per unit
-of exposure (here: one request against ``n`` usual requests), and the two-sided p-value doubles the smaller exact
-tail. Tails are summed term by term from the observed count away from the mean (each term from the last by the
-pmf's ratio), so a million samples cost a few thousand steps, not a million."""
+"""Pure: the statistics of counts of samples — the 95 % score interval of a Poisson mean, the exact Poisson upper
+tail the "more than the span lasted" flag is decided by, exact binomial tails, and the exact conditional test of two
+Poisson rates (Przyborowski & Wilenski, 1940) that compare calls a function unusual by (``bridge.function_diff``): given
+``x + y`` samples in all, ``x`` is ``Binomial(x + y, e₁ / (e₁ + e₂))`` under equal rates per unit of exposure
+(here: one request against ``n`` usual requests), and the two-sided p-value doubles the smaller exact tail. Tails
+are summed term by term from the observed count away from the mean (each term from the last by the pmf's ratio), so
+a million samples cost a few thousand steps, not a million."""
 
 from __future__ import annotations
 
@@ -12,6 +13,37 @@ from typing import Final
 
 Z95: Final = 1.959963984540054  # the 97.5 % point of the standard normal: a two-sided 95 % interval
 ALPHA: Final = 0.01  # compare calls a difference unusual below this p-value
+FLAG_P: Final = 0.5 * math.erfc(3 / math.sqrt(2))  # 0.00135: a normal's one-sided tail beyond 3σ
+
+
+def score_interval(n: float, z: float = Z95) -> tuple[float, float]:
+    """The score (Wilson) interval of a Poisson mean from one count ``n``: every ``λ`` with ``|n − λ| ≤ z·√λ``,
+    i.e. ``n + z²/2 ± z·√(n + z²/4)``. For large counts it is ``n ± z·√n``; for small ones it keeps its coverage
+    where ``n ± z·√n`` does not (that one is ``[0, 0]`` for ``n = 0``, which covers no positive truth)."""
+    centre = n + z * z / 2
+    half = z * math.sqrt(n + z * z / 4)
+    return max(0.0, centre - half), centre + half
+
+
+def poisson_tail(k: int, lam: float) -> float:
+    """``P(N ≥ k)`` for ``N ~ Poisson(lam)``, exact to double precision: summed from ``k`` away from the mean, each
+    term from the last by the pmf's ratio (the other side's sum subtracted from 1 when ``k`` is below the mean)."""
+    if k <= 0:
+        return 1.0
+    if lam <= 0.0:
+        return 0.0
+    upward = k > lam
+    j = k if upward else k - 1
+    term = math.exp(-lam + j * math.log(lam) - math.lgamma(j + 1))
+    total = term
+    while upward or j > 0:  # every ratio is below 1: j only moves away from the mean
+        ratio = lam / (j + 1) if upward else j / lam
+        j += 1 if upward else -1
+        term *= ratio
+        total += term
+        if term == 0.0 or term * ratio / (1.0 - ratio) < 1e-17 * total:
+            break
+    return min(1.0, total) if upward else max(0.0, 1.0 - total)
 
 
 def _log_pmf(k: int, n: int, p: float) -> float:

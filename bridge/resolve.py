@@ -161,6 +161,9 @@ class Resolver:
         type_id = res.answered_type or query.profile_type
         window = res.covered_ms or res.window_ms or (query.start_ms, query.end_ms)
         sdks, periods = await self.samplers.facts(type_id, res.label_selector or "{}", window, ctx)
+        if res.step is Step.LINKED and res.span is None and len(res.span_ids) == 1:  # its wall time, if cached
+            cached = self._from_span_cache(ctx.cache_scope, res.span_ids[0])
+            res = replace(res, span=cached.span, local_root=cached.local_root) if cached is not None else res
         return replace(res, sampling=sampling_of(res.flamegraph, type_id, sdks, periods))
 
     async def _resolve(

@@ -1,42 +1,50 @@
 """Pure: what a per-span number is, and how sure it is.
 
 A sampling profiler does not measure a span's CPU: it counts the samples that landed in it and multiplies by the
-period. A span's total of ``n`` samples is a count with Poisson noise — ``±1.96·√n`` samples at 95 % — and that is
-shown beside every per-span figure (``Tally``). The count comes from the stored data when the store has it
-(``profiles.period``, migration 8: the pprof period, the /ingest ``sampleRate``); else from the SDK's known default
+period. A span's total of ``n`` samples is a count with Poisson noise, and its 95 % interval is shown beside every
+per-span figure (``Tally``): the score interval of the Poisson mean, ``n + z²/2 ± z·√(n + z²/4)`` samples — about
+``±1.96·√n`` for large ``n``, but it keeps its 95 % where ``±1.96·√n`` does not: that one covers a 2–30 ms span's
+time well under 80 % of the time and gives 0 samples the interval [0, 0] (``tests/resolve/test_sampling_methods.py``
+measures both on a simulated py-spy). The count comes from the stored data when the store has it
+(``profiles.period``, migration 9: the pprof period, the /ingest ``sampleRate``); else from the SDK's known default
 when every value is a whole number of its period; else from the values' greatest common divisor, which can only
 undercount (a lower count widens the interval: the error is on the safe side). Values that are not whole samples
 (``@pyroscope/nodejs`` measures the CPU time between its wall-clock samples) get no interval: they are measured, not
 counted.
 
 What the samples are depends on the SDK, so each one is named by what it really samples (``Sampler``), as read from
-its source:
+its source (docs/numbers.md cites each line):
 
-- **pyroscope-io** (Python, py-spy): ``gil_only=True`` and ``oncpu=True`` by default (``pyroscope/__init__.py``
-  ``configure``); with ``gil_only`` py-spy samples only the thread holding the GIL and counts it active by
-  definition, without asking the OS (py-spy ``src/python_spy.rs`` ``_get_stack_traces``): a thread waiting for a
-  core while it holds the GIL is sampled too. So: *sampled on-GIL time*, not CPU. py-spy's timer draws each interval
-  from an exponential distribution (``src/timer.rs``), so the count is exactly Poisson; and pyroscope-io labels a
-  sample with the thread's span when its sampler thread receives it, not when it was taken (``pyspy_backend.rs``,
-  ``ruleset.rs`` ``add_tag_rules``), so samples near a span's edges can land on a neighbour.
-- **pyroscope-go**: ``runtime/pprof`` at 100 Hz (``pprof.go`` ``StartCPUProfile``, ``hz = 100``), a per-thread
-  CPU-time timer raising SIGPROF (``runtime/os_linux.go`` ``setThreadCPUProfiler``: ``CLOCK_THREAD_CPUTIME_ID``):
-  *sampled on-CPU time*, every thread, so a span's goroutines can add up to more than its wall time. The timer is
-  periodic, so the count varies less than Poisson: the interval is conservative.
-- **Java agent** (async-profiler): event ``itimer`` every 10 ms by default (``Config.java``
-  ``DEFAULT_PROFILER_EVENT``, ``DEFAULT_PROFILING_INTERVAL``), a process CPU-time timer; JFR's execution samples
-  become ``cpu:nanoseconds`` at ``1e9 / sampleRate`` each (jfr-parser ``pprof/pprof.go``): *sampled CPU time*.
+- **pyroscope-io** (Python, py-spy): ``gil_only=True``, ``oncpu=True``, ``sample_rate=100`` by default
+  (grafana/pyroscope-python ``python/pyroscope/__init__.py`` ``configure``); with ``gil_only`` py-spy reads only the
+  thread holding the GIL and does not ask the OS whether it runs — "if we're holding the GIL we're by definition
+  active" (benfred/py-spy ``src/python_spy.rs`` ``_get_stack_traces``). So: *sampled on-GIL time*, not CPU; a
+  thread waiting for a core while it holds the GIL is sampled too. py-spy draws each gap from an exponential
+  distribution (``src/timer.rs``), so the count is Poisson.
+- **pyroscope-go**: ``runtime/pprof`` at 100 Hz (``runtime/pprof/pprof.go`` ``const hz = 100``), a per-thread
+  CPU-time timer raising SIGPROF (``runtime/os_linux.go`` ``setThreadCPUProfiler``: ``CLOCK_THREAD_CPUTIME_ID``, the
+  first expiry uniform in one period): *sampled on-CPU time*, every thread, so a span's goroutines can add up to more
+  than its wall time. The timer is periodic, so the count varies less than Poisson: the interval is conservative.
+- **Java agent** (async-profiler): event ``itimer`` every 10 ms by default (pyroscope-java ``Config.java``
+  ``DEFAULT_PROFILER_EVENT``, ``DEFAULT_PROFILING_INTERVAL``), a process CPU-time timer written as JFR execution
+  samples, which become ``cpu:nanoseconds`` at ``1e9 / sampleRate`` each (jfr-parser ``pprof/parser.go``,
+  ``pprof/pprof.go``): *sampled CPU time (JFR execution samples)*.
 - **@pyroscope/nodejs**: a wall-clock sampler every 10 ms whose ``cpu`` value is the CPU time the thread used since
-  the last sample, measured (``@datadog/pprof`` ``profile-serializer.js``: ``context.cpuTime``): *CPU time measured
-  at wall-clock samples* — no count; its ``wall`` value is ``count × interval``.
+  the last sample, measured (``@datadog/pprof`` ``out/src/profile-serializer.js``: ``context.cpuTime``): *CPU time
+  measured at wall-clock samples* — no count; its ``wall`` value is ``count × interval``: *sampled wall time*.
 
-The flag "more than the span lasted" is raised only beyond the span's wall time plus three standard deviations: a
-single-threaded measure (on-GIL time) cannot really exceed it, so the flag says the samples are not all this span's
-(labelling at the span's edges, or a sampler counting time spent waiting for a core); a multi-threaded one (Go,
-Java) can, when work ran in parallel. Nothing is ever capped or redistributed.
+"More than the span lasted" is raised only when the span's wall time could have drawn that many samples with a chance
+under 0.135 % (the one-sided tail beyond 3σ; ``Tally.exceeds``: the exact Poisson tail at ``wall / period``). A
+single-threaded measure (on-GIL time) cannot really exceed the wall time, so the flag says some samples are not this
+span's: py-spy's timer, when it falls behind (its thread got no core), does not skip the samples it owes but takes
+them back to back (``src/timer.rs`` returns ``Err(behind)`` without sleeping; ``src/sampler.rs`` samples anyway), all
+in whichever span holds the GIL at that moment; and pyroscope-io labels a sample with the thread's span when its
+sampler thread receives it (``rust/src/backend.rs`` ``add_tag_rules``), not when it was taken. Totals are kept,
+spans' shares are not: that is the demo's "linked CPU > wall time" on a loaded host. A multi-threaded measure (Go,
+Java) can exceed it for real, when work ran in parallel. Nothing is ever capped or redistributed.
 
 Two counts are compared with the exact conditional test of two Poisson rates (``bridge.poisson``, used by
-``bridge.compare``).
+``bridge.function_diff`` for compare).
 """
 
 from __future__ import annotations
@@ -48,11 +56,10 @@ from typing import Final
 
 from bridge import flamegraph
 from bridge._proto import querier_pb2 as qpb
-from bridge.poisson import Z95
+from bridge.poisson import FLAG_P, poisson_tail, score_interval
 from bridge.profiletype import BadProfileType, ProfileType
 from bridge.units import format_value
 
-FLAG_SIGMAS: Final = 3.0  # "more than the span lasted" only beyond wall + 3σ
 # a "period" under 100 µs is no sampling profiler's: values with such a common divisor are measured, not counted
 MIN_PERIOD_NS: Final = 100_000
 
@@ -92,8 +99,8 @@ PYTHON_CPU: Final = Sampler(
     "pyroscope-io (Python)",
     "sampled on-GIL time",
     "py-spy samples the thread that holds the GIL (gil_only), counted active whether or not it is on a core, at "
-    "random intervals averaging 10 ms: a Poisson count of GIL-held time, which under CPU contention includes time "
-    "spent waiting for a core",
+    "random intervals averaging 10 ms: a Poisson count of GIL-held time, which on a busy host includes time spent "
+    "waiting for a core, and a sampler that fell behind takes the samples it owes at once",
     default_period=TEN_MS,
     parallel=False,
 )
@@ -106,8 +113,9 @@ GO_CPU: Final = Sampler(
 )
 JAVA_CPU: Final = Sampler(
     "pyroscope-java (async-profiler)",
-    "sampled CPU time",
-    "async-profiler's itimer (by default) every 10 ms of process CPU time: every thread of the span",
+    "sampled CPU time (JFR execution samples)",
+    "async-profiler's itimer (the agent's default event) every 10 ms of process CPU time, written as JFR execution "
+    "samples: every thread of the span",
     default_period=TEN_MS,
 )
 NODE_CPU: Final = Sampler(
@@ -187,7 +195,8 @@ def sampler_of(profile_type: str, sdks: Iterable[str]) -> Sampler:
 
 @dataclass(frozen=True, slots=True)
 class Tally:
-    """A total read as a count of samples, with its 95 % interval: ``±1.96·√n`` samples, in the value's unit."""
+    """A total read as a count of samples, with its 95 % interval: the score interval of the count's Poisson mean
+    (``poisson.score_interval``: about ``±1.96·√n`` samples once ``n`` is large), in the value's unit."""
 
     total: int  # the figure shown, in the profile's sample unit
     samples: int  # n: how many samples make it up
@@ -199,21 +208,31 @@ class Tally:
     def sigma(self) -> float:
         return math.sqrt(self.variance)
 
-    @property
-    def margin(self) -> float:
-        return Z95 * self.sigma
+    def _count(self) -> tuple[float, float]:
+        """(n, period) of the one Poisson count with this total and variance: the tally itself for one period; for
+        a sum of different periods, the count whose variance matches (n = total²/variance)."""
+        if self.total <= 0 or self.variance <= 0:
+            return float(self.samples), float(self.period)
+        period = self.variance / self.total
+        return self.total / period, period
 
     @property
     def low(self) -> float:
-        return max(0.0, self.total - self.margin)
+        n, period = self._count()
+        return score_interval(n)[0] * period
 
     @property
     def high(self) -> float:
-        return self.total + self.margin
+        n, period = self._count()
+        return score_interval(n)[1] * period
 
     def exceeds(self, wall_ns: int) -> bool:
-        """True when the total is more than ``wall_ns`` by over three standard deviations (time units only)."""
-        return self.samples > 0 and self.total > wall_ns + FLAG_SIGMAS * self.sigma
+        """True when the span's wall time could have drawn this many samples only with a chance under ``FLAG_P``
+        (the one-sided tail beyond 3σ): ``P(N ≥ n)`` for ``N ~ Poisson(wall / period)`` (time units only)."""
+        n, period = self._count()
+        if self.samples <= 0 or period <= 0:
+            return False
+        return self.total > wall_ns and poisson_tail(round(n), wall_ns / period) < FLAG_P
 
 
 def tally(total: int, samples: int, period: int, source: str) -> Tally:
@@ -267,8 +286,9 @@ def tally_of(
 ) -> Tally | None:
     """How many samples ``total`` is, from the answer's node ``values``, the stored ``periods`` (period → profiles)
     and the SDK's default; None when the values are not whole samples (measured) or cannot be counted."""
-    if total <= 0:
-        return tally(0, 0, 0, "no samples") if sampler.counted else None
+    if total <= 0:  # none: still an interval, up to z² = 3.84 samples of the period, when the period is known
+        period = max((p for p in (periods or {}) if p > 0), default=sampler.default_period)
+        return tally(0, 0, period, "no samples") if sampler.counted else None
     if not sampler.counted:
         return None
     if unit == "count":
@@ -317,7 +337,7 @@ class Sampling:
         return self.sampler.measure
 
     def exceeds(self, wall_ns: int | None) -> bool:
-        """More than the span lasted, beyond wall + 3σ (time units only, a known wall time)."""
+        """More than the span lasted, beyond sampling noise at 3σ (``Tally.exceeds``; time units, a known wall time)."""
         if wall_ns is None or self.tally is None or self.unit != "nanoseconds":
             return False
         return self.tally.exceeds(wall_ns)
@@ -327,8 +347,8 @@ class Sampling:
             return "more than the span lasted: threads or goroutines of the span ran in parallel"
         return (
             f"more than the span lasted, beyond sampling noise: {self.measure} cannot exceed the span's wall time, "
-            "so some samples are not this span's (labelled at its edges, or taken while the thread waited for a "
-            "core)"
+            "so some samples are not this span's — a sampler that fell behind (a busy host) takes the samples it "
+            "owes at once, in whichever span holds the GIL when it runs again"
         )
 
 
@@ -348,21 +368,26 @@ def sampling_of(
 # --------------------------------------------------------------------------------------------- words
 
 
+def range_text(t: Tally, unit: str) -> str:
+    """``670 ms – 1.03 s``: the 95 % interval."""
+    return f"{format_value(t.low, unit)} – {format_value(t.high, unit)}"
+
+
 def interval_text(t: Tally, unit: str) -> str:
-    """``83 samples: 830 ms ± 179 ms (95 %)``."""
+    """``83 samples: 830 ms (95 %: 670 ms – 1.03 s)``."""
     if t.samples <= 0:
         return "0 samples"
     plural = "sample" if t.samples == 1 else "samples"
-    return f"{t.samples:,} {plural}: {format_value(t.total, unit)} ± {format_value(t.margin, unit)} (95 %)"
+    return f"{t.samples:,} {plural}: {format_value(t.total, unit)} (95 %: {range_text(t, unit)})"
 
 
 def figure_text(total: int, t: Tally | None, unit: str) -> str:
-    """A figure with its interval and count, for tables: ``830 ms ± 179 ms (83 samples)``; the bare value when it is
-    not a count (measured) or holds no sample."""
+    """A figure with its interval and count, for tables: ``830 ms (95 %: 670 ms – 1.03 s; 83 samples)``; the bare
+    value when it is not a count (measured) or holds no sample."""
     if t is None or t.samples <= 0:
         return format_value(total, unit)
     plural = "sample" if t.samples == 1 else "samples"
-    return f"{format_value(total, unit)} ± {format_value(t.margin, unit)} ({t.samples:,} {plural})"
+    return f"{format_value(total, unit)} (95 %: {range_text(t, unit)}; {t.samples:,} {plural})"
 
 
 def sampling_text(s: Sampling | None) -> str:

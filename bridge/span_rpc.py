@@ -237,10 +237,10 @@ def grafana_flamegraph(resolution: Resolution, profile_type: str) -> qpb.FlameGr
     """The flame graph Grafana gets; its root bar is all Grafana shows of how it was found and how sure it is.
 
     - Every answer with samples says what its total is and how many samples make it up, with the 95 % interval
-      (``bridge.sampling``): "sampled on-GIL time linked to this span, 83 samples: 830 ms ± 179 ms (95 %)".
+      (``bridge.sampling``): "sampled on-GIL time linked to this span, 83 samples: 830 ms (95 %: 670 ms – 1.03 s)",
+      and says when it is more than the span (or, for ``local-root``, its request) lasted beyond sampling noise.
     - A fallback (``local-root``, ``time-window``) says first what its total is — e.g. "shop-frontend CPU during the
-      19 s window around this span, not this span's own" — then why; a ``local-root`` total beyond its request's wall
-      time plus 3σ says so.
+      19 s window around this span, not this span's own" — then why.
     - A ``none`` answer would be one row, which span details do not draw at all: it becomes a one-unit placeholder of
       two rows whose bars say why there is nothing (the ``X-Profile-Bridge-Resolution: none`` header and the root's
       label say it is not data)."""
@@ -249,18 +249,26 @@ def grafana_flamegraph(resolution: Resolution, profile_type: str) -> qpb.FlameGr
             flamegraph.root_label(f"none: {resolution.reason}"), f"no samples — {resolution.reason}"
         )
     measure = measure_of(resolution, profile_type)
-    sampling = resolution.sampling
-    counted = sampling_text(sampling)
+    counted = sampling_text(resolution.sampling)
+    flag = _wall_flag(resolution)
     if resolution.step is Step.LINKED:
-        if sampling is None:
+        if resolution.sampling is None:
             return resolution.flamegraph
-        return flamegraph.relabel_root(resolution.flamegraph, flamegraph.root_label(f"{measure.text}, {counted}"))
-    text = f"{measure.text}; {counted}" if counted else measure.text
-    root = resolution.local_root
-    if resolution.step is Step.LOCAL_ROOT and sampling is not None and root is not None:
-        if sampling.exceeds(root.duration_ns):
-            text += f"; more than the request lasted ({format_duration_ns(root.duration_ns)}) beyond wall + 3σ"
+        return flamegraph.relabel_root(resolution.flamegraph, flamegraph.root_label(f"{measure.text}, {counted}{flag}"))
+    text = f"{measure.text}; {counted}{flag}" if counted else measure.text
     return flamegraph.relabel_root(resolution.flamegraph, flamegraph.root_label(f"{text} — {resolution.reason}"))
+
+
+def _wall_flag(resolution: Resolution) -> str:
+    """``; more than the span lasted (62.9 ms), beyond sampling noise`` when it is (``Sampling.exceeds``): the span's
+    wall time for ``linked`` (when the span was read), its request's for ``local-root``."""
+    wall = resolution.span if resolution.step is Step.LINKED else None
+    if resolution.step is Step.LOCAL_ROOT:
+        wall = resolution.local_root
+    if wall is None or resolution.sampling is None or not resolution.sampling.exceeds(wall.duration_ns):
+        return ""
+    what = "span" if resolution.step is Step.LINKED else "request"
+    return f"; more than the {what} lasted ({format_duration_ns(wall.duration_ns)}), beyond sampling noise"
 
 
 def answer_of(method: str, resolution: Resolution, profile_type: str) -> Message:

@@ -24,7 +24,7 @@ from bridge.functions import MAX_PATTERN_CHARS
 from bridge.grafana import PYROSCOPE_DS_TYPE, TEMPO_DS_TYPE, explore_url, span_window
 from bridge.profiletype import ProfileType
 from bridge.recent import span_path
-from bridge.sampling import figure_text, sampling_text
+from bridge.sampling import figure_text, range_text, sampling_text
 from bridge.spans import Span, Trace
 from bridge.state import Backends
 from bridge.units import format_duration_ns, format_value, share
@@ -332,17 +332,16 @@ def span_context(ans: Answer, settings: Settings, values: Mapping[str, Linked | 
 
 def sampling_lines(ans: Answer, unit: str) -> dict[str, str]:
     """The headline's interval and the lines under it: how many samples, what they are, and the flag when the
-    number is more than the span lasted beyond wall + 3σ (``bridge.sampling``)."""
+    number is more than the span lasted beyond sampling noise (``bridge.sampling``)."""
     sampling = ans.sampling
-    out = dict.fromkeys(("measure", "why", "sdk", "margin", "count", "interval", "counted_by", "exceeds"), "")
+    out = dict.fromkeys(("measure", "why", "sdk", "count", "interval", "counted_by", "exceeds"), "")
     if sampling is None:
         return out
     t = sampling.tally
     out.update(measure=sampling.measure, why=sampling.sampler.why, sdk=sampling.sampler.sdk)
     if t is not None and t.samples > 0:
-        out["margin"] = format_value(t.margin, unit)
         out["count"] = f"{t.samples:,} sample{'' if t.samples == 1 else 's'}"
-        out["interval"] = f"{format_value(t.low, unit)} – {format_value(t.high, unit)}"
+        out["interval"] = range_text(t, unit)
         out["counted_by"] = t.source
     else:
         out["count"] = sampling_text(sampling)

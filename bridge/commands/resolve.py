@@ -85,15 +85,14 @@ def top_table(costs: list[FunctionCost], whole: int, unit: str, key: str, top: i
 
 
 def figure_of(total: int, sampling: Mapping[str, Any] | None, unit: str) -> str:
-    """``830 ms ± 179 ms (83 samples)`` from an API ``sampling`` object; the bare value when it is not a count."""
+    """``830 ms (95 %: 670 ms – 1.03 s; 83 samples)`` from an API ``sampling`` object; the bare value when it is not
+    a count."""
     samples = (sampling or {}).get("samples")
     interval = (sampling or {}).get("interval95")
     if not samples or not interval:
         return format_value(total, unit)
-    margin = max(total - int(interval["low"]), int(interval["high"]) - total)
-    return (
-        f"{format_value(total, unit)} ± {format_value(margin, unit)} ({samples:,} sample{'' if samples == 1 else 's'})"
-    )
+    low, high = format_value(int(interval["low"]), unit), format_value(int(interval["high"]), unit)
+    return f"{format_value(total, unit)} (95 %: {low} – {high}; {samples:,} sample{'' if samples == 1 else 's'})"
 
 
 def sampling_lines(sampling: Mapping[str, Any] | None, unit: str) -> list[str]:

@@ -26,6 +26,7 @@ from bridge.config import DEFAULT_PROFILE_TYPE, Settings
 from bridge.errors import Code
 from bridge.spans import Span
 from bridge.state import METRICS
+from bridge.units import format_value
 from tests.doubles.pyroscope import PyroscopeDouble
 from tests.doubles.shop import load_shop
 from tests.doubles.tempo import TempoDouble, refused_url
@@ -149,11 +150,13 @@ async def test_linked_hit_returns_pyroscopes_flame_graph_as_it_came(stack: Stack
     assert headers["Content-Type"] == ("application/proto" if codec == "proto" else "application/json")
     direct = stack.pyroscope.select_merge_span_profile(span_request(span))
     # exactly what Pyroscope answered, its root bar saying what the total is and how sure: pyroscope-io's samples
-    # (otel.scope.name) every 10 ms, ±1.96·√n of them
+    # (otel.scope.name) every 10 ms, and the score interval of n of them: n + z²/2 ± z·√(n + z²/4)
     n = direct.flamegraph.total // 10_000_000  # type: ignore[attr-defined]
-    margin = 1.959963984540054 * n**0.5 * 10
+    z = 1.959963984540054
+    low, high = (10 * (n + z * z / 2 + sign * z * (n + z * z / 4) ** 0.5) for sign in (-1, 1))
     assert root_name(fg) == (
-        f"total — sampled on-GIL time linked to this span, {n} samples: {n * 10:.1f} ms ± {margin:.1f} ms (95 %)"
+        f"total — sampled on-GIL time linked to this span, {n} samples: {n * 10:.1f} ms "
+        f"(95 %: {format_value(low * 1e6, 'nanoseconds')} – {format_value(high * 1e6, 'nanoseconds')})"
     )
     assert fg == flamegraph.relabel_root(direct.flamegraph, root_name(fg))  # type: ignore[attr-defined]
     assert stack.tempo.requests == []  # a linked hit needs no span lookup
@@ -171,8 +174,8 @@ async def test_child_span_resolves_to_its_local_root(stack: Stack) -> None:
     assert headers["X-Profile-Bridge-Resolution"] == "local-root"
     expected = (
         f"total — shop-frontend sampled on-GIL time of the whole request GET /checkout (its local root), not this "
-        f"span's own; 6 samples: 60.0 ms ± 48.0 ms (95 %) — local root GET /checkout (renderCart's CPU is recorded "
-        f"under its local root span {root.span_id})"
+        f"span's own; 6 samples: 60.0 ms (95 %: 27.5 ms – 131 ms) — local root GET /checkout (renderCart's CPU is "
+        f"recorded under its local root span {root.span_id})"
     )
     assert root_name(fg) == expected
     assert headers["X-Profile-Bridge-Reason"].startswith("local root GET /checkout (renderCart's CPU")
@@ -206,8 +209,8 @@ async def test_child_span_whose_root_has_no_samples_falls_back_to_the_time_windo
     # the root bar says first what the total is (the service's CPU over whole capture windows), then why
     assert re.match(
         r"total — shop-frontend sampled on-GIL time during the [\d.]+ s window around this span \(\S+–\S+ UTC\), "
-        r"not this span's own; \d+ samples: [\d.]+ ms ± [\d.]+ ms \(95 %\) — time-window fallback: no samples "
-        r"linked to span " + child.span_id,
+        r"not this span's own; \d+ samples: [\d.]+ ms \(95 %: [\d.]+ ms – [\d.]+ ms\) — time-window fallback: no "
+        r"samples linked to span " + child.span_id,
         label,
     )
     assert "renderCart, shop-frontend" in label and "10 s capture windows" in label

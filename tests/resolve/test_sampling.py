@@ -1,7 +1,7 @@
 """The statistics of a per-span number (``bridge.sampling``), on spans built with known sample counts: the count,
-its ``±1.96·√n`` interval in the value's unit, the "more than the span lasted" flag at wall + 3σ, the measure each
-SDK's samples are, and the exact conditional test of two Poisson rates that ``compare`` calls a function unusual
-by."""
+its 95 % score interval in the value's unit, the "more than the span lasted" flag (the wall time's Poisson tail
+beyond 3σ), the measure each SDK's samples are, and the exact tests behind them (``bridge.poisson``). How well
+these methods do on simulated samplers is ``test_sampling_methods.py``."""
 
 from __future__ import annotations
 
@@ -46,40 +46,55 @@ def test_a_span_of_83_samples_at_10_ms() -> None:
     t = s.tally
     assert t is not None
     assert (t.total, t.samples, t.period) == (830 * MS, 83, PERIOD)
-    # ±1.96·√83 samples of 10 ms
-    assert t.margin == pytest.approx(1.959963984540054 * math.sqrt(83) * PERIOD)
-    assert (round(t.low), round(t.high)) == (round(830 * MS - t.margin), round(830 * MS + t.margin))
-    assert round(t.margin / MS, 1) == 178.6
-    assert interval_text(t, "nanoseconds") == "83 samples: 830 ms ± 179 ms (95 %)"
+    # n + z²/2 ± z·√(n + z²/4) samples of 10 ms: 66.96 – 102.88, close to 83 ± 1.96·√83 = 65.1 – 100.9
+    z = 1.959963984540054
+    low, high = 83 + z * z / 2 - z * math.sqrt(83 + z * z / 4), 83 + z * z / 2 + z * math.sqrt(83 + z * z / 4)
+    assert (t.low, t.high) == (pytest.approx(low * PERIOD), pytest.approx(high * PERIOD))
+    assert (round(t.low / MS), round(t.high / MS)) == (670, 1029)
+    assert t.sigma == pytest.approx(math.sqrt(83) * PERIOD)
+    assert interval_text(t, "nanoseconds") == "83 samples: 830 ms (95 %: 670 ms – 1.03 s)"
     assert t.source == "10.0 ms per sample, pyroscope-io (Python)'s default"
 
 
-def test_the_interval_never_goes_below_zero_and_one_sample_is_singular() -> None:
+def test_few_samples_get_an_interval_that_can_hold_the_truth() -> None:
+    # one sample: 0.18 – 5.66 samples (±1.96·√1 would say 0 – 2.96)
     t = tally(PERIOD, 1, PERIOD, "test")
-    assert t.low == 0.0 and t.high == pytest.approx(PERIOD * (1 + 1.959963984540054))
-    assert interval_text(t, "nanoseconds") == "1 sample: 10.0 ms ± 19.6 ms (95 %)"
+    assert (round(t.low / MS, 2), round(t.high / MS, 1)) == (1.77, 56.6)
+    assert interval_text(t, "nanoseconds") == "1 sample: 10.0 ms (95 %: 1.77 ms – 56.6 ms)"
+    # none: up to z² = 3.84 samples (±1.96·√0 would say exactly 0)
+    none = tally(0, 0, PERIOD, "test")
+    assert (none.low, round(none.high / MS, 1), none.exceeds(0)) == (0.0, 38.4, False)
     nothing = tally(0, 0, 0, "no samples")
     assert (nothing.low, nothing.high, nothing.exceeds(0)) == (0.0, 0.0, False)
+
+
+def poisson_at_least(k: int, lam: float) -> float:
+    """P(N ≥ k), N ~ Poisson(lam), summed here from the pmf."""
+    return 1.0 - sum(math.exp(-lam) * lam**j / math.factorial(j) for j in range(k))
 
 
 @pytest.mark.parametrize(
     ("samples", "wall_ms", "flagged"),
     [
-        # 83 samples = 830 ms, σ = √83·10 ms = 91.1 ms: flagged only above wall + 273 ms
+        # 83 samples in 830 ms: nothing to say; in 600 ms (60 expected) P(N ≥ 83) = 0.0028: noise
         (83, 830, False),
-        (83, 600, False),  # 830 ≤ 600 + 273
-        (83, 556, True),  # 830 > 556 + 273.3
-        (83, 557, False),
-        # 18 samples = 180 ms in a 62.9 ms request (the issue's worst demo span): σ = 42.4 ms, 180 > 62.9 + 127.3? no
-        (18, 62.9, False),
-        (30, 62.9, True),  # 300 ms > 62.9 + 164.3
-        (1, 0, False),  # one sample in a zero-length span: 10 ms is not beyond 0 + 30 ms
+        (83, 600, False),
+        (83, 575, True),  # 57.5 expected: P(N ≥ 83) = 0.00092 < 0.00135
+        # 18 samples = 180 ms in a 62.9 ms request (the issue's worst demo span): P(N ≥ 18 | 6.29) = 1.0e-4
+        (18, 62.9, True),
+        (12, 62.9, False),  # P(N ≥ 12 | 6.29) = 2.7 %: noise
+        (30, 62.9, True),
+        (1, 1, False),  # one sample in a 1 ms span: P(N ≥ 1 | 0.1) = 9.5 %, a sample at its edge is common
+        (2, 0.1, True),  # two in 0.1 ms: P = 5e-5
+        (1, 0, True),  # a zero-length span cannot have drawn any
         (0, 0, False),
     ],
 )
-def test_more_than_the_span_lasted_only_beyond_wall_plus_3_sigma(samples: int, wall_ms: float, flagged: bool) -> None:
+def test_more_than_the_span_lasted_only_beyond_3_sigma_of_noise(samples: int, wall_ms: float, flagged: bool) -> None:
     s = Sampling(PYTHON_CPU, tally(samples * PERIOD, samples, PERIOD, "test"), "nanoseconds")
     assert s.exceeds(int(wall_ms * MS)) is flagged
+    expected = samples * PERIOD > wall_ms * MS and poisson_at_least(samples, wall_ms * MS / PERIOD) < 0.0013499
+    assert flagged is expected  # the table agrees with the tail summed here
     doc = sampling_json(s, int(wall_ms * MS))
     assert doc is not None and doc["exceedsWall"] is flagged
     if flagged:
@@ -111,8 +126,10 @@ def test_one_stack_of_six_samples_without_a_known_period_is_counted_low_never_hi
     assert unknown.sdk == "" and unknown.measure == "CPU"
     tree = span_tree({("a", "b"): 6})
     t = tally_of(node_values(flamegraph.encode(tree)), tree.total, "nanoseconds", unknown)
-    # the common divisor is 60 ms: one "sample" — a wider interval than the truth (√6·10 ms), never a narrower one
-    assert t is not None and t.samples == 1 and t.margin > 1.96 * math.sqrt(6) * PERIOD
+    # the common divisor is 60 ms: one "sample" — a wider interval than six samples of 10 ms, never a narrower one
+    assert t is not None and t.samples == 1
+    six = tally(60 * MS, 6, PERIOD, "the truth")
+    assert t.low < six.low and t.high > six.high
 
 
 def test_mixed_stored_periods_count_at_the_longest() -> None:
