@@ -83,6 +83,12 @@ def clean_span_ids(raw: Iterable[str]) -> tuple[str, ...]:
             "Tempo data source at the bridge's /tempo mount (it adds the attribute to every span), or send the "
             "span's 16-hex-character id"
         )
+    if dropped and all(d.strip() and not d.strip().strip("0") for d in dropped):
+        # Pyroscope takes it and matches nothing (pkg/model/profile.go NewSpanSelector); no span has it
+        raise InvalidArgument(
+            f"span selector {dropped!r}: an all-zero span id is OpenTelemetry's invalid span id, which no span has; "
+            "send the clicked span's 16-hex-character id"
+        )
     if dropped:
         raise InvalidArgument(
             f"span selector {dropped!r} has no valid span id: each entry must be 16 hex characters, "

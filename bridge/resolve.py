@@ -259,7 +259,9 @@ class Resolver:
         fallback_ms = int(round(settings.capture_window * 1000))
         span_ms = (span.start_ns // 1_000_000, -(-span.end_ns // 1_000_000))
         around = max(LOOKAROUND_MS, 4 * fallback_ms)
-        look = (max(0, span_ms[0] - around), span_ms[1] + around)
+        # on the STEP_MS grid: a stamp on it (an SDK's windows start on whole seconds) comes back exactly, whether the
+        # store floors a profile's time to a point or Pyroscope ceils it (its v2 read path: the step ending at it)
+        look = (max(0, span_ms[0] - around) // STEP_MS * STEP_MS, span_ms[1] + around)
         types = await self._service_types(selector, look, ctx)
         first: WindowAnswer | None = None
         for type_id in cpu_equivalents(query.profile_type, types):

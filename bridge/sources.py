@@ -65,8 +65,9 @@ class ProfileSource(Protocol):
         ...
 
     async def select_series(self, req: qpb.SelectSeriesRequest, ctx: CallContext) -> qpb.SelectSeriesResponse:
-        """Per ``step``, the summed values of the matching profiles stamped in that step (steps without any
-        profile have no point)."""
+        """Per point (``start`` + k·step, up to ``end``), the summed values of the matching profiles stamped in the
+        step that ends at it, the first point taking those from one step before ``start`` (Pyroscope's v2 read path;
+        points without any profile are left out)."""
         ...
 
     async def ready(self, ctx: CallContext) -> str: ...

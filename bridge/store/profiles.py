@@ -495,10 +495,11 @@ class Profiles:
         return [(series[sid] if by_series else none, start_ms + k * step_ms, int(t), n) for sid, k, t, n in rows]
 
     async def select_series(self, req: qpb.SelectSeriesRequest, ctx: CallContext) -> qpb.SelectSeriesResponse:
-        """Totals per step from ``start`` (and, with ``EXEMPLAR_TYPE_INDIVIDUAL``, each point's largest profile as
-        its exemplar, as Pyroscope's v2 read path keeps one per point: ``pkg/model/timeseries/aggregator.go``
-        ``DefaultMaxExemplarsPerPoint``). Span exemplars are Pyroscope's ``unimplemented`` too
-        (``pkg/querybackend/query_time_series.go``): ``SelectHeatmap`` serves them."""
+        """Totals per step, each point the step that ends at it, from ``start`` (and, with
+        ``EXEMPLAR_TYPE_INDIVIDUAL``, each point's largest profile as its exemplar, as Pyroscope's v2 read path keeps
+        one per point: ``pkg/model/timeseries/aggregator.go`` ``DefaultMaxExemplarsPerPoint``). Span exemplars are
+        Pyroscope's ``unimplemented`` too (``pkg/querybackend/query_time_series.go``): ``SelectHeatmap`` serves
+        them."""
         ProfileType.parse(req.profile_typeID)
         if not (math.isfinite(req.step) and req.step > 0):
             raise InvalidArgument(f"step {req.step} must be a positive, finite number of seconds")
@@ -510,7 +511,10 @@ class Profiles:
         if req.exemplar_type == tpb.EXEMPLAR_TYPE_SPAN:
             raise Unimplemented("exemplar type span is not implemented")
         exemplars = req.exemplar_type == tpb.EXEMPLAR_TYPE_INDIVIDUAL
-        window = window_ns(req.start, req.end)
+        # as Pyroscope's v2 read path: the profiles from one step before ``start`` to ``end``, each on the first point
+        # (``start`` + k·step, up to ``end``) at or after it — a point sums the step that ends at it
+        # (pkg/frontend/readpath/queryfrontend/query_select_time_series.go, pkg/model/timeseries/range.go)
+        window = window_ns(req.start - step_ms, req.end)
         parse_selector(req.label_selector)
         average = req.HasField("aggregation") and req.aggregation == tpb.TIME_SERIES_AGGREGATION_TYPE_AVERAGE
         rows = await self._db.read(self.profile_rows, ctx.tenant_key, req.profile_typeID, req.label_selector, window)
@@ -519,8 +523,9 @@ class Profiles:
         for row in rows:
             key = tuple((g, row.labels[g]) for g in group_by if row.labels.get(g))
             t_ms = row.time_ns // 1_000_000
-            ts = req.start + ((t_ms - req.start) // step_ms) * step_ms
-            buckets.setdefault(key, {}).setdefault(ts, []).append(row)
+            ts = req.start + max(0, -(-(t_ms - req.start) // step_ms)) * step_ms
+            if ts <= req.end:
+                buckets.setdefault(key, {}).setdefault(ts, []).append(row)
         ordered = sorted(buckets.items(), key=lambda kv: (-sum(r.total for v in kv[1].values() for r in v), kv[0]))
         if req.HasField("limit") and req.limit > 0:
             ordered = ordered[: req.limit]

@@ -154,12 +154,13 @@ def test_the_double_answers_no_data_as_pyroscope_2_2() -> None:
     assert flamegraph.is_empty(fg)
 
 
-def test_ties_at_the_fold_pyroscope_keeps_them_the_bridge_folds_them() -> None:
-    """Pyroscope keeps every node whose total reaches the ``max_nodes``-th largest (ties may keep more than
-    ``max_nodes``); the bridge folds the tied ones too, so it never keeps more than ``max_nodes``."""
+def test_ties_at_the_fold_are_kept_by_pyroscope_and_the_bridge() -> None:
+    """Pyroscope keeps every node whose total reaches the ``max_nodes``-th largest, so ties may keep more than
+    ``max_nodes`` (measured against grafana/pyroscope 3fe6a457: maxNodes 4 kept a chain of five); the bridge too."""
     stacks: Stacks = [(("a",), 5), (("b",), 5), (("c",), 1)]
-    assert nodes_of(encode_flamegraph(stacks, 1)) == {(): (11, 0), ("a",): (5, 5), ("b",): (5, 5), ("other",): (1, 1)}
-    assert nodes_of(flamegraph.encode_stacks(stacks, 1)) == {(): (11, 0), ("other",): (11, 11)}
+    want = {(): (11, 0), ("a",): (5, 5), ("b",): (5, 5), ("other",): (1, 1)}
+    assert nodes_of(encode_flamegraph(stacks, 1)) == want
+    assert nodes_of(flamegraph.encode_stacks(stacks, 1)) == want
 
 
 def test_a_function_called_other_pyroscope_folds_it_the_bridge_keeps_it() -> None:

@@ -89,7 +89,15 @@ def test_folding_keeps_totals_and_bounds_nodes(max_nodes: int, encode: object) -
     names = [fg.names[level.values[i]] for level in fg.levels[1:] for i in range(3, len(level.values), 4)]
     assert nodes < full
     kept = [n for n in names if n != flamegraph.OTHER_NAME]
-    assert len(kept) <= max_nodes + 1  # ties at the threshold may keep one more
+    # Pyroscope's rule (pkg/model/tree.go minValue): every node whose total reaches the max_nodes-th largest, ties too
+    totals: list[int] = []
+    pending = list(tree.children.values())
+    while pending:
+        node = pending.pop()
+        totals.append(node.total)
+        pending.extend(node.children.values())
+    threshold = sorted(totals, reverse=True)[max_nodes - 1]
+    assert len(kept) == sum(t >= threshold for t in totals) >= max_nodes
     assert flamegraph.OTHER_NAME in names
     assert flamegraph.decode(fg).total == tree.total
     assert fg.max_self == max(level.values[i] for level in fg.levels for i in range(2, len(level.values), 4))

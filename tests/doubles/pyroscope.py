@@ -21,11 +21,13 @@ keep their ``span_id`` and ``trace_id`` (``pkg/model/profile.go`` line 93: a spa
   Pyroscope answers), ``SelectSeries`` from the same data; ``/ready``.
 - ``read_path`` plays Pyroscope's two read paths (grafana/pyroscope v2.2.1): ``"v2"`` (the query frontend over the
   v2 storage, ``pkg/frontend/readpath/queryfrontend``) or ``"v1"`` (the old querier, ``pkg/querier/querier.go``).
-- ``SelectSeries`` honours ``stack_trace_selector.call_site`` (root-first prefix: only samples whose stack starts
-  with those frames count). Exemplars as Pyroscope answers them: v1 refuses any (``unimplemented``, "exemplars are
-  not supported in SelectSeries API, use the v2 query API instead"); v2 serves ``EXEMPLAR_TYPE_INDIVIDUAL`` (each
-  profile of a point, by a profile id of the double's own) and refuses ``EXEMPLAR_TYPE_SPAN`` (``unimplemented``,
-  "exemplar type span is not implemented", ``pkg/querybackend/query_time_series.go``).
+- ``SelectSeries``: v2 (``query_select_time_series.go``, ``pkg/model/timeseries/range.go``) sums the profiles from
+  one step before ``start`` to ``end`` into the first point (``start`` + k·step) at or after each, always a sum,
+  the stack trace selector unread; ``EXEMPLAR_TYPE_INDIVIDUAL``: one exemplar per point, its largest profile (by a
+  profile id of the double's own); ``EXEMPLAR_TYPE_SPAN``: the backend's Unimplemented "exemplar type span is not
+  implemented", relayed as ``unknown`` (HTTP 500). v1 steps from the epoch, honours the call site (root-first
+  prefix) and refuses any exemplars (``unimplemented``, "exemplars are not supported in SelectSeries API, use the v2
+  query API instead").
 - ``SelectHeatmap`` (v2 only; v1: ``unimplemented``, "SelectHeatmap not implemented in old querier"): individual
   profiles or span points (a span's samples in one profile, ``pkg/querybackend/query_heatmap.go``), in slots of
   ``step`` and 20 value bands, one exemplar per non-empty cell — its highest point, with span id and trace id
@@ -33,7 +35,10 @@ keep their ``span_id`` and ``trace_id`` (``pkg/model/profile.go`` line 93: a spa
 - ``Diff``: both sides merged as ``SelectMergeStacktraces`` would (format ignored), diffed by the double's own
   encoder; a span id in either side that is not 16 hex is refused as everywhere.
 - A span selector entry must be 16 hex characters: ``invalid span id length: "…"``, or Go's ``encoding/hex:
-  invalid byte: U+007A 'z'`` (``pkg/model/profile.go`` ``NewSpanSelector``), both ``invalid_argument``.
+  invalid byte: U+007A 'z'`` (``pkg/model/profile.go`` ``NewSpanSelector``), as v2 relays its query backend's
+  errors (``pyroscope_checks.BackendError``: ``unknown``, HTTP 500, ``rpc error: code = Unknown desc = …``) — and
+  only when the range holds data, as v2's frontend answers an empty range before the backend checks anything
+  (``holds_data``); sixteen zeros is a span id like any other.
 - ``POST /ingest`` (``format=pprof``, raw or multipart ``profile`` part, as ``@pyroscope/nodejs`` and the Go SDK
   upload): stored as Pyroscope stores it, by this double's own reading of Pyroscope's rules
   (``pkg/og/convert/pprof/profile.go``): one ``__name__`` for every sample type — ``wall`` when any sample type is
@@ -72,6 +77,7 @@ from google.protobuf.message import DecodeError, Message
 
 from bridge._proto import push_pb2, querier_pb2, types_pb2
 from bridge.errors import Code
+from tests.doubles.pyroscope_checks import BackendError, check_profile_type, check_span_ids, heatmap_exemplars
 from tests.doubles.pyroscope_model import (
     Frame,
     HeatPoint,
@@ -203,6 +209,16 @@ class PyroscopeDouble:
                 stacks.append((frames, value))
         return stacks
 
+    def holds_data(self, lo: int, hi: int) -> bool:
+        """Whether v2 would find blocks for ``[lo, hi]`` (ms): only then does its query backend run, and check."""
+        return self.read_path != "v2" or any(lo <= p.time_ms <= hi for p in self.profiles)
+
+    def _checked_spans(self, ids: Iterable[str], lo: int, hi: int) -> list[str] | None:
+        """A span selector as the query backend checks it (``NewSpanSelector``), or None when empty or when the
+        backend would not run."""
+        ids = list(ids)
+        return check_span_ids(ids) if ids and self.holds_data(lo, hi) else None
+
     def profile_id(self, profile: StoredProfile) -> str:
         """The double's own id of a stored profile (Pyroscope gives each a UUID at ingest)."""
         return str(uuid.uuid5(uuid.NAMESPACE_OID, f"{self.profiles.index(profile)}:{profile.type_id}"))
@@ -228,6 +244,11 @@ class PyroscopeDouble:
             return await self._ingest_jfr(request, raw)
         if request.query.get("format", "pprof") != "pprof":
             return web.Response(status=400, text="this double ingests format=pprof and jfr only\n")
+        if request.content_type.startswith("multipart/") and request.query.get("format") == "pprof":
+            # Pyroscope reads the body as a bare pprof then (pkg/ingester/pyroscope/ingest_handler.go): a form's
+            # leading "--" is protobuf field 5 (Function) with wire type 5
+            message = "parsing IngestInput-pprof failed invalid_argument: proto: wrong wireType = 5 for field Function"
+            return web.json_response({"code": "unknown", "message": message}, status=422)
         if request.content_type.startswith("multipart/"):
             form = await multipart_parts(request.headers["Content-Type"], raw)
             raw = form.get("profile", b"")
@@ -301,6 +322,8 @@ class PyroscopeDouble:
             return web.Response(status=415, text="unsupported content type")
         try:
             answer = handler[1](self, msg)
+        except BackendError as exc:
+            return _error(exc.connect_code, exc.text)
         except ValueError as exc:
             return _error(Code.INVALID_ARGUMENT, str(exc))
         except NotImplementedError as exc:
@@ -318,9 +341,10 @@ class PyroscopeDouble:
     # ------------------------------------------------------------------------------------------- RPCs
 
     def select_merge_stacktraces(self, req: querier_pb2.SelectMergeStacktracesRequest) -> Message:
+        check_profile_type(req.profile_typeID)
         spans: list[str] | None = None
         if req.span_selector and not self.ignores_stacktraces_span_selector:
-            spans = _check_span_ids(req.span_selector)
+            spans = self._checked_spans(req.span_selector, req.start, req.end)
         if spans and req.HasField("stack_trace_selector") and self.read_path == "v1":
             raise NotImplementedError(
                 "combining span_selector with stack_trace_selector is only supported with the v2 query backend"
@@ -334,7 +358,8 @@ class PyroscopeDouble:
         return out
 
     def select_merge_span_profile(self, req: querier_pb2.SelectMergeSpanProfileRequest) -> Message:
-        spans = _check_span_ids(req.span_selector) if req.span_selector else None  # empty: unfiltered, as in v2
+        check_profile_type(req.profile_typeID)
+        spans = self._checked_spans(req.span_selector, req.start, req.end)  # empty: unfiltered, as in v2
         stacks = self.select(req.profile_typeID, req.label_selector, req.start, req.end, spans)
         fg = self.flame(stacks, req.max_nodes if req.HasField("max_nodes") else None)
         out = querier_pb2.SelectMergeSpanProfileResponse()
@@ -371,38 +396,58 @@ class PyroscopeDouble:
         return out
 
     def select_series(self, req: querier_pb2.SelectSeriesRequest) -> Message:
+        """v2 (``query_select_time_series.go``, ``pkg/model/timeseries/range.go``): the profiles from one step before
+        ``start`` to ``end``, each summed into the first point (``start`` + k·step, up to ``end``) at or after it;
+        always summed; the stack trace selector not read; one INDIVIDUAL exemplar per point, its largest profile.
+        v1 (the old querier): steps from the epoch, the call site honoured, no exemplars."""
         kind = req.exemplar_type
-        if kind not in types_pb2.ExemplarType.values():
-            raise ValueError(f"unknown exemplar type: {kind}")
-        if self.read_path == "v1" and kind in (types_pb2.EXEMPLAR_TYPE_INDIVIDUAL, types_pb2.EXEMPLAR_TYPE_SPAN):
-            raise NotImplementedError("exemplars are not supported in SelectSeries API, use the v2 query API instead")
+        if self.read_path == "v1":
+            if kind not in types_pb2.ExemplarType.values():
+                raise ValueError(f"unknown exemplar type: {kind}")
+            if kind in (types_pb2.EXEMPLAR_TYPE_INDIVIDUAL, types_pb2.EXEMPLAR_TYPE_SPAN):
+                raise NotImplementedError(
+                    "exemplars are not supported in SelectSeries API, use the v2 query API instead"
+                )
+        check_profile_type(req.profile_typeID)
+        if req.step < 0.001:
+            raise ValueError("step must be >= 1ms")
+        step_ms = int(req.step * 1000)
+        v2 = self.read_path == "v2"
+        lo = req.start - step_ms if v2 else req.start
+        if not self.holds_data(lo, req.end):
+            return querier_pb2.SelectSeriesResponse()
         if kind == types_pb2.EXEMPLAR_TYPE_SPAN:
-            raise NotImplementedError("exemplar type span is not implemented")
-        call_site = tuple(loc.name for loc in req.stack_trace_selector.call_site)
-        step_ms = max(1, int(req.step * 1000)) if req.step else 15_000
+            raise BackendError("Unimplemented", "exemplar type span is not implemented")
+        if kind not in types_pb2.ExemplarType.values():
+            raise BackendError("InvalidArgument", f"unknown exemplar type: {kind}")
+        call_site = () if v2 else tuple(loc.name for loc in req.stack_trace_selector.call_site)
         groups: dict[tuple[tuple[str, str], ...], dict[int, list[tuple[StoredProfile, int]]]] = {}
         for p in self.profiles:
-            if p.type_id != req.profile_typeID or not req.start <= p.time_ms <= req.end:
+            if p.type_id != req.profile_typeID or not lo <= p.time_ms <= req.end:
                 continue
             if not matches_selector(req.label_selector, p.labels):
                 continue
             value = sum(v for frames, v, _ in p.samples if frames[: len(call_site)] == call_site)
-            if value:
+            if v2:
+                ts = req.start + max(0, -(-(p.time_ms - req.start) // step_ms)) * step_ms
+            else:
+                ts = p.time_ms - p.time_ms % step_ms
+            if value and ts <= req.end:
                 key = tuple((g, p.labels.get(g, "")) for g in req.group_by)
-                groups.setdefault(key, {}).setdefault(p.time_ms - p.time_ms % step_ms, []).append((p, value))
+                groups.setdefault(key, {}).setdefault(ts, []).append((p, value))
         out = querier_pb2.SelectSeriesResponse()
         for key, points in sorted(groups.items()):
             series = out.series.add(labels=[types_pb2.LabelPair(name=k, value=v) for k, v in key])
             for ts, profiles in sorted(points.items()):
                 point = series.points.add(value=float(sum(v for _, v in profiles)), timestamp=ts)
                 if kind == types_pb2.EXEMPLAR_TYPE_INDIVIDUAL:
-                    for p, value in sorted(profiles, key=lambda pv: -pv[1]):
-                        point.exemplars.add(
-                            timestamp=p.time_ms,
-                            profile_id=self.profile_id(p),
-                            value=value,
-                            labels=[types_pb2.LabelPair(name=k, value=v) for k, v in sorted(p.labels.items())],
-                        )
+                    p, value = max(profiles, key=lambda pv: pv[1])
+                    point.exemplars.add(
+                        timestamp=p.time_ms,
+                        profile_id=self.profile_id(p),
+                        value=value,
+                        labels=[types_pb2.LabelPair(name=k, value=v) for k, v in sorted(p.labels.items())],
+                    )
         return out
 
     def select_heatmap(self, req: querier_pb2.SelectHeatmapRequest) -> Message:
@@ -415,9 +460,11 @@ class PyroscopeDouble:
             raise ValueError(f"limit must be non-negative, got {req.limit}")
         if req.start >= req.end:
             raise ValueError(f"start time must be before end time, got start={req.start} end={req.end}")
-        _check_profile_type(req.profile_typeID)
-        exemplars = _heatmap_exemplars(req.query_type, req.exemplar_type)
+        check_profile_type(req.profile_typeID)
         step_ms = int(req.step * 1000)
+        if not self.holds_data(req.start - step_ms, req.end):
+            return querier_pb2.SelectHeatmapResponse()
+        exemplars = heatmap_exemplars(req.query_type, req.exemplar_type)
         series: dict[tuple[tuple[str, str], ...], list[HeatPoint]] = {}
         merged: dict[tuple[tuple[tuple[str, str], ...], int, str, str, str], HeatPoint] = {}
         for p in self.profiles:
@@ -453,8 +500,11 @@ class PyroscopeDouble:
     def diff(self, req: querier_pb2.DiffRequest) -> Message:
         sides = []
         for side in (req.left, req.right):
-            _check_profile_type(side.profile_typeID)
-            spans = _check_span_ids(side.span_selector) if side.span_selector else None
+            check_profile_type(side.profile_typeID)
+            try:
+                spans = self._checked_spans(side.span_selector, side.start, side.end)
+            except BackendError as exc:  # Diff asks its sides of the frontend, which wraps their error
+                raise ValueError(f"unknown: {exc.text}") from None
             call_site = tuple(loc.name for loc in side.stack_trace_selector.call_site)
             sides.append(self.select(side.profile_typeID, side.label_selector, side.start, side.end, spans, call_site))
         max_nodes = max(req.left.max_nodes, req.right.max_nodes) or 8192
@@ -470,46 +520,6 @@ class PyroscopeDouble:
             if all(matches_selector(m, labels) for m in matchers):
                 found.append(p)
         return found
-
-
-def _check_span_ids(ids: Iterable[str]) -> list[str]:
-    """Pyroscope's ``NewSpanSelector``: each entry exactly 16 characters, then hex (Go's error for the first bad
-    byte)."""
-    out = []
-    for sid in ids:
-        if len(sid) != 16:
-            raise ValueError(f"invalid span id length: {json.dumps(sid)}")
-        bad = next((c for c in sid if c not in "0123456789abcdefABCDEF"), None)
-        if bad is not None:
-            raise ValueError(f"encoding/hex: invalid byte: U+{ord(bad):04X} {bad!r}")
-        out.append(sid.lower())
-    return out
-
-
-def _check_profile_type(type_id: str) -> None:
-    parts = type_id.split(":")
-    if len(parts) not in (5, 6):
-        raise ValueError(
-            "profile-type selection must be of the form <name>:<sample-type>:<sample-unit>:<period-type>:"
-            f"<period-unit>(:delta), got({len(parts)}): {json.dumps(type_id)}"
-        )
-
-
-def _heatmap_exemplars(query_type: int, exemplar_type: int) -> bool:
-    """``queryHeatmap``'s checks: whether the answer has exemplars; a mismatch is an error."""
-    if query_type not in (querier_pb2.HEATMAP_QUERY_TYPE_INDIVIDUAL, querier_pb2.HEATMAP_QUERY_TYPE_SPAN):
-        raise ValueError("valid heatmap query type must be specified")
-    if exemplar_type in (types_pb2.EXEMPLAR_TYPE_UNSPECIFIED, types_pb2.EXEMPLAR_TYPE_NONE):
-        return False
-    if exemplar_type == types_pb2.EXEMPLAR_TYPE_INDIVIDUAL:
-        if query_type != querier_pb2.HEATMAP_QUERY_TYPE_INDIVIDUAL:
-            raise ValueError("individual exemplars only available for individual query type")
-        return True
-    if exemplar_type == types_pb2.EXEMPLAR_TYPE_SPAN:
-        if query_type != querier_pb2.HEATMAP_QUERY_TYPE_SPAN:
-            raise ValueError("span exemplars only available for span query type")
-        return True
-    raise ValueError(f"unknown exemplar type: {exemplar_type}")
 
 
 # Connect's status per code, as the contract lists it (Pyroscope §1), written here rather than taken from the bridge
@@ -534,9 +544,9 @@ CONNECT_STATUS: Final = {
 
 
 def _error(code: Code, message: str) -> web.Response:
-    return web.Response(
+    return web.Response(  # as Pyroscope writes a Connect error: code and message, no details
         status=CONNECT_STATUS[code.value],
-        body=json.dumps({"code": code.value, "message": message, "details": []}).encode(),
+        body=json.dumps({"code": code.value, "message": message}).encode(),
         content_type="application/json",
     )
 

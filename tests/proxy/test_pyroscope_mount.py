@@ -28,6 +28,7 @@ from bridge.spans import Span
 from bridge.state import METRICS
 from bridge.units import format_value
 from tests.doubles.pyroscope import PyroscopeDouble
+from tests.doubles.pyroscope_checks import BackendError
 from tests.doubles.shop import load_shop
 from tests.doubles.tempo import TempoDouble, refused_url
 
@@ -766,8 +767,19 @@ def test_the_pyroscope_double_follows_the_contract() -> None:
     same = [p for p in double.profiles if p.time_ms == first.time_ms and p.labels["service_name"] in same_service]
     assert sum(v for _, v in at) == sum(v for p in same for _, v, _ in p.samples)  # both ends inclusive
     assert double.select(DEFAULT_PROFILE_TYPE, same_service, first.time_ms + 1, first.time_ms + 5000, None) == []
-    with pytest.raises(ValueError, match='invalid span id length: "abc"'):
-        double.select_merge_span_profile(qpb.SelectMergeSpanProfileRequest(span_selector=["abc"]))
+    with pytest.raises(BackendError, match='invalid span id length: "abc"'):  # a 500 "unknown", as v2 relays it
+        double.select_merge_span_profile(
+            qpb.SelectMergeSpanProfileRequest(profile_typeID=DEFAULT_PROFILE_TYPE, span_selector=["abc"], end=2**62)
+        )
+    # an empty range: v2's frontend answers before its backend checks anything
+    assert (
+        double.select_merge_span_profile(
+            qpb.SelectMergeSpanProfileRequest(
+                profile_typeID=DEFAULT_PROFILE_TYPE, span_selector=["abc"], start=1, end=2
+            )
+        ).flamegraph.total
+        == 0
+    )
     everything = double.select_merge_span_profile(
         qpb.SelectMergeSpanProfileRequest(profile_typeID=DEFAULT_PROFILE_TYPE, label_selector="{}", start=0, end=2**62)
     )

@@ -235,14 +235,20 @@ async def test_a_span_query_with_selectors_the_resolver_cannot_honour_goes_on_cl
 def test_pyroscope_itself_refuses_the_carried_form() -> None:
     """Why it is cut back: the double says what Pyroscope says (``pkg/model/profile.go``)."""
     from tests.doubles.pyroscope import PyroscopeDouble
+    from tests.doubles.pyroscope_checks import BackendError
 
     double = PyroscopeDouble()
-    with pytest.raises(ValueError, match='invalid span id length: "0123456789abcdef:0af7'):
+    everything = {"profile_typeID": DEFAULT_PROFILE_TYPE, "start": 0, "end": 2**62}
+    with pytest.raises(BackendError, match='invalid span id length: "0123456789abcdef:0af7'):
         double.select_merge_span_profile(
-            qpb.SelectMergeSpanProfileRequest(span_selector=["0123456789abcdef:0af7651916cd43dd8448eb211c80319c"])
+            qpb.SelectMergeSpanProfileRequest(
+                span_selector=["0123456789abcdef:0af7651916cd43dd8448eb211c80319c"], **everything
+            )
         )
-    with pytest.raises(ValueError, match="encoding/hex: invalid byte: U\\+007A 'z'"):
-        double.select_merge_span_profile(qpb.SelectMergeSpanProfileRequest(span_selector=["z123456789abcdef"]))
+    with pytest.raises(BackendError, match="encoding/hex: invalid byte: U\\+007A 'z'"):
+        double.select_merge_span_profile(
+            qpb.SelectMergeSpanProfileRequest(span_selector=["z123456789abcdef"], **everything)
+        )
 
 
 # --------------------------------------------------------------------------------------------- Diff
