@@ -11,8 +11,10 @@ Point it at peers you run yourself (docs/development.md says how; it never build
 It starts its own bridges (``python -m bridge serve`` on free loopback ports, data in a temporary directory), sends a
 fresh data set (``bench/peerdata.py``: traces over OTLP/HTTP protobuf, Go-SDK-shaped pprof through ``/ingest``, and
 each ``--jfr`` file through ``/ingest?format=jfr``), waits until the peers answer for it, then asks the questions of
-``bench/peerchecks.py``. Each line says ``same`` or ``DIFF`` with the request and both answers (shortened); the last
-lines count them per group. Exit 0 when nothing differs, 1 otherwise, 2 on bad arguments or unreachable peers.
+``bench/peerchecks.py``. Each difference is printed with the request and both answers (shortened), unless
+``bench/peerknown.py`` knows it (a deliberate difference, with its reason); the last lines count per group what is
+the same, what differs for a known reason, and what differs. Exit 0 when nothing else differs, 1 otherwise, 2 on bad
+arguments or unreachable peers.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import peerchecks  # noqa: E402
 import peerdata  # noqa: E402
+import peerknown  # noqa: E402
 from benchkit import free_port, stop_children, wait_up  # noqa: E402
 
 
@@ -47,15 +50,22 @@ class Report:
     lines: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, group: str, name: str, same: bool, request: str, real: Any, ours: Any) -> None:
-        self.lines.append({"group": group, "name": name, "same": same, "request": request, "real": real, "ours": ours})
-        if not same and sum(1 for x in self.lines if not x["same"] and x["group"] == group) <= self.show:
+        why = None if same else peerknown.known(group, name)
+        line = {"group": group, "name": name, "same": same, "request": request, "real": real, "ours": ours}
+        self.lines.append(line | {"known": f"{why.kind}: {why.why}" if why else None})
+        if not same and why is None and sum(1 for x in self.lines if self.differs(x, group)) <= self.show:
             print(f"DIFF {group} {name}\n  request: {request}\n  real: {_short(real)}\n  ours: {_short(ours)}")
 
-    def counts(self) -> dict[str, tuple[int, int]]:
-        out: dict[str, tuple[int, int]] = {}
+    @staticmethod
+    def differs(line: dict[str, Any], group: str) -> bool:
+        return line["group"] == group and not line["same"] and not line["known"]
+
+    def counts(self) -> dict[str, tuple[int, int, int]]:
+        """Per group: (same, known — bench/peerknown.py, total)."""
+        out: dict[str, tuple[int, int, int]] = {}
         for line in self.lines:
-            same, total = out.get(line["group"], (0, 0))
-            out[line["group"]] = (same + line["same"], total + 1)
+            same, known, total = out.get(line["group"], (0, 0, 0))
+            out[line["group"]] = (same + line["same"], known + bool(line["known"]), total + 1)
         return out
 
 
@@ -135,13 +145,14 @@ async def settle(session: aiohttp.ClientSession, data: peerdata.DataSet, args: a
 
 async def quiet(session: aiohttp.ClientSession, args: argparse.Namespace) -> None:
     """Until the peers hold nothing in the window the new data set will span (its ``SPAN_S`` before now and the
-    minute before that, the minute after): a peer is shared across runs, and an earlier run's traces or profiles in
+    two minutes before that, the minute after): a peer is shared across runs, and an earlier run's traces or profiles in
     the window would differ from the fresh bridge's answers without either being wrong."""
     deadline = time.monotonic() + args.settle
     while True:
         now = time.time()
-        # a metrics query's start is aligned down to its step (60 s here): that minute too
-        start, end = int(now) - peerdata.SPAN_S - 2 * peerdata.WINDOW_S - 60, int(now) + 60
+        # a metrics query's start is aligned down to its step (60 s here) and its first point counts the step before
+        # that: two minutes more
+        start, end = int(now) - peerdata.SPAN_S - 2 * peerdata.WINDOW_S - 120, int(now) + 60
         found = 0
         if args.only != "pyroscope":
             params = {"q": "{}", "start": str(start), "end": str(end), "limit": "1"}
@@ -201,9 +212,9 @@ async def run(args: argparse.Namespace) -> int:
                     if (Path(tmp) / name).exists():
                         print(f"--- {name}\n" + (Path(tmp) / name).read_text()[-4000:])
     total_diff = 0
-    for group, (same, total) in sorted(report.counts().items()):
-        print(f"{group}: {same}/{total} same, {total - same} differ")
-        total_diff += total - same
+    for group, (same, known, total) in sorted(report.counts().items()):
+        print(f"{group}: {same}/{total} same, {known} known, {total - same - known} differ")
+        total_diff += total - same - known
     if args.json:
         Path(args.json).write_text(json.dumps(report.lines, default=str, indent=1))
     return 1 if total_diff else 0

@@ -18,8 +18,10 @@ answers compare equal (``bench/peerwire.py``).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,12 +201,17 @@ async def tempo_checks(ask: Asker, data: DataSet, args: argparse.Namespace, via:
         await ask.tempo(f"{g}.tags", path, path, win, w.tag_values, via)
     for q in DRILLDOWN_SEARCH:
         await ask.tempo(f"{g}.search", q, "/api/search", {"q": q, "limit": "100", "spss": "10", **win}, w.search, via)
+    # a metrics query's end is cut back before now - 30 s (Tempo's query_end_cutoff), so a window ending later would
+    # be cut where each side happens to be asked: end it at the data's end (every span ends before) and ask once that
+    # is past the cutoff
+    past = {**win, "end": str(data.end_ns // 10**9)}
+    await asyncio.sleep(max(0.0, data.end_ns / 10**9 + 31 - time.time()))
     for q in DRILLDOWN_METRICS:
         step = {"step": "60s"}
         await ask.tempo(
-            f"{g}.metrics", f"range {q}", "/api/metrics/query_range", {"q": q, **win, **step}, w.metrics, via
+            f"{g}.metrics", f"range {q}", "/api/metrics/query_range", {"q": q, **past, **step}, w.metrics, via
         )
-        await ask.tempo(f"{g}.metrics", f"instant {q}", "/api/metrics/query", {"q": q, **win}, w.metrics, via)
+        await ask.tempo(f"{g}.metrics", f"instant {q}", "/api/metrics/query", {"q": q, **past}, w.metrics, via)
     if not via and args.corpus and Path(args.corpus).is_file():
         await corpus_checks(ask, data, Path(args.corpus))
 
@@ -230,7 +237,7 @@ async def corpus_checks(ask: Asker, data: DataSet, corpus: Path) -> None:
                 # compared by status only
                 sampled = "sample=" in q.replace(" ", "")
                 norm = w.metrics if section == "valid" and not sampled else w.status_only
-                params = {"q": q, "step": "60s", **win}
+                params = {"q": q, "step": "60s", **win, "end": str(data.end_ns // 10**9)}  # past the cutoff
                 await ask.tempo(f"tempo.corpus.{section}", q, "/api/metrics/query_range", params, norm)
                 continue
             norm = w.search if section == "valid" else w.status_only
@@ -271,7 +278,7 @@ async def pyroscope_checks(ask: Asker, data: DataSet, via: str = "") -> None:
     roots = [r.spans["root"] for r in data.requests[:6]]
     for ids in ([roots[0]], roots[1:4], ["0" * 16], ["abc"], [roots[0] + data.requests[0].trace_id]):
         body = {"profileTypeID": CPU, "labelSelector": web, "spanSelector": ids, **t}
-        await ask.pyro(f"{g}.span", f"spans {ids}", "SelectMergeSpanProfile", body, w.flame_answer, via)
+        await ask.pyro(f"{g}.span", f"spans {ids}", "SelectMergeSpanProfile", body, w.flame_below_root, via)
     step = {"step": 60.0}
     for extra in ({}, {"groupBy": ["service_name"]}, {"aggregation": "TIME_SERIES_AGGREGATION_TYPE_AVERAGE"}):
         body = {"profileTypeID": CPU, "labelSelector": "{}", **t, **step, **extra}
@@ -288,17 +295,20 @@ async def pyroscope_checks(ask: Asker, data: DataSet, via: str = "") -> None:
         ("HEATMAP_QUERY_TYPE_SPAN", "EXEMPLAR_TYPE_SPAN"),
     ):
         body = {"profileTypeID": CPU, "labelSelector": web, **t, **step, "queryType": qt, "exemplarType": ex}
-        await ask.pyro(f"{g}.heatmap", qt, "SelectHeatmap", body, w.series, via)
+        norm = w.heatmap_values if qt.endswith("SPAN") else w.series
+        await ask.pyro(f"{g}.heatmap", qt, "SelectHeatmap", body, norm, via)
     await ask.pyro(f"{g}.misc", "GetProfileStats", "GetProfileStats", {}, w.raw, via)
     await ask.pyro(f"{g}.misc", "AnalyzeQuery", "AnalyzeQuery", {**t, "query": f"{CPU}{web}"}, w.raw, via)
     await ask.pyro(f"{g}.misc", "settings Get", "/settings.v1.SettingsService/Get", {}, w.raw, via)
     sec = {"from": str(t["start"] // 1000), "until": str(t["end"] // 1000)}
+    sec_from = t["start"] // 1000
     render = "/pyroscope/render?" + urlencode({"query": f"{CPU}{web}", **sec, "format": "json"})
     await ask.pyro(f"{g}.render", "render", render, None, w.flamebearer, via)
     render = "/pyroscope/render?" + urlencode(
-        {"query": f"{CPU}{web}", "from": "now-1h", "until": "now", "maxNodes": "3"}
+        # relative, over this run's data alone (an earlier run's sits further back in a shared peer)
+        {"query": f"{CPU}{web}", "from": f"now-{int(time.time()) - sec_from + 5}s", "until": "now", "maxNodes": "3"}
     )
-    await ask.pyro(f"{g}.render", "render now-1h maxNodes", render, None, w.flamebearer, via)
+    await ask.pyro(f"{g}.render", "render now-Ns maxNodes", render, None, w.flamebearer, via)
     diff = "/pyroscope/render-diff?" + urlencode(
         {
             "leftQuery": f"{CPU}{web}",

@@ -7,8 +7,10 @@ Grafana would get from the peers directly (issue 23 §4).
   answer it must be: ``linked`` — the span's own; ``local-root`` — its root's; ``time-window`` — the service's
   ``SelectMergeStacktraces`` over the span widened to whole 10 s capture windows; ``none`` — an empty graph. The
   root bar is the bridge's (it says which answer it gave), so the stacks are compared below it;
-- function → spans: the spans the bridge names for the hot function, against each root's own profile from the peer;
-- compare: the span's number in ``/api/v1/spans/…/compare`` against its linked total from the peer.
+- function → spans: the spans the bridge names for the hot function (those Pyroscope's span heatmap names: a subset,
+  which the answer says), each against the root's own profile from the peer;
+- compare: the span's number in ``/api/v1/spans/…/compare`` (``here.total``, linked) against its linked total from the
+  peer.
 """
 
 from __future__ import annotations
@@ -43,10 +45,12 @@ async def direct(ask: Asker, rpc: str, body: dict[str, Any]) -> Any:
 
 
 def widened(req: Request, role_start: int, role_end: int) -> dict[str, int]:
+    """The whole capture windows under the span, in ms; Pyroscope's end is inclusive, so up to a ms before the next
+    window's stamp."""
     w = WINDOW_S * 10**9
     start = role_start // w * w
     end = -(-role_end // w) * w
-    return {"start": start // 10**6, "end": end // 10**6}
+    return {"start": start // 10**6, "end": end // 10**6 - 1}
 
 
 async def click_checks(ask: Asker, data: DataSet, t: dict[str, int]) -> None:
@@ -76,7 +80,9 @@ async def click_checks(ask: Asker, data: DataSet, t: dict[str, int]) -> None:
             {"mode": mode, **ours},
         )
     status, mode, ours = await click(ask, "0123456789abcdef", "shop-web", t)
-    same = status == 200 and mode == "none" and not ours["total"]
+    # the honest answer: no profile's samples, one bar that says why (a flame graph needs a value to show it)
+    leaves = [stack[-1] for stack, _ in ours["stacks"]]
+    same = status == 200 and mode == "none" and ours["total"] <= 1 and all(x.startswith("no samples") for x in leaves)
     ask.report.add(
         "proxy.click", "none (unknown span)", same, "0123456789abcdef", {"mode": "none"}, {"mode": mode, **ours}
     )
@@ -112,10 +118,14 @@ async def function_checks(ask: Asker, data: DataSet, t: dict[str, int]) -> None:
         total = sum(v for stack, v in own["stacks"] if HOT["shop-web"] in stack)
         if total:
             want[req.spans["root"]] = total
+    # the spans Pyroscope's span heatmap names (the largest of each time slot and value band: a subset, as the
+    # answer's notes say), each with exactly the value its own profile holds
+    exact = bool(got) and all(want.get(sid) == total for sid, total in got.items())
+    notes = " ".join(doc.get("notes", [])) if isinstance(doc, dict) else ""
     ask.report.add(
         "proxy.functions",
-        "function -> spans",
-        got == want,
+        f"function -> spans ({len(got)} of {len(want)} named)",
+        status == 200 and exact and (len(got) == len(want) or "is not seen" in notes),
         qs,
         want,
         {"status": status, "spans": got, "doc": doc if status != 200 else None},
@@ -133,14 +143,14 @@ async def compare_checks(ask: Asker, data: DataSet, t: dict[str, int]) -> None:
             **t,
         }
         own = await direct(ask, "SelectMergeSpanProfile", body)
-        span_total = (doc.get("span") or {}).get("total") if isinstance(doc, dict) else None
+        here = (doc.get("here") or {}) if isinstance(doc, dict) else {}
         ask.report.add(
             "proxy.compare",
             req.trace_id,
-            status == 200 and span_total == own["total"],
+            status == 200 and here.get("mode") == "linked" and here.get("total") == own["total"],
             url,
             own["total"],
-            {"status": status, "span.total": span_total},
+            {"status": status, "here.mode": here.get("mode"), "here.total": here.get("total")},
         )
 
 

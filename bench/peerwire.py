@@ -202,18 +202,34 @@ def diff_answer(doc: Json) -> Any:
 
 
 def series(doc: Json) -> Any:
-    """``SelectSeries`` / ``SelectHeatmap``: labels -> points (and exemplars' span/profile ids)."""
+    """``SelectSeries`` / ``SelectHeatmap``: labels -> points (and exemplars' span ids and values). A profile id is
+    each store's own name for a profile (Pyroscope's a UUID it draws at ingest): compared by its presence only."""
     out = {}
     for s in doc.get("series", []) if isinstance(doc, dict) else []:
         labels = tuple(sorted((lb["name"], lb["value"]) for lb in s.get("labels", [])))
         points = []
         for p in s.get("points", []) + s.get("slots", []):
             ex = sorted(
-                (e.get("spanId", ""), e.get("profileId", ""), e.get("value", "")) for e in p.get("exemplars", [])
+                (e.get("spanId", ""), bool(e.get("profileId")), int(e.get("value", 0))) for e in p.get("exemplars", [])
             )
             points.append((int(p.get("timestamp", 0)), p.get("value", p.get("counts")), ex))
         out[labels] = sorted(points, key=lambda p: p[0])
     return sorted(out.items())
+
+
+def heatmap_values(doc: Json) -> Any:
+    """``SelectHeatmap`` with span exemplars: as ``series``, the exemplars by value alone — which of the spans tied
+    at a cell's largest value names it is Pyroscope's order among equals, not reproduced (docs/peers.md)."""
+    return [
+        (labels, [(ts, counts, sorted(v for _, _, v in ex)) for ts, counts, ex in points])
+        for labels, points in series(doc)
+    ]
+
+
+def flame_below_root(doc: Json) -> Any:
+    """``flame_answer`` without the root frame's name: a bridge names the root bar after how it answered a span."""
+    answer = flame_answer(doc)
+    return {"total": answer["total"], "stacks": sorted((tuple(s[1:]), v) for s, v in answer["stacks"])}
 
 
 def profile_types(doc: Json) -> Any:
