@@ -32,6 +32,14 @@ MAX_TAG_KEY: Final = 256
 TagRow = tuple[str, str, str, str]  # (scope, key, type, value)
 
 INTRINSIC: Final = "intrinsic"
+_STATUS_TEXT: Final = {0: "0", 1: "1", 2: "2"}
+
+
+def _float_text(f: float) -> str:
+    """A double as Tempo prints it; Python's ``repr`` is the same digits where Go writes no exponent."""
+    if 1e-4 <= abs(f) < 1e6:
+        return repr(f)
+    return encode_to_string(Static(T.FLOAT, f))
 
 
 def typed(value: Any) -> tuple[str, str] | None:
@@ -43,18 +51,22 @@ def typed(value: Any) -> tuple[str, str] | None:
     if which == "int_value":
         return "int", str(value.int_value)
     if which == "double_value":
-        return "float", encode_to_string(Static(T.FLOAT, value.double_value))
+        return "float", _float_text(value.double_value)
     if which == "bool_value":
         return "bool", "true" if value.bool_value else "false"
     return None
 
 
 def add_attributes(out: set[TagRow], scope: str, attributes: Iterable[Any]) -> None:
-    for kv in attributes:
-        if len(kv.key) > MAX_TAG_KEY:
+    for kv in attributes:  # the hot loop of span ingest: typed() inlined for strings, the common case
+        value = kv.value
+        if value.WhichOneof("value") == "string_value":
+            text = value.string_value
+            if len(text) <= MAX_TAG_VALUE and len(kv.key) <= MAX_TAG_KEY:
+                out.add((scope, kv.key, "string", text))
             continue
-        tv = typed(kv.value)
-        if tv is not None:
+        tv = typed(value)
+        if tv is not None and len(kv.key) <= MAX_TAG_KEY:
             out.add((scope, kv.key, *tv))
 
 
@@ -73,12 +85,17 @@ def add_scope(out: set[TagRow], scope: Any) -> None:
 def add_span(out: set[TagRow], span: Any, service: str) -> None:
     """One span's attributes, events, links and the intrinsics listed from it."""
     add_attributes(out, "span", span.attributes)
-    add_intrinsic(out, "name", span.name)
-    add_intrinsic(out, "statusMessage", span.status.message)
-    add_intrinsic(out, "status", str(int(span.status.code)), "int")
-    if not any(span.parent_span_id):
-        add_intrinsic(out, "rootName", span.name)
-        add_intrinsic(out, "rootServiceName", service)
+    name, status = span.name, span.status
+    if len(name) <= MAX_TAG_VALUE:
+        out.add((INTRINSIC, "name", "string", name))
+        if not span.parent_span_id:
+            out.add((INTRINSIC, "rootName", "string", name))
+    if not span.parent_span_id and len(service) <= MAX_TAG_VALUE:
+        out.add((INTRINSIC, "rootServiceName", "string", service))
+    message = status.message
+    if len(message) <= MAX_TAG_VALUE:
+        out.add((INTRINSIC, "statusMessage", "string", message))
+    out.add((INTRINSIC, "status", "int", _STATUS_TEXT.get(status.code) or str(int(status.code))))
     for event in span.events:
         add_intrinsic(out, "event:name", event.name)
         add_attributes(out, "event", event.attributes)
