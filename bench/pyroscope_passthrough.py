@@ -18,6 +18,9 @@ the bridge: calls the bridge only relays go straight to the upstream — a ``Sel
 selector among them, told apart by the script from its body — span queries through the bridge), with the same number
 of worker processes.
 
+A fifth, "front-raw", is the same front with the auth cache keyed on the raw credential headers (the alternative
+line the shipped file names in a comment) instead of their SHA-256 from the njs script: what that hash costs.
+
 Tokens are on (``--no-tokens`` turns them off): the bridge requires one and every client sends it, so the bridge
 checks it on each call and the front asks the bridge (``auth_request``, its answer kept 10 s per credential) before
 it relays a call itself — the deployment docs/security.md describes.
@@ -48,6 +51,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Final
 
 import aiohttp
 
@@ -65,7 +69,12 @@ TARGET_BIG_LATENCY = 1.5  # bridge added / nginx added, 1 MB, 1 client (at most)
 TARGET_RPS = {  # req/s / nginx req/s, 32 clients (at least)
     "bridge": {SMALL: 0.5, BIG: 0.75},
     "front": {SMALL: 0.9, BIG: 0.75},
+    "front-raw": {SMALL: 0.9, BIG: 0.75},
 }
+COMPARED: Final = ("bridge", "front", "front-raw")  # each against nginx
+SHIPPED_KEY = 'proxy_cache_key "$profile_bridge_asked $profile_bridge_credential";'
+# the alternative the shipped file names in a comment: the auth cache keyed on the raw credential headers
+RAW_KEY = re.compile(r'#\s+(proxy_cache_key "\$profile_bridge_asked \$http_x_profile_bridge_token [^;]*;)')
 TOKEN = "bench-read-token-0123456789"  # the one token the bridge accepts (read, any tenant)
 COMMON_NGINX = """
 daemon off;
@@ -138,9 +147,9 @@ http {{
 """
     + TEMP_PATHS
     + """
-  access_log {tmp}/front-access.log combined buffer=64k;
+  access_log {tmp}/{name}-access.log combined buffer=64k;
   keepalive_requests 1000000;
-  include {tmp}/nginx-front.conf;
+  include {tmp}/{name}-site.conf;
 }}
 """
 )
@@ -202,12 +211,13 @@ class Stack:
         self.headers = {"X-Profile-Bridge-Token": TOKEN} if tokens else {}
         self.procs: list[subprocess.Popen[bytes]] = []
         self.up, self.nginx_port, self.bridge_port = free_port(), free_port(), free_port()
-        self.front_port = free_port()
+        self.front_port, self.front_raw_port = free_port(), free_port()
         self.bases = {
             "direct": f"http://127.0.0.1:{self.up}",
             "nginx": f"http://127.0.0.1:{self.nginx_port}/pyroscope",
             "bridge": f"http://127.0.0.1:{self.bridge_port}/pyroscope",
             "front": f"http://127.0.0.1:{self.front_port}/pyroscope",
+            "front-raw": f"http://127.0.0.1:{self.front_raw_port}/pyroscope",
         }
 
     def start(self) -> None:
@@ -240,20 +250,8 @@ class Stack:
         self.procs.append(
             subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "proxy.conf")], stderr=subprocess.DEVNULL)
         )
-        front = (ROOT / "deploy" / "nginx-front.conf").read_text()
-        for old, new in (
-            ("server bridge:4041;", f"server 127.0.0.1:{self.bridge_port};"),
-            ("server pyroscope:4040;", f"server 127.0.0.1:{self.up};"),
-            ("server tempo:3200;", f"server 127.0.0.1:{self.up};"),
-            ("listen 4041;", f"listen 127.0.0.1:{self.front_port} backlog=1024;"),
-            ("/etc/nginx/njs/nginx-front.js", str(ROOT / "deploy" / "nginx-front.js")),
-            ("/var/cache/nginx/profile-bridge-auth", str(tmp / "front-auth-cache")),
-        ):
-            if old not in front:
-                raise SystemExit(f"deploy/nginx-front.conf has no {old!r} any more: update this bench")
-            front = front.replace(old, new)
-        (tmp / "nginx-front.conf").write_text(front)
-        (tmp / "front.conf").write_text(FRONT_CONF.format(tmp=tmp, name="front", workers=self.workers, master="on"))
+        for name, port in (("front", self.front_port), ("front-raw", self.front_raw_port)):
+            self.write_front(name, port)
         env = {
             **os.environ,
             "PROFILE_BRIDGE_OTLP_GRPC_ENABLED": "false",
@@ -285,9 +283,32 @@ class Stack:
                 stderr=open(tmp / "bridge.log", "wb"),  # noqa: SIM115
             )
         )
-        self.procs.append(
-            subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "front.conf")], stderr=subprocess.DEVNULL)
-        )
+        for name in ("front", "front-raw"):
+            self.procs.append(
+                subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / f"{name}.conf")], stderr=subprocess.DEVNULL)
+            )
+
+    def write_front(self, name: str, port: int) -> None:
+        """The shipped front as ``name`` on ``port``; "front-raw" with the raw-header cache key its comment offers."""
+        tmp = self.tmp
+        front = (ROOT / "deploy" / "nginx-front.conf").read_text()
+        raw = RAW_KEY.search(front)
+        if raw is None:
+            raise SystemExit("deploy/nginx-front.conf no longer names the raw-header cache key: update this bench")
+        for old, new in (
+            ("server bridge:4041;", f"server 127.0.0.1:{self.bridge_port};"),
+            ("server pyroscope:4040;", f"server 127.0.0.1:{self.up};"),
+            ("server tempo:3200;", f"server 127.0.0.1:{self.up};"),
+            ("listen 4041;", f"listen 127.0.0.1:{port} backlog=1024;"),
+            ("/etc/nginx/njs/nginx-front.js", str(ROOT / "deploy" / "nginx-front.js")),
+            ("/var/cache/nginx/profile-bridge-auth", str(tmp / f"{name}-auth-cache")),
+            *([(SHIPPED_KEY, raw.group(1))] if name == "front-raw" else []),
+        ):
+            if old not in front:
+                raise SystemExit(f"deploy/nginx-front.conf has no {old!r} any more: update this bench")
+            front = front.replace(old, new)
+        (tmp / f"{name}-site.conf").write_text(front)
+        (tmp / f"{name}.conf").write_text(FRONT_CONF.format(tmp=tmp, name=name, workers=self.workers, master="on"))
 
     def stop(self) -> None:
         stop_children(self.procs)
@@ -319,21 +340,22 @@ async def latency_rounds(stack: Stack, rounds: int) -> list[str]:
                     size = len(data)
                     if i >= 20:
                         times[name].append(elapsed * 1000)
-            lines.extend(latency_report(method, size, times))
+            if n:  # rounds=0: only the warm-up, to wait for every path (--skip-latency)
+                lines.extend(latency_report(method, size, times))
     return lines
 
 
 def latency_report(method: str, size: int, times: dict[str, list[float]]) -> list[str]:
     med = {k: statistics.median(v) for k, v in times.items()}
     p99 = {k: pct(v, 0.99) for k, v in times.items()}
-    added = {k: (med[k] - med["direct"], p99[k] - p99["direct"]) for k in ("nginx", "bridge", "front")}
+    added = {k: (med[k] - med["direct"], p99[k] - p99["direct"]) for k in ("nginx", *COMPARED)}
     lines = [
         f"{method} ({size / 1e6:.2f} MB answer, 1 client, {len(times['direct'])} interleaved rounds): "
         f"direct median {med['direct']:.3f} ms p99 {p99['direct']:.3f} ms",
     ]
-    for k in ("nginx", "bridge", "front"):
-        lines.append(f"  {k:6s} added: median {added[k][0]:+.3f} ms, p99 {added[k][1]:+.3f} ms")
-    for k in ("bridge", "front"):
+    for k in ("nginx", *COMPARED):
+        lines.append(f"  {k:9s} added: median {added[k][0]:+.3f} ms, p99 {added[k][1]:+.3f} ms")
+    for k in COMPARED:
         ratio = added[k][0] / max(added["nginx"][0], 1e-3)
         if method == BIG:
             lines.append(
@@ -369,15 +391,15 @@ def run_wrk(url: str, lua: Path, seconds: int, clients: int) -> tuple[float, flo
 
 def throughput_rounds(stack: Stack, rounds: int, seconds: int, clients: int) -> list[str]:
     lines: list[str] = []
-    names = ("nginx", "bridge", "front")
+    names = ("nginx", *COMPARED)
     for method in (SMALL, BIG):
         lua = stack.tmp / f"{method}.lua"
         for name in names:  # warm-up: the bridge's workers and nginx's upstream connections
             run_wrk(stack.bases[name] + QUERIER + method, lua, 1, clients)
         got: dict[str, list[tuple[float, float, float]]] = {name: [] for name in names}
-        ratios: dict[str, list[float]] = {"bridge": [], "front": []}
+        ratios: dict[str, list[float]] = {k: [] for k in COMPARED}
         for r in range(rounds):
-            order = names[r % 3 :] + names[: r % 3]
+            order = names[r % len(names) :] + names[: r % len(names)]
             for name in order:
                 got[name].append(run_wrk(stack.bases[name] + QUERIER + method, lua, seconds, clients))
             for k in ratios:
@@ -387,7 +409,7 @@ def throughput_rounds(stack: Stack, rounds: int, seconds: int, clients: int) -> 
             rps = statistics.median(x[0] for x in got[name])
             p50 = statistics.median(x[1] for x in got[name])
             p99 = statistics.median(x[2] for x in got[name])
-            lines.append(f"  {name:6s} {rps:9.0f} req/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms (medians over rounds)")
+            lines.append(f"  {name:9s} {rps:9.0f} req/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms (medians over rounds)")
         what = "1 MB answers" if method == BIG else "small calls"
         for k, values in ratios.items():
             target = TARGET_RPS[k][method]
