@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import peerchecks  # noqa: E402
 import peerdata  # noqa: E402
 import peerknown  # noqa: E402
+import peerproxy  # noqa: E402
 from benchkit import free_port, stop_children, wait_up  # noqa: E402
 
 
@@ -67,6 +68,24 @@ class Report:
             same, known, total = out.get(line["group"], (0, 0, 0))
             out[line["group"]] = (same + line["same"], known + bool(line["known"]), total + 1)
         return out
+
+
+async def run_all(
+    session: aiohttp.ClientSession,
+    sides: peerchecks.Sides,
+    data: peerdata.DataSet,
+    args: argparse.Namespace,
+    report: peerchecks.Sink,
+) -> list[dict[str, Any]]:
+    """Every question (the peers' own, then, with a proxy, the proxy's); returns the peers' recorded answers."""
+    ask = peerchecks.Asker(session, sides, report)
+    if args.only != "pyroscope":
+        await peerchecks.tempo_checks(ask, data, args)
+    if args.only != "tempo":
+        await peerchecks.pyroscope_checks(ask, data)
+    if sides.proxy:
+        await peerproxy.proxy_checks(ask, data, args)
+    return ask.recorded
 
 
 def _short(value: Any, limit: int = 600) -> str:
@@ -200,7 +219,7 @@ async def run(args: argparse.Namespace) -> int:
                 await ingest(session, data, args, bridge)
                 await settle(session, data, args)
                 sides = peerchecks.Sides(args.tempo, args.pyroscope, bridge, proxy)
-                recorded = await peerchecks.run_all(session, sides, data, args, report)
+                recorded = await run_all(session, sides, data, args, report)
                 if args.record:
                     meta = {"now_ns": now_ns, "seed": args.seed, "requests": args.requests, "peers": args.revisions}
                     doc = json.dumps({**meta, "answers": recorded}, sort_keys=True, separators=(",", ":"))

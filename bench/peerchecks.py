@@ -321,20 +321,4 @@ async def pyroscope_checks(ask: Asker, data: DataSet, via: str = "") -> None:
     await ask.pyro(f"{g}.render", "render-diff", diff, None, w.flamebearer_diff, via)
 
 
-async def run_all(
-    session: aiohttp.ClientSession, sides: Sides, data: DataSet, args: argparse.Namespace, report: Sink
-) -> list[dict[str, Any]]:
-    """Every question; returns the peers' recorded answers."""
-    ask = Asker(session, sides, report)
-    if args.only != "pyroscope":
-        await tempo_checks(ask, data, args)
-    if args.only != "tempo":
-        await pyroscope_checks(ask, data)
-    if sides.proxy:
-        from peerproxy import proxy_checks
-
-        await proxy_checks(ask, data, args)
-    return ask.recorded
-
-
-__all__ = ["HOT", "Asker", "Sides", "run_all"]
+__all__ = ["HOT", "Asker", "Sides", "corpus_checks", "pyroscope_checks", "tempo_checks"]
