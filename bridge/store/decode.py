@@ -491,55 +491,76 @@ def records_from_folded(
     return records_from_samples(legacy_base(name, spy), ptype, time_ns, duration, samples, ptype.sample_period(scale))
 
 
+class _OtlpDictionary:
+    """The lookup tables of an OTLP profiles request (``ProfilesDictionary``), each index checked, stacks and their
+    frames memoised."""
+
+    def __init__(self, d: Any) -> None:
+        self.d = d
+        self.strings: list[str] = list(d.string_table)
+        self.location_frames: dict[int, tuple[str, ...]] = {}
+        self.stack_frames: dict[int, tuple[str, ...]] = {}
+
+    def string(self, index: int, what: str) -> str:
+        if not 0 <= index < len(self.strings):
+            raise InvalidArgument(f"OTLP profiles: {what} string index {index} is outside the string table")
+        return self.strings[index]
+
+    @staticmethod
+    def get(table: Any, index: int, what: str) -> Any:
+        if not 0 <= index < len(table):
+            raise InvalidArgument(f"OTLP profiles: {what} index {index} is outside the {what} table")
+        return table[index]
+
+    def frames_of(self, loc_index: int) -> tuple[str, ...]:
+        got = self.location_frames.get(loc_index)
+        if got is None:
+            loc = self.get(self.d.location_table, loc_index, "location")
+            if loc.lines:
+                names = []
+                for line in loc.lines:
+                    fn = self.get(self.d.function_table, line.function_index, "function")
+                    names.append(self.string(fn.name_strindex, "function name") or f"<function {line.function_index}>")
+                got = tuple(names)
+            else:
+                got = (f"0x{loc.address:x}",)
+            self.location_frames[loc_index] = got
+        return got
+
+    def stack_of(self, stack_index: int) -> tuple[str, ...]:
+        """The stack's frames, root first."""
+        got = self.stack_frames.get(stack_index)
+        if got is None:
+            stack = self.get(self.d.stack_table, stack_index, "stack")
+            leaf_first: list[str] = []
+            for loc_index in stack.location_indices:
+                leaf_first.extend(self.frames_of(loc_index))
+            leaf_first.reverse()
+            got = self.stack_frames[stack_index] = tuple(leaf_first)
+        return got
+
+    def labels_of(self, sample: Any) -> dict[str, str]:
+        """A sample's string attributes as labels, then the ids of the span its non-zero ``link_index`` names."""
+        labels: dict[str, str] = {}
+        for ai in sample.attribute_indices:
+            attr = self.get(self.d.attribute_table, ai, "attribute")
+            if attr.value.WhichOneof("value") == "string_value":
+                labels[self.string(attr.key_strindex, "attribute key")] = attr.value.string_value
+        if sample.link_index:
+            link = self.get(self.d.link_table, sample.link_index, "link")
+            labels[SPAN_ID_LABEL] = link.span_id.hex() if len(link.span_id) == 8 else ""
+            labels[TRACE_ID_LABEL] = link.trace_id.hex() if len(link.trace_id) == 16 else ""
+        return labels
+
+
 def records_from_otlp_profiles(
     req: otlp_profiles_svc.ExportProfilesServiceRequest, *, now_ns: int
 ) -> list[ProfileRecord]:
     """OTLP profiles (opentelemetry-proto ≥ 1.43: dictionary tables, stack table, link table) → records. A non-zero
     ``link_index`` gives the sample's span and trace ids; string sample attributes become series labels (a
     ``span_id`` / ``trace_id`` attribute is used when the sample has no link)."""
-    d = req.dictionary
-    strings = list(d.string_table)
-
-    def string(index: int, what: str) -> str:
-        if not 0 <= index < len(strings):
-            raise InvalidArgument(f"OTLP profiles: {what} string index {index} is outside the string table")
-        return strings[index]
-
-    def table_get(table: Any, index: int, what: str) -> Any:
-        if not 0 <= index < len(table):
-            raise InvalidArgument(f"OTLP profiles: {what} index {index} is outside the {what} table")
-        return table[index]
-
-    location_frames: dict[int, tuple[str, ...]] = {}
-
-    def frames_of(loc_index: int) -> tuple[str, ...]:
-        got = location_frames.get(loc_index)
-        if got is None:
-            loc = table_get(d.location_table, loc_index, "location")
-            if loc.lines:
-                names = []
-                for line in loc.lines:
-                    fn = table_get(d.function_table, line.function_index, "function")
-                    names.append(string(fn.name_strindex, "function name") or f"<function {line.function_index}>")
-                got = tuple(names)
-            else:
-                got = (f"0x{loc.address:x}",)
-            location_frames[loc_index] = got
-        return got
-
-    stack_frames: dict[int, tuple[str, ...]] = {}
-
-    def stack_of(stack_index: int) -> tuple[str, ...]:
-        got = stack_frames.get(stack_index)
-        if got is None:
-            stack = table_get(d.stack_table, stack_index, "stack")
-            leaf_first: list[str] = []
-            for loc_index in stack.location_indices:
-                leaf_first.extend(frames_of(loc_index))
-            leaf_first.reverse()
-            got = stack_frames[stack_index] = tuple(leaf_first)
-        return got
-
+    tables = _OtlpDictionary(req.dictionary)
+    string = tables.string
     out: list[ProfileRecord] = []
     for rp in req.resource_profiles:
         resource: dict[str, str] = {}
@@ -556,19 +577,8 @@ def records_from_otlp_profiles(
                 period, stamp = ptype.sample_period(prof.period), prof.time_unix_nano or now_ns
                 samples: list[tuple[tuple[str, ...], int, Mapping[str, str]]] = []
                 for sample in prof.samples:
-                    labels: dict[str, str] = {}
-                    for ai in sample.attribute_indices:
-                        attr = table_get(d.attribute_table, ai, "attribute")
-                        if attr.value.WhichOneof("value") == "string_value":
-                            labels[string(attr.key_strindex, "attribute key")] = attr.value.string_value
-                    if sample.link_index:
-                        link = table_get(d.link_table, sample.link_index, "link")
-                        span_id = link.span_id.hex() if len(link.span_id) == 8 else ""
-                        trace_id = link.trace_id.hex() if len(link.trace_id) == 16 else ""
-                        labels[SPAN_ID_LABEL] = span_id
-                        labels[TRACE_ID_LABEL] = trace_id
                     value = (sum(sample.values) if sample.values else len(sample.timestamps_unix_nano)) * factor
-                    samples.append((stack_of(sample.stack_index), value, labels))
+                    samples.append((tables.stack_of(sample.stack_index), value, tables.labels_of(sample)))
                 out.extend(  # records_from_samples checks the capture time (1970–2200)
                     records_from_samples(resource, ptype, stamp, prof.duration_nano, samples, period)
                 )
