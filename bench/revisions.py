@@ -41,6 +41,7 @@ from benchkit import loadavg  # noqa: E402
 SIDES = ("before", "after")
 WALL = "(whole run, wall s) [#]"
 NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\d,]\d)")
+VERDICT = re.compile(r"\b(?:met|meets|MISSED|MISSES|OK)\b")  # the benches' target verdicts: not part of a label
 
 
 @dataclass
@@ -57,7 +58,7 @@ def figures_of(text: str) -> dict[str, float]:
     found: dict[str, float] = {}
     seen: dict[str, int] = {}
     for raw in text.splitlines():
-        line = " ".join(raw.split())
+        line = VERDICT.sub("<verdict>", " ".join(raw.split()))
         matches = list(NUMBER.finditer(line))
         if not matches:
             continue
@@ -92,7 +93,14 @@ def run_once(checkout: Path, script: str, args: list[str], timeout: float, save:
     if save is not None:
         (save / f"{tag}.out").write_text(stdout)
         (save / f"{tag}.err").write_text(stderr)
+        (save / f"{tag}.run").write_text(f"{'timeout' if rc is None else rc} {seconds:.3f}\n")
     return Run(rc, seconds, figures_of(stdout))
+
+
+def reread(save: Path, tag: str) -> Run:
+    """A run saved by ``--save`` (its stdout, and its exit and seconds), read again: a report with a newer parser."""
+    rc, seconds = (save / f"{tag}.run").read_text().split()
+    return Run(None if rc == "timeout" else int(rc), float(seconds), figures_of((save / f"{tag}.out").read_text()))
 
 
 def stop_group(proc: subprocess.Popen[bytes]) -> None:
@@ -163,6 +171,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (each runs both once)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one child may run")
     parser.add_argument("--save", type=Path, help="directory for each run's stdout and stderr")
+    parser.add_argument("--reread", action="store_true", help="run nothing: report the runs saved in --save")
     if "--" not in argv:
         parser.error("give the script after --: revisions.py --before A --after B -- bench/x.py [ARGS...]")
     cut = argv.index("--")
@@ -172,6 +181,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
         parser.error("no script after --")
     if args.rounds < 1 or args.timeout <= 0:
         parser.error("--rounds must be >= 1 and --timeout > 0")
+    if args.reread and args.save is None:
+        parser.error("--reread reads the runs of --save DIR: give it")
     for side in SIDES:
         checkout: Path = getattr(args, side).resolve()
         setattr(args, side, checkout)
@@ -184,16 +195,22 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     args, script, script_args = parse(sys.argv[1:] if argv is None else argv)
-    if args.save is not None:
+    name, stem = Path(script).name, Path(script).stem
+    load = args.save / f"{stem}.load" if args.save is not None else None
+    if args.save is not None and not args.reread:
         args.save.mkdir(parents=True, exist_ok=True)
-    name = Path(script).name
-    print(f"REVISIONS {name} load average before: {loadavg()}", flush=True)
+    saved_load = load.read_text().splitlines() if args.reread and load and load.exists() else ["unknown", "unknown"]
+    started_load = saved_load[0] if args.reread else loadavg()
+    print(f"REVISIONS {name} load average before: {started_load}", flush=True)
     rounds: list[dict[str, Run]] = []
     for number in range(1, args.rounds + 1):
         got: dict[str, Run] = {}
         for side in SIDES if number % 2 else SIDES[::-1]:
-            tag = f"{Path(script).stem}.round{number}.{side}"
-            run = run_once(getattr(args, side), script, script_args, args.timeout, args.save, tag)
+            tag = f"{stem}.round{number}.{side}"
+            if args.reread:
+                run = reread(args.save, tag)
+            else:
+                run = run_once(getattr(args, side), script, script_args, args.timeout, args.save, tag)
             run.figures[WALL] = run.seconds
             got[side] = run
             status = "timed out" if run.rc is None else f"exit {run.rc}"
@@ -201,7 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         rounds.append(got)
     for line in report(name, rounds):
         print(line)
-    print(f"REVISIONS {name} load average after: {loadavg()}", flush=True)
+    ended_load = saved_load[1] if args.reread else loadavg()
+    if load is not None and not args.reread:
+        load.write_text(f"{started_load}\n{ended_load}\n")
+    print(f"REVISIONS {name} load average after: {ended_load}", flush=True)
     failed = any(r[side].rc != 0 for r in rounds for side in SIDES)
     return 1 if failed else 0
 
