@@ -9,13 +9,15 @@ working directory ``DIR``, without ``PYTHONPATH``/``VIRTUAL_ENV`` from here), so
 ``bridge``. Rounds alternate the two and rotate which goes first (round 1: before, after; round 2: after, before; …):
 drift of a shared machine over the run lands on both sides alike, and a round's two runs are neighbours in time.
 
-Figures are read from the script's stdout, not from a format each script would have to adopt: every number on a
-line (``12.3``, ``1,234``, ``0.91x``, ``+0.6``) is a figure, and its label is the line with every number masked as
-``#`` and this one marked ``[#]``. The same line of both revisions then has the same label, whatever the numbers
-(a line printed twice with the same text is told apart by its occurrence). A figure's result is the median over
-rounds of that round's after/before ratio, with the lowest and highest round beside it. Figures equal in every run
-of both sides (parameters, counts, targets) are not ratios of anything and are only counted; a label printed by one
-side only is named as unpaired (a line one revision added or dropped). The whole run's wall time is one figure too.
+Figures are read from the script's stdout, not from a format each script would have to adopt: every number on a line
+(``12.3``, ``1,234``, ``0.91x``, ``+0.6``) is a figure, and its label is the line with every number masked as ``#`` and
+this one marked ``[#]``. The same line of both revisions then has the same label, whatever the numbers (a line printed
+twice with the same text is told apart by its occurrence). A figure's result is the median over rounds of that round's
+after/before ratio, with the lowest and highest round beside it. A script's own load average lines are not figures.
+Figures equal in every run of both sides (parameters, counts, targets) are not ratios of anything and are only counted;
+a label printed by one side only is named as unpaired (a line one revision added or dropped). Target verdicts (``met``,
+``MISSED``, …) are masked as well, so a line whose verdict flips still pairs. The whole run's wall time is one figure
+too.
 
 Bounded: each child has ``--timeout`` seconds and runs in its own session, so a timeout stops the servers it started
 too. The benches themselves use 127.0.0.1 only; this runs nothing else.
@@ -60,7 +62,7 @@ def figures_of(text: str) -> dict[str, float]:
     for raw in text.splitlines():
         line = VERDICT.sub("<verdict>", " ".join(raw.split()))
         matches = list(NUMBER.finditer(line))
-        if not matches:
+        if not matches or "load average" in line:  # the machine, not the code: printed beside the result instead
             continue
         parts = NUMBER.split(line)
         line_key = NUMBER.sub("#", line)

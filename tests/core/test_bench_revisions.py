@@ -25,6 +25,7 @@ print(f"RATIO encode / tree: median {{work / 10:.2f}}x (target <= 1.5x)")
 print(f"throughput {{1000 * 10 / work:,.0f}} spans/s")
 print(f"throughput {{500 * 10 / work:,.0f}} spans/s")
 print(f"under 15: {{'met' if work < 15 else 'MISSED'}} with {{work}}")
+print(f"load average at start: {{work / 7:.2f}} 0.50 0.25")
 {extra}
 """
 
@@ -61,6 +62,7 @@ def test_figures_pair_by_masked_line_and_ratio_per_round(tmp_path: Path) -> None
     for label in ("throughput [#] spans/s", "throughput [#] spans/s (occurrence 2)"):
         assert lines[f"REVISIONS fake.py {label}"].endswith("after/before median 2.00 (rounds 0.33-2.00)")
     assert "REVISIONS fake.py (whole run, wall s) [#]" in lines
+    assert not any("load average at start" in line for line in got.stdout.splitlines())  # the machine, not a figure
     # 1000 spans, 2h, 1.5x, under 15: the same in every run of both, counted and not ratioed.
     assert "REVISIONS fake.py 4 figures equal in every run of both (parameters, counts): no ratio" in got.stdout
     assert "REVISIONS fake.py unpaired, before only: old only: [#] things" in got.stdout
