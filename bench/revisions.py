@@ -10,14 +10,14 @@ working directory ``DIR``, without ``PYTHONPATH``/``VIRTUAL_ENV`` from here), so
 drift of a shared machine over the run lands on both sides alike, and a round's two runs are neighbours in time.
 
 Figures are read from the script's stdout, not from a format each script would have to adopt: every number on a line
-(``12.3``, ``1,234``, ``0.91x``, ``+0.6``) is a figure, and its label is the line with every number masked as ``#`` and
-this one marked ``[#]``. The same line of both revisions then has the same label, whatever the numbers (a line printed
-twice with the same text is told apart by its occurrence). A figure's result is the median over rounds of that round's
-after/before ratio, with the lowest and highest round beside it. A script's own load average lines are not figures.
-Figures equal in every run of both sides (parameters, counts, targets) are not ratios of anything and are only counted;
-a label printed by one side only is named as unpaired (a line one revision added or dropped). Target verdicts (``met``,
-``MISSED``, …) are masked as well, so a line whose verdict flips still pairs. The whole run's wall time is one figure
-too.
+(``12.3``, ``1,234``, ``0.91x``, ``+0.6``, ``5 MiB``) is a figure, unless a word other than a unit is glued to it (the
+``3h`` of "3h vs 1h" is label text), and its label is the line with every number masked as ``#`` and this one marked
+``[#]``. The same line of both revisions then has the same label, whatever the numbers (a line printed twice with the
+same text is told apart by its occurrence). A figure's result is the median over rounds of that round's after/before
+ratio, with the lowest and highest round beside it. A script's own load average lines are not figures. Figures equal in
+every run of both sides (parameters, counts, targets) are not ratios of anything and are only counted; a label printed
+by one side only is named as unpaired (a line one revision added or dropped). Target verdicts (``met``, ``MISSED``, …)
+are masked as well, so a line whose verdict flips still pairs. The whole run's wall time is one figure too.
 
 Bounded: each child has ``--timeout`` seconds and runs in its own session, so a timeout stops the servers it started
 too. The benches themselves use 127.0.0.1 only; this runs nothing else.
@@ -43,6 +43,9 @@ from benchkit import loadavg  # noqa: E402
 SIDES = ("before", "after")
 WALL = "(whole run, wall s) [#]"
 NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\d,]\d)")
+# A number glued to a word is part of the label ("3h", "2xx"), unless the word is a unit of what benches measure.
+GLUED = re.compile(r"[^\W\d_]+")
+UNITS = frozenset({"x", "s", "ms", "us", "µs", "ns", "KiB", "MiB", "GiB", "KB", "MB", "GB"})
 VERDICT = re.compile(r"\b(?:met|meets|MISSED|MISSES|OK)\b")  # the benches' target verdicts: not part of a label
 
 
@@ -61,17 +64,24 @@ def figures_of(text: str) -> dict[str, float]:
     seen: dict[str, int] = {}
     for raw in text.splitlines():
         line = VERDICT.sub("<verdict>", " ".join(raw.split()))
-        matches = list(NUMBER.finditer(line))
+        matches = [m for m in NUMBER.finditer(line) if unit_or_none(line, m.end())]
         if not matches or "load average" in line:  # the machine, not the code: printed beside the result instead
             continue
-        parts = NUMBER.split(line)
-        line_key = NUMBER.sub("#", line)
+        cuts = [0, *(i for m in matches for i in m.span()), len(line)]
+        parts = [line[cuts[k] : cuts[k + 1]] for k in range(0, len(cuts), 2)]
+        line_key = "#".join(parts)
         seen[line_key] = seen.get(line_key, 0) + 1
         suffix = f" (occurrence {seen[line_key]})" if seen[line_key] > 1 else ""
         for i, match in enumerate(matches):
             label = "".join(part + ("[#]" if j == i else "#") for j, part in enumerate(parts[:-1])) + parts[-1]
             found[label + suffix] = float(match.group().replace(",", ""))
     return found
+
+
+def unit_or_none(line: str, end: int) -> bool:
+    """Whether the number ending at ``end`` is a figure: nothing glued to it, or a unit (see ``UNITS``)."""
+    glued = GLUED.match(line, end)
+    return glued is None or glued.group() in UNITS
 
 
 def run_once(checkout: Path, script: str, args: list[str], timeout: float, save: Path | None, tag: str) -> Run:
@@ -147,10 +157,11 @@ def report(script: str, rounds: list[dict[str, Run]]) -> list[str]:
         for side in SIDES:
             order.update(dict.fromkeys(r[side].figures))
             sides[side].update(r[side].figures)
-    lines, constants, unpaired = [], 0, []
+    lines: list[str] = []
+    constants, unpaired = 0, dict[str, None]()
     for label in order:
         if not (label in sides["before"] and label in sides["after"]):
-            unpaired.append(f"{'before' if label in sides['before'] else 'after'} only: {label}")
+            unpaired[f"{'before' if label in sides['before'] else 'after'} only: {label.replace('[#]', '#')}"] = None
             continue
         line = ratio_line(script, label, rounds)
         if line is None:
@@ -158,7 +169,7 @@ def report(script: str, rounds: list[dict[str, Run]]) -> list[str]:
         else:
             lines.append(line)
     lines.append(f"REVISIONS {script} {constants} figures equal in every run of both (parameters, counts): no ratio")
-    lines += [f"REVISIONS {script} unpaired, {text}" for text in unpaired]
+    lines += [f"REVISIONS {script} unpaired line, {text}" for text in unpaired]
     return lines
 
 
