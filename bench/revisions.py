@@ -199,6 +199,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, str, list[str]]:
     for side in SIDES:
         checkout: Path = getattr(args, side).resolve()
         setattr(args, side, checkout)
+        if args.reread:  # nothing runs: the checkouts may be gone
+            continue
         if not (checkout / ".venv" / "bin" / "python").exists():
             parser.error(f"--{side} {checkout}: no .venv/bin/python there (python3 -m venv .venv; pip install -e .)")
         if not (checkout / rest[0]).is_file():

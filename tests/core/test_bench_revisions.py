@@ -76,7 +76,8 @@ def test_figures_pair_by_masked_line_and_ratio_per_round(tmp_path: Path) -> None
     assert order == [f"round {i // 2 + 1} {side}" for i, side in enumerate(sides)]
     assert (tmp_path / "raw" / "fake.round2.after.out").read_text().splitlines()[1].split()[2] == "10.00"
     assert int((before / "bench" / "runs").read_text()) == 3 and int((after / "bench" / "runs").read_text()) == 3
-    # The saved runs read again: the same report, nothing run.
+    # The saved runs read again: the same report, nothing run (the checkouts may be gone by then).
+    (before / "bench" / "fake.py").unlink()
     again = run(
         "--before", str(before), "--after", str(after), "--rounds", "3", "--save", str(tmp_path / "raw"), "--reread",
         "--", "bench/fake.py", "1000",
