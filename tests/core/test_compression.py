@@ -56,6 +56,8 @@ def _peak(fn: Callable[[], object]) -> int:
         tracemalloc.stop()
 
 
+# slow: seconds of pure decompression; reads no clock, so it cannot depend on the date
+@pytest.mark.slow
 def test_a_bomb_whose_trailer_states_its_size_is_refused_before_it_is_inflated() -> None:
     """Issue 19: on main a bomb inflated to its limit in one buffer, then copied it (twice the limit at the peak)."""
     bomb = _zeros_gzip(256 * MiB)
@@ -65,6 +67,8 @@ def test_a_bomb_whose_trailer_states_its_size_is_refused_before_it_is_inflated()
     assert _peak(lambda: gunzip(bomb, 64 * MiB)) < MiB
 
 
+# slow: seconds of pure decompression; reads no clock, so it cannot depend on the date
+@pytest.mark.slow
 def test_a_bomb_whose_trailer_lies_costs_at_most_its_limit() -> None:
     bomb = _zeros_gzip(256 * MiB)
     lying = bomb[:-4] + (1000).to_bytes(4, "little")

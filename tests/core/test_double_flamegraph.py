@@ -83,6 +83,8 @@ def assert_same_tree(ours: qpb.FlameGraph, theirs: qpb.FlameGraph) -> None:
     assert (ours.total, ours.max_self, ours.names[0]) == (theirs.total, theirs.max_self, theirs.names[0])
 
 
+# slow: seconds of pure encoding; reads no clock, so it cannot depend on the date (runs once, not under faketime)
+@pytest.mark.slow
 @pytest.mark.parametrize("max_nodes", [None, 1, 2, 3, 5, 8, 13, 40])
 def test_the_double_and_the_bridge_encode_random_trees_alike(max_nodes: int | None) -> None:
     rng = random.Random(max_nodes or 0)

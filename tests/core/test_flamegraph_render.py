@@ -129,6 +129,8 @@ def test_layout_folds_narrow_siblings_into_one_bar() -> None:
     assert_well_formed(lay)
 
 
+# slow: seconds of pure layout; reads no clock, so it cannot depend on the date
+@pytest.mark.slow
 def test_a_10000_node_tree_stays_within_the_rectangle_budget() -> None:
     tree = random_tree(10_000)
     assert tree.count() >= 10_000
