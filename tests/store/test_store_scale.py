@@ -29,6 +29,9 @@ from bridge.store.traces import span_buckets
 from tests.store.test_store import CPU, ctx
 
 NS = 1_000_000_000
+# slow: seconds of store building per test; every store here runs on an injected clock (T0_S onwards) and no test
+# reads the real one, so none can depend on the date (the faketime runs of .ci/run skip them)
+pytestmark = pytest.mark.slow
 T0_S = 1_795_000_000  # 2026-11-18, on no rollup boundary: 1_795_000_000 % 21_600 == 16_000
 HOURS = 7
 PTYPE = decode.ProfileType("process_cpu", "cpu", "nanoseconds", "cpu", "nanoseconds")
