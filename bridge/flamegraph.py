@@ -42,13 +42,17 @@ class Node:
 
     def count(self) -> int:
         """Number of nodes in this subtree, itself included."""
-        total = 1
+        return 1 + len(self.descendant_totals())
+
+    def descendant_totals(self) -> list[int]:
+        """The total of every node below this one (what ``max_nodes`` ranks), in no particular order."""
+        totals: list[int] = []
         stack = list(self.children.values())
         while stack:
             node = stack.pop()
-            total += 1
+            totals.append(node.total)
             stack.extend(node.children.values())
-        return total
+        return totals
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"Node({self.name!r}, total={self.total}, self={self.self}, children={len(self.children)})"
@@ -137,13 +141,7 @@ def decode(fg: pb.FlameGraph | None) -> Node:
 def encode(root: Node, max_nodes: int | None = None) -> pb.FlameGraph:
     """A call tree → Pyroscope's flame graph encoding (the request scope's merged trees, decoded answers). The root
     keeps its own name (a relabelled root reads its label); ``max_nodes`` folds as ``encode_stacks`` does."""
-    totals: list[int] = []
-    stack = list(root.children.values())
-    while stack:
-        node = stack.pop()
-        totals.append(node.total)
-        stack.extend(node.children.values())
-    threshold = fold_threshold(totals, max_nodes)
+    threshold = fold_threshold(root.descendant_totals(), max_nodes)
     # pre-order, kept children by name; the children below the threshold are summed into one ``other`` child listed
     # last, which the writer places (after the kept children, as it places the ``other`` it folds itself)
     nodes: list[tuple[int, str, int, int]] = []

@@ -64,14 +64,7 @@ def random_stacks(rng: random.Random) -> Stacks:
 
 def has_tie_at_the_fold(stacks: Stacks, max_nodes: int | None) -> bool:
     """Whether the ``max_nodes``-th largest node total ties with the next one (where the two fold rules part)."""
-    tree = flamegraph.build_tree(stacks)
-    totals: list[int] = []
-    pending = list(tree.children.values())
-    while pending:
-        node = pending.pop()
-        totals.append(node.total)
-        pending.extend(node.children.values())
-    totals.sort(reverse=True)
+    totals = sorted(flamegraph.build_tree(stacks).descendant_totals(), reverse=True)
     if not max_nodes or len(totals) <= max_nodes:
         return False
     return totals[max_nodes - 1] == totals[max_nodes]

@@ -90,12 +90,7 @@ def test_folding_keeps_totals_and_bounds_nodes(max_nodes: int, encode: object) -
     assert nodes < full
     kept = [n for n in names if n != flamegraph.OTHER_NAME]
     # Pyroscope's rule (pkg/model/tree.go minValue): every node whose total reaches the max_nodes-th largest, ties too
-    totals: list[int] = []
-    pending = list(tree.children.values())
-    while pending:
-        node = pending.pop()
-        totals.append(node.total)
-        pending.extend(node.children.values())
+    totals = tree.descendant_totals()
     threshold = sorted(totals, reverse=True)[max_nodes - 1]
     assert len(kept) == sum(t >= threshold for t in totals) >= max_nodes
     assert flamegraph.OTHER_NAME in names
