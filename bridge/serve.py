@@ -162,10 +162,7 @@ async def serve(
             print(f"profile-bridge serve: --demo: {exc}", file=sys.stderr)
             return EXIT_USAGE
     # installed first: a SIGTERM while starting still stops the bridge cleanly (exit 0), not by the default action
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = _stop_on_signals()
     app = create_app(settings)
     if worker is not None and len(worker.peers) > 1:
         from bridge.upstream import peers
@@ -264,6 +261,15 @@ async def _serve_site(
         await runner.cleanup()
         logging.getLogger("bridge.http").removeFilter(quiet)
     return EXIT_OK
+
+
+def _stop_on_signals() -> asyncio.Event:
+    """An event SIGINT and SIGTERM set (instead of their default action), on the running loop."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
 
 
 def _auth_words(settings: Settings) -> str:
@@ -390,10 +396,7 @@ async def demo(settings: Settings, args: argparse.Namespace, environ: Mapping[st
     except DemoUnavailable as exc:
         print(f"profile-bridge demo: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = _stop_on_signals()
     stopped = asyncio.create_task(stop.wait())
     exited = asyncio.create_task(shop.exited.wait())
     await asyncio.wait({stopped, exited}, return_when=asyncio.FIRST_COMPLETED)
