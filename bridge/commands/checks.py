@@ -6,8 +6,11 @@ broke is named as failing."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
+
+from bridge.errors import BridgeError
 
 OK: Final = "✓"
 FAIL: Final = "✗"
@@ -25,6 +28,15 @@ class Check:
 def skipped(name: str, needs: str) -> Check:
     """``name`` not checked: it ``needs`` what an earlier, failed check should have given."""
     return Check(name, None, f"skipped: needs {needs}")
+
+
+async def reachable(name: str, where: str, ready: Callable[[], Awaitable[str]], fix: str) -> Check:
+    """``name``: what ``ready()`` answered from ``where``, or the error it raised and ``fix``."""
+    try:
+        status = await ready()
+    except BridgeError as exc:
+        return Check(name, False, exc.message, fix)
+    return Check(name, True, f"{where} answered: {status}")
 
 
 def plural(n: int) -> str:

@@ -7,7 +7,7 @@ from typing import Final
 
 from bridge._proto import querier_pb2 as qpb
 from bridge.call import CallContext
-from bridge.commands.checks import Check
+from bridge.commands.checks import Check, reachable
 from bridge.commands.hops import RECENT_S, Hops
 from bridge.config import Settings
 from bridge.errors import BridgeError
@@ -21,11 +21,7 @@ TYPE_FIX: Final = (
 
 
 async def pyroscope_reachable(hops: Hops, settings: Settings) -> Check:
-    try:
-        status = await hops.pyroscope_ready()
-    except BridgeError as exc:
-        return Check("Pyroscope reachable", False, exc.message, _pyroscope_fix(settings))
-    return Check("Pyroscope reachable", True, f"{hops.pyroscope_where} answered: {status}")
+    return await reachable("Pyroscope reachable", hops.pyroscope_where, hops.pyroscope_ready, _pyroscope_fix(settings))
 
 
 async def profile_type_check(

@@ -8,7 +8,7 @@ from typing import Final
 
 from bridge._proto import types_pb2 as tpb
 from bridge.call import CallContext
-from bridge.commands.checks import Check, plural, skipped
+from bridge.commands.checks import Check, plural, reachable, skipped
 from bridge.commands.hops import Hops
 from bridge.commands.resolve import bridge_url
 from bridge.commands.spanpick import Missing, pick_span
@@ -23,11 +23,7 @@ SPAN_FIX: Final = (
 
 
 async def tempo_reachable(hops: Hops, settings: Settings) -> Check:
-    try:
-        status = await hops.tempo_ready()
-    except BridgeError as exc:
-        return Check("Tempo reachable", False, exc.message, _tempo_fix(settings))
-    return Check("Tempo reachable", True, f"{hops.tempo_where} answered: {status}")
+    return await reachable("Tempo reachable", hops.tempo_where, hops.tempo_ready, _tempo_fix(settings))
 
 
 async def span_checks(
