@@ -95,12 +95,22 @@ WANTED: Final[Mapping[str, tuple[tuple[str, str, bool], ...]]] = {
     "jdk.ActiveSetting": (("name", "java.lang.String", False), ("value", "java.lang.String", False)),
 }
 
-# parser/symbols.go mergeJVMGeneratedClasses (Go's RE2: \d is ASCII, $ is the end of the text)
+# parser/symbols.go mergeJVMGeneratedClasses (Go's RE2: \d is ASCII, $ is the end of the text); each with a text
+# every match contains, so most symbols (no such text) skip the regular expression
 _MERGES: Final = (
-    (re.compile(r"^(jdk/internal/reflect/GeneratedMethodAccessor)(\d+)\Z", re.ASCII), r"\1_"),
-    (re.compile(r"^(.+\$\$Lambda)(\$?\d*[./](0x)?[\da-f]+|\d+)\Z", re.ASCII), r"\1_"),
-    (re.compile(r"^(\.?/tmp/)?(libzstd-jni-\d+\.\d+\.\d+-)(\d+)(\.so)( \(deleted\))?\Z", re.ASCII), "libzstd-jni-_.so"),
     (
+        "GeneratedMethodAccessor",
+        re.compile(r"^(jdk/internal/reflect/GeneratedMethodAccessor)(\d+)\Z", re.ASCII),
+        r"\1_",
+    ),
+    ("$$Lambda", re.compile(r"^(.+\$\$Lambda)(\$?\d*[./](0x)?[\da-f]+|\d+)\Z", re.ASCII), r"\1_"),
+    (
+        "libzstd-jni-",
+        re.compile(r"^(\.?/tmp/)?(libzstd-jni-\d+\.\d+\.\d+-)(\d+)(\.so)( \(deleted\))?\Z", re.ASCII),
+        "libzstd-jni-_.so",
+    ),
+    (
+        "amazonCorrettoCryptoProvider",
         re.compile(
             r"^(\.?/tmp/)?(lib)?(amazonCorrettoCryptoProvider)(NativeLibraries\.)?([0-9a-f]{16})"
             r"(/libcrypto|/libamazonCorrettoCryptoProvider)?(\.so)( \(deleted\))?\Z",
@@ -109,6 +119,7 @@ _MERGES: Final = (
         "libamazonCorrettoCryptoProvider_.so",
     ),
     (
+        "libasyncProfiler-",
         re.compile(
             r"^(\.?/tmp/)?(libasyncProfiler)-(linux-arm64|linux-musl-x64|linux-x64|macos)-"
             r"(17b9a1d8156277a98ccc871afa9a8f69215f92)(\.so)( \(deleted\))?\Z",
@@ -116,14 +127,15 @@ _MERGES: Final = (
         ),
         "libasyncProfiler-_.so",
     ),
-    (re.compile(r"^(.+\$\$EnhancerBySpringCGLIB\$\$)(.*)\Z", re.ASCII), r"\1_"),
+    ("$$EnhancerBySpringCGLIB$$", re.compile(r"^(.+\$\$EnhancerBySpringCGLIB\$\$)(.*)\Z", re.ASCII), r"\1_"),
 )
 
 
 def merge_generated_names(symbol: str) -> str:
     """A symbol as jfr-parser keeps it: JVM-generated class names with their varying part replaced by ``_``."""
-    for pattern, repl in _MERGES:
-        symbol = pattern.sub(repl, symbol)
+    for needle, pattern, repl in _MERGES:
+        if needle in symbol:
+            symbol = pattern.sub(repl, symbol)
     return symbol
 
 
@@ -222,8 +234,12 @@ class _Names:
             if ref:
                 raise self._missing("stack trace", ref)
         else:
-            names = [self.frame(m) for m in reversed(frames)]
-            got = tuple(n for n in names if n is not None)
+            cache = self._frame_cache
+            try:  # the frames of a recording's stacks repeat: most stacks find every name already made
+                names = [cache[m] for m in reversed(frames)]
+            except KeyError:
+                names = [self.frame(m) for m in reversed(frames)]
+            got = tuple(filter(None, names))  # a frame's name is never empty: "class.method"
         self._stack_cache[ref] = got
         return got
 

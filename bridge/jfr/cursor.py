@@ -146,6 +146,13 @@ class Cursor:
         self.pos = pos + n
         return self.buf[pos : pos + n]
 
+    def byte(self) -> int:
+        pos = self.pos
+        if pos >= self.end:
+            raise self.fail("truncated (1 byte announced, 0 left)")
+        self.pos = pos + 1
+        return self.buf[pos]
+
     def count(self, what: str) -> int:
         """A count of things each at least one byte long: never more than the bytes left."""
         n = self.varint()
@@ -191,6 +198,6 @@ class Cursor:
         if kind == STRUCT:
             return self.read(sub or ())
         if kind == RAW1:
-            return self.raw(1)[0]
+            return self.byte()
         self.raw(4 if kind == RAW4 else 8)
         return None

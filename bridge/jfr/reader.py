@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from bridge.compression import Budget, BudgetSpent
-from bridge.jfr.cursor import VARINT, Cursor, JfrError, JfrTooLarge, Op, PooledString
+from bridge.jfr.cursor import RAW1, VARINT, Cursor, JfrError, JfrTooLarge, Op, PooledString
 from bridge.jfr.metadata import Klass, Types, read_metadata
 
 MAGIC: Final = b"FLR\x00"
@@ -99,7 +99,8 @@ def _pool_reader(types: Types, klass: Klass, pools: Pools) -> Callable[[Cursor, 
             ref = cur.varint()
             value = cur.string()
             text = value if isinstance(value, str) else ""
-            pools.charge(ENTRY_COST + len(text))
+            if text:
+                pools.charge(len(text))
             into[ref] = text
 
         return read_string
@@ -114,17 +115,35 @@ def _pool_reader(types: Types, klass: Klass, pools: Pools) -> Callable[[Cursor, 
 
         return skip
     where = types.bind(klass, kept)
+    # a method's and a class's fields are numbers then a boolean: read as runs of varints and single bytes, not
+    # by the general walk over the ops
+    flat = all(op[0] in (VARINT, RAW1) and not op[1] for op in ops)
+    runs: list[list[int]] = []  # [kind, how many in a row]
+    for op in ops:
+        if runs and runs[-1][0] == op[0] == VARINT:
+            runs[-1][1] += 1
+        else:
+            runs.append([op[0], 1])
+
+    def read_flat(cur: Cursor) -> list[Any]:
+        out: list[Any] = []
+        for kind, n in runs:
+            if kind == VARINT:
+                out += cur.varints(n)
+            else:
+                out.append(cur.byte())
+        return out
 
     def read_kept(cur: Cursor, into: dict[int, Any]) -> None:
         ref = cur.varint()
-        values = cur.read(ops)
+        values = read_flat(cur) if flat else cur.read(ops)
         value: Any
         if len(where) == 1:  # a symbol's or thread state's string, a class's name symbol
             value = values[where[0]] if where[0] >= 0 else (0 if kept[0][2] else "")
-            pools.charge(ENTRY_COST + (len(value) if isinstance(value, str) else 0))
+            if isinstance(value, str) and value:
+                pools.charge(len(value))
         else:
             value = tuple(values[i] if i >= 0 else 0 for i in where)
-            pools.charge(ENTRY_COST)
         into[ref] = value
 
     return read_kept
@@ -157,7 +176,7 @@ def _stack_reader(types: Types, klass: Klass, pools: Pools) -> Callable[[Cursor,
             values = cur.read(ops)
             frames = values[frames_at] if frames_at >= 0 and method_at >= 0 else ()
             value = tuple(frame[method_at] for frame in frames)
-        pools.charge(ENTRY_COST + REF_COST * len(value))
+        pools.charge(REF_COST * len(value))
         into[ref] = value
 
     return read_stack
@@ -166,7 +185,7 @@ def _stack_reader(types: Types, klass: Klass, pools: Pools) -> Callable[[Cursor,
 def read_constant_pools(buf: bytes, start: int, end: int, offset: int, types: Types, budget: Budget) -> Pools:
     """Every checkpoint of the chain that starts ``offset`` bytes into the chunk at ``start``."""
     pools = Pools(budget)
-    readers: dict[int, Callable[[Cursor, dict[int, Any]], None]] = {}
+    readers: dict[int, tuple[Callable[[Cursor, dict[int, Any]], None], int]] = {}  # type id → (reader, entry cost)
     seen: set[int] = set()
     pos = start + offset
     while True:
@@ -187,14 +206,18 @@ def read_constant_pools(buf: bytes, start: int, end: int, offset: int, types: Ty
         cur.varint()  # flags (flush, chunk header, statics, thread)
         for _ in range(cur.count("constant pool")):
             type_id = cur.varint()
-            reader = readers.get(type_id)
-            if reader is None:
+            got = readers.get(type_id)
+            if got is None:
                 klass = types.classes.get(type_id)
                 if klass is None:
                     raise cur.fail(f"constant pool of type id {type_id}, which the metadata does not define")
-                reader = readers[type_id] = _pool_reader(types, klass, pools)
+                kept = klass.name in KEPT_POOLS or klass.name in ("java.lang.String", "jdk.types.StackTrace")
+                got = readers[type_id] = (_pool_reader(types, klass, pools), ENTRY_COST if kept else 0)
+            reader, entry_cost = got
             into = pools.get(types.name_of(type_id))
-            for _ in range(cur.count("constant pool entry")):
+            entries = cur.count("constant pool entry")
+            pools.charge(entries * entry_cost)  # what keeping them costs, before any is read; strings add their length
+            for _ in range(entries):
                 reader(cur, into)
         if delta == 0:
             return pools
