@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,20 +19,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def _files_share(config: pytest.Config) -> set[Path] | None:
+    """The test files ``--files-share K/N`` keeps: every N-th of the suite's test files sorted by path, from the K-th;
+    None without the option. Decided before collection, so the other files are not even imported: each worker of a
+    share collects only its own files."""
     share = config.getoption("--files-share")
     if not share:
-        return
+        return None
     try:
         k, n = (int(part) for part in share.split("/"))
         assert 0 <= k < n
     except (ValueError, AssertionError):
         raise pytest.UsageError(f"--files-share {share!r}: expected K/N with 0 <= K < N, e.g. 0/2") from None
-    files = sorted({item.nodeid.partition("::")[0] for item in items})
-    mine = set(files[k::n])
-    kept = [item for item in items if item.nodeid.partition("::")[0] in mine]
-    config.hook.pytest_deselected(items=[item for item in items if item.nodeid.partition("::")[0] not in mine])
-    items[:] = kept
+    here = Path(__file__).resolve().parent
+    files = sorted(p for p in here.rglob("test_*.py") if "node_modules" not in p.parts)
+    return set(files[k::n])
+
+
+_SHARE = pytest.StashKey[set[Path] | None]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_SHARE] = _files_share(config)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    mine = config.stash.get(_SHARE, None)
+    if mine is None or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None  # no opinion: pytest's own rules decide
+    return collection_path.resolve() not in mine or None
 
 
 @pytest.fixture
