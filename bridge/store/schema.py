@@ -343,20 +343,23 @@ def migrate(conn: sqlite3.Connection, target: int = LATEST) -> int:
             f"the store's schema is version {version}, newer than this bridge understands ({LATEST}); "
             "use a newer profile-bridge or another data directory"
         )
-    for number in range(version + 1, target + 1):
-        script = MIGRATIONS[number - 1]
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in _statements(script):
+    if target <= version:
+        return version
+    # every pending migration in one transaction: the store is at the old version or the new one, never between, and a
+    # new store costs one commit (one fsync under synchronous=FULL) instead of one per migration
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for number in range(version + 1, target + 1):
+            for statement in _statements(MIGRATIONS[number - 1]):
                 conn.execute(statement)
-            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            conn.execute("DELETE FROM schema_version")
-            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (number,))
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-    return max(version, target)
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        conn.execute("DELETE FROM schema_version")
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", (target,))
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return target
 
 
 def _statements(script: str) -> list[str]:
