@@ -32,5 +32,6 @@ def mend_sleep() -> None:
 
 
 def both_clocks_ahead(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``env`` (default: this process's) for a child that is not Python: libfaketime's default mode."""
+    """``env`` (default: this process's) for a child that is not Python, or a Python child that sleeps (waits on its
+    own children with a timeout): libfaketime's default mode."""
     return {k: v for k, v in (os.environ if env is None else env).items() if k != REAL_MONOTONIC}

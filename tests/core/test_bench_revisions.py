@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.faketime import both_clocks_ahead
+
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "bench" / "revisions.py"
 
@@ -40,7 +42,9 @@ def checkout(tmp: Path, name: str, work: list[float], extra: str = "") -> Path:
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=60)
+    # the tool waits on its children with timeouts (time.sleep), which libfaketime's wall-clock-only mode breaks
+    env = both_clocks_ahead()
+    return subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=60, env=env)
 
 
 def test_figures_pair_by_masked_line_and_ratio_per_round(tmp_path: Path) -> None:
