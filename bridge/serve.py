@@ -353,10 +353,12 @@ async def demo(settings: Settings, args: argparse.Namespace, environ: Mapping[st
     """``profile-bridge demo``: the demo shop until SIGINT/SIGTERM, sending to a bridge or to Tempo and Pyroscope."""
     import aiohttp
 
-    from bridge.commands.resolve import bridge_url
-    from bridge.demo.shop import DemoConfig, DemoShop, DemoUnavailable
+    if args.to:
+        default = args.to
+    else:
+        from bridge.commands.resolve import bridge_url
 
-    default = args.to or bridge_url(settings)
+        default = bridge_url(settings)
     traces_to, profiles_to = args.traces_to or default, args.profiles_to or default
     look = ""
     if args.traces_to is None and args.profiles_to is None:  # a bridge takes both: it must be there, and standalone
@@ -381,6 +383,9 @@ async def demo(settings: Settings, args: argparse.Namespace, environ: Mapping[st
             )
             return EXIT_FAILED
         look = traces_to.replace("://127.0.0.1:", "://localhost:")
+    # the shop and its SDKs are imported once a bridge is known to answer: "no bridge" is said without them
+    from bridge.demo.shop import DemoConfig, DemoShop, DemoUnavailable
+
     config = DemoConfig(
         traces_to=traces_to,
         profiles_to=profiles_to,
