@@ -89,8 +89,12 @@ class Pools:
         return self.by_type.setdefault(type_name, {})
 
 
-def _pool_reader(types: Types, klass: Klass, pools: Pools) -> Callable[[Cursor, dict[int, Any]], None]:
-    """Reads one entry of ``klass``'s pool (after its id) and stores what is kept."""
+PoolReader = Callable[[Cursor, dict[int, Any]], None]
+
+
+def _pool_reader(types: Types, klass: Klass, pools: Pools) -> tuple[PoolReader, int]:
+    """What reads one entry of ``klass``'s pool (after its id) and stores what is kept, and what keeping an entry
+    costs the budget before its strings and references (0 for a pool that is read past)."""
     ops = types.ops(klass.id)
     name = klass.name
     if name == "java.lang.String":
@@ -103,9 +107,9 @@ def _pool_reader(types: Types, klass: Klass, pools: Pools) -> Callable[[Cursor, 
                 pools.charge(len(text))
             into[ref] = text
 
-        return read_string
+        return read_string, ENTRY_COST
     if name == "jdk.types.StackTrace":
-        return _stack_reader(types, klass, pools)
+        return _stack_reader(types, klass, pools), ENTRY_COST
     kept = KEPT_POOLS.get(name)
     if kept is None:
 
@@ -113,7 +117,7 @@ def _pool_reader(types: Types, klass: Klass, pools: Pools) -> Callable[[Cursor, 
             cur.varint()
             cur.read(ops)
 
-        return skip
+        return skip, 0
     where = types.bind(klass, kept)
     # a method's and a class's fields are numbers then a boolean: read as runs of varints and single bytes, not
     # by the general walk over the ops
@@ -146,10 +150,10 @@ def _pool_reader(types: Types, klass: Klass, pools: Pools) -> Callable[[Cursor, 
             value = tuple(values[i] if i >= 0 else 0 for i in where)
         into[ref] = value
 
-    return read_kept
+    return read_kept, ENTRY_COST
 
 
-def _stack_reader(types: Types, klass: Klass, pools: Pools) -> Callable[[Cursor, dict[int, Any]], None]:
+def _stack_reader(types: Types, klass: Klass, pools: Pools) -> PoolReader:
     """A stack trace is kept as the tuple of its frames' method references, leaf first. Frames whose fields are all
     numbers (the JDK's and async-profiler's layout) are read as one run of varints."""
     ops = types.ops(klass.id)
@@ -185,7 +189,7 @@ def _stack_reader(types: Types, klass: Klass, pools: Pools) -> Callable[[Cursor,
 def read_constant_pools(buf: bytes, start: int, end: int, offset: int, types: Types, budget: Budget) -> Pools:
     """Every checkpoint of the chain that starts ``offset`` bytes into the chunk at ``start``."""
     pools = Pools(budget)
-    readers: dict[int, tuple[Callable[[Cursor, dict[int, Any]], None], int]] = {}  # type id → (reader, entry cost)
+    readers: dict[int, tuple[PoolReader, int]] = {}  # type id → (reader, entry cost)
     seen: set[int] = set()
     pos = start + offset
     while True:
@@ -211,8 +215,7 @@ def read_constant_pools(buf: bytes, start: int, end: int, offset: int, types: Ty
                 klass = types.classes.get(type_id)
                 if klass is None:
                     raise cur.fail(f"constant pool of type id {type_id}, which the metadata does not define")
-                kept = klass.name in KEPT_POOLS or klass.name in ("java.lang.String", "jdk.types.StackTrace")
-                got = readers[type_id] = (_pool_reader(types, klass, pools), ENTRY_COST if kept else 0)
+                got = readers[type_id] = _pool_reader(types, klass, pools)
             reader, entry_cost = got
             into = pools.get(types.name_of(type_id))
             entries = cur.count("constant pool entry")
