@@ -14,7 +14,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--files-share",
         metavar="K/N",
-        help="run only every N-th test file (of those collected, sorted by path), starting at the K-th: .ci/run's two "
+        help="run only every N-th of the suite's test files (sorted by path), starting at the K-th: .ci/run's two "
         "faketime passes (one per libfaketime mode) split the suite so, each file running once with the clock ahead",
     )
 
