@@ -45,7 +45,8 @@ async def test_onboarding_stats(client: Client) -> None:
 
 
 async def test_plugin_settings_round_trip(client: Client) -> None:
-    """explore-profiles src/shared/infrastructure/settings/settingsApiClient.ts: ``pluginSettings`` as a JSON text."""
+    """grafana/explore-profiles v1.4.0 src/shared/infrastructure/settings/settingsApiClient.ts: ``pluginSettings`` as
+    a JSON text."""
     get = await client.post(DS + "/settings.v1.SettingsService/Get", data=json.dumps({}), headers=JSON)
     assert next((s for s in (await get.json()).get("settings", []) if s["name"] == "pluginSettings"), None) is None
     value = json.dumps({"collapsedFlamegraphs": True, "maxNodes": 16384, "enableFlameGraphDotComExport": True})
@@ -186,8 +187,8 @@ async def test_span_heatmap(client: Client) -> None:
 
 
 async def test_labels_series_and_query_analysis(client: Client) -> None:
-    """explore-profiles src/shared/infrastructure/labels/LabelsApiClient.ts (``queryToMatchers``: the profile type as
-    ``__profile_type__``, the rest of the selector after it, a trailing comma and all), …/series/http/
+    """grafana/explore-profiles v1.4.0 src/shared/infrastructure/labels/LabelsApiClient.ts (``queryToMatchers``: the
+    profile type as ``__profile_type__``, the rest of the selector after it, a trailing comma and all), …/series/http/
     SeriesApiClient.ts (``labelNames``, empty ``matchers``) and src/shared/components/QueryAnalysisTooltip/
     infrastructure/queryAnalysisApiClient.ts (reads ``queryImpact`` and ``queryScopes``)."""
     lo, hi = ms()
